@@ -1,0 +1,36 @@
+# make install | train | demo | test | tensorboard | lint
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# A CPU build of torch unless a GPU is present: an unpinned torch pulls a CUDA build of several GB.
+TORCH ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo torch || echo torch==2.13.0)
+DATA_DIR ?=
+DATA_ARG := $(if $(DATA_DIR),data.dir=$(abspath $(DATA_DIR)),)
+
+.PHONY: install train demo test tensorboard lint
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install "$(TORCH)"
+	$(BIN)/pip install -e ".[dev]"
+	touch $@
+
+install: $(VENV)/.installed
+
+train: install
+	$(BIN)/python train.py model=bahdanau $(DATA_ARG)
+
+demo: install
+	$(BIN)/python train.py data=sample model=bahdanau experiment=demo
+
+test: install
+	$(BIN)/python -m pytest -q
+
+tensorboard: install
+	$(BIN)/tensorboard --logdir outputs
+
+lint: install
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .

@@ -1,0 +1,33 @@
+"""Score a checkpoint: python evaluate.py checkpoint=outputs/.../best.pt split=test"""
+
+import sys
+
+import hydra
+from omegaconf import DictConfig
+from omegaconf.errors import OmegaConfBaseException
+
+from nmt import UserError
+from nmt.evaluate import evaluate
+
+
+@hydra.main(config_path="configs", config_name="evaluate", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    try:
+        evaluate(
+            cfg.checkpoint,
+            cfg.split,
+            cfg.source,
+            cfg.reference,
+            cfg.data_dir,
+            cfg.beam,
+            cfg.output,
+            cfg.device,
+            cfg.precision,
+            cfg.max_tokens,
+        )
+    except (UserError, OmegaConfBaseException) as error:
+        sys.exit(f"error: {error}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,204 @@
+"""Attention: one interface, a score function per class.
+
+Every module maps (query, keys, values, mask) to (context, weights):
+    query   (B, T, Q)   T query positions (T = 1 for one decoding step)
+    keys    (B, S, K)   the prepared keys (see `prepare`)
+    values  (B, S, V)   what the context averages: the encoder annotations
+    mask    (B, S)      bool, True on real source tokens; padded positions get exactly zero weight
+    context (B, T, V), weights (B, T, S)
+`prepare(memory)` does the source-only work once per sentence (Bahdanau's U h_i, Luong's W_a h_s) so that no decoding
+step repeats it. A new score function is one subclass with `score` (and `prepare` when it has source-side work).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+
+class Attention(nn.Module):
+    """Softmax attention over the source; subclasses supply `score` and, optionally, `prepare`."""
+
+    def prepare(self, memory: torch.Tensor) -> torch.Tensor:
+        """Keys from the encoder annotations (B, S, K); computed once per sentence."""
+        return memory
+
+    def score(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        """Alignment scores (B, T, S)."""
+        raise NotImplementedError
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+        mask: torch.Tensor,
+        query_positions: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        scores = self.score(query, keys).float()  # (B, T, S); softmax in fp32 under autocast
+        scores = scores.masked_fill(~mask[:, None, :], float("-inf"))
+        weights = torch.softmax(scores, dim=-1)  # (B, T, S)
+        context = torch.bmm(weights.to(values.dtype), values)  # (B, T, V)
+        return context, weights
+
+
+class AdditiveAttention(Attention):
+    """Bahdanau et al. 2015, eq. 6 (appendix A.1.2): e_ti = v^T tanh(W s_{t-1} + U h_i)."""
+
+    def __init__(self, query_size: int, key_size: int, attention_size: int):
+        super().__init__()
+        self.query_projection = nn.Linear(query_size, attention_size, bias=False)  # W
+        self.key_projection = nn.Linear(key_size, attention_size)  # U (its bias stands for the sum's bias)
+        self.energy = nn.Linear(attention_size, 1, bias=False)  # v
+
+    def prepare(self, memory: torch.Tensor) -> torch.Tensor:
+        return self.key_projection(memory)  # U h_i, (B, S, A)
+
+    def score(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        hidden = torch.tanh(self.query_projection(query)[:, :, None, :] + keys[:, None, :, :])  # (B, T, S, A)
+        return self.energy(hidden).squeeze(-1)  # (B, T, S)
+
+
+class ConcatAttention(AdditiveAttention):
+    """Luong et al. 2015, eq. 8 'concat': v_a^T tanh(W_a [h_t; h_s]).
+
+    W_a [h_t; h_s] = W_1 h_t + W_2 h_s, so this is the additive form with the query being the current state h_t;
+    the source half W_2 h_s is prepared once per sentence.
+    """
+
+    def __init__(self, query_size: int, key_size: int, attention_size: int | None = None):
+        super().__init__(query_size, key_size, attention_size or query_size)
+
+
+class DotAttention(Attention):
+    """Luong et al. 2015, eq. 8 'dot': h_t^T h_s."""
+
+    def __init__(self, query_size: int, key_size: int):
+        super().__init__()
+        if query_size != key_size:
+            raise ValueError(f"dot attention needs equal query and key sizes, got {query_size} and {key_size}")
+
+    def score(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        return torch.bmm(query, keys.transpose(1, 2))  # (B, T, S)
+
+
+class GeneralAttention(DotAttention):
+    """Luong et al. 2015, eq. 8 'general': h_t^T W_a h_s, with W_a h_s prepared once per sentence."""
+
+    def __init__(self, query_size: int, key_size: int):
+        nn.Module.__init__(self)
+        self.key_projection = nn.Linear(key_size, query_size, bias=False)  # W_a
+
+    def prepare(self, memory: torch.Tensor) -> torch.Tensor:
+        return self.key_projection(memory)  # (B, S, Q)
+
+
+class LocalAttention(nn.Module):
+    """Luong et al. 2015, section 3.2: attend only to the window [p_t - D, p_t + D] of the source.
+
+    local-m (monotonic): p_t = t, the target position, kept inside the sentence.
+    local-p (predictive): p_t = S * sigmoid(v_p^T tanh(W_p h_t)) (eq. 9), S the source length, and the weights are
+    multiplied by a Gaussian exp(-(s - p_t)^2 / (2 sigma^2)) with sigma = D / 2 (eq. 10). As in the paper, local-p
+    weights then sum to less than one; local-m weights are the softmax over the window (eq. 7).
+    """
+
+    def __init__(self, score: Attention, query_size: int, window: int, predictive: bool):
+        super().__init__()
+        self.inner, self.window, self.predictive = score, window, predictive
+        if predictive:
+            self.position = nn.Sequential(nn.Linear(query_size, query_size, bias=False), nn.Tanh(),
+                                          nn.Linear(query_size, 1, bias=False))  # fmt: skip  # W_p, v_p
+
+    def prepare(self, memory: torch.Tensor) -> torch.Tensor:
+        return self.inner.prepare(memory)
+
+    def centres(self, query: torch.Tensor, mask: torch.Tensor, query_positions: torch.Tensor | None) -> torch.Tensor:
+        """p_t for every query (B, T), in source positions."""
+        lengths = mask.sum(1, keepdim=True).to(torch.float32)  # (B, 1)
+        if self.predictive:
+            return lengths * torch.sigmoid(self.position(query).squeeze(-1).float())  # eq. 9, (B, T)
+        if query_positions is None:
+            raise ValueError("local-m attention needs the target positions of its queries")
+        positions = query_positions.to(torch.float32).expand(query.shape[0], query.shape[1])  # (B, T)
+        return torch.minimum(positions, lengths - 1)
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+        mask: torch.Tensor,
+        query_positions: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        centres = self.centres(query, mask, query_positions)[:, :, None]  # (B, T, 1)
+        source_positions = torch.arange(keys.shape[1], device=keys.device, dtype=torch.float32)  # (S,)
+        distance = source_positions - centres  # (B, T, S)
+        # The window always holds the source position nearest p_t, so no row is left without a real token.
+        nearest = distance.abs() <= distance.abs().masked_fill(~mask[:, None, :], float("inf")).amin(-1, True)
+        inside = ((distance.abs() <= self.window) | nearest) & mask[:, None, :]
+        scores = self.inner.score(query, keys).float().masked_fill(~inside, float("-inf"))
+        weights = torch.softmax(scores, dim=-1)  # eq. 7 within the window, (B, T, S)
+        if self.predictive:
+            sigma = self.window / 2
+            weights = weights * torch.exp(-(distance**2) / (2 * sigma**2))  # eq. 10
+        context = torch.bmm(weights.to(values.dtype), values)  # (B, T, V)
+        return context, weights
+
+
+class MultiHeadAttention(nn.Module):
+    """Vaswani et al. 2017, section 3.2: MultiHead(Q, K, V) = Concat(head_1..head_h) W^O,
+    head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V), Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V (eq. 1).
+
+    `mask` is bool and broadcasts to (B, heads, T, S), True where a query may attend. When the weights are not asked
+    for, the fused `scaled_dot_product_attention` computes the same thing faster.
+    """
+
+    def __init__(self, model_size: int, heads: int, dropout: float = 0.0):
+        super().__init__()
+        if model_size % heads:
+            raise ValueError(f"model size {model_size} is not divisible by {heads} heads")
+        self.heads, self.head_size, self.dropout = heads, model_size // heads, dropout
+        self.query_projection = nn.Linear(model_size, model_size)  # W^Q for all heads
+        self.key_projection = nn.Linear(model_size, model_size)  # W^K
+        self.value_projection = nn.Linear(model_size, model_size)  # W^V
+        self.output_projection = nn.Linear(model_size, model_size)  # W^O
+
+    def split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        return x.unflatten(-1, (self.heads, self.head_size)).transpose(1, 2)  # (B, L, D) -> (B, h, L, d_k)
+
+    def project_keys_values(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """K W^K and V W^V split into heads, (B, h, S, d_k) each: cached once per sentence for cross-attention."""
+        return self.split_heads(self.key_projection(keys)), self.split_heads(self.value_projection(values))
+
+    def attend(
+        self,
+        query: torch.Tensor,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+        mask: torch.Tensor | None,
+        causal: bool = False,
+        need_weights: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Attention of raw queries (B, T, D) over projected keys/values (B, h, S, d_k): (B, T, D), weights."""
+        q = self.split_heads(self.query_projection(query))  # (B, h, T, d_k)
+        dropout = self.dropout if self.training else 0.0
+        if causal:
+            causal_mask = torch.ones(q.shape[2], keys.shape[2], dtype=torch.bool, device=q.device).tril()
+            mask = causal_mask if mask is None else mask & causal_mask
+        if need_weights:
+            scores = q @ keys.transpose(-2, -1) / math.sqrt(self.head_size)  # (B, h, T, S)
+            if mask is not None:
+                scores = scores.float().masked_fill(~mask, float("-inf"))
+            weights = torch.softmax(scores.float(), dim=-1)
+            heads = nn.functional.dropout(weights, dropout, self.training).to(values.dtype) @ values
+        else:
+            weights = None
+            heads = nn.functional.scaled_dot_product_attention(q, keys, values, attn_mask=mask, dropout_p=dropout)
+        output = self.output_projection(heads.transpose(1, 2).flatten(2))  # (B, T, D)
+        return output, weights
+
+    def forward(self, query, keys, values, mask=None, causal=False, need_weights=False):
+        projected_keys, projected_values = self.project_keys_values(keys, values)
+        return self.attend(query, projected_keys, projected_values, mask, causal, need_weights)

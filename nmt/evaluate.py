@@ -1,0 +1,76 @@
+"""Score a trained checkpoint: decode a split (or the user's own files) and print BLEU and chrF with signatures."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import torch
+from omegaconf import OmegaConf
+
+from nmt import UserError, build, checkpoint
+from nmt.data import Pairs, Vocabulary, read_parallel
+from nmt.trainer import autocast, score, translate_pairs
+
+log = logging.getLogger(__name__)
+
+
+def load_model(path: str | Path, device: torch.device) -> tuple[torch.nn.Module, Vocabulary, dict]:
+    """Rebuild the model a checkpoint holds, with the vocabulary and config it was trained with."""
+    payload = checkpoint.load(path)
+    vocabulary = Vocabulary(payload["vocabulary"]["source"], payload["vocabulary"]["target"])
+    model = build.model(payload["config"]["model"], vocabulary)
+    model.load_state_dict(payload["model"])
+    return model.to(device).eval(), vocabulary, payload["config"]
+
+
+def pairs_to_score(config: dict, split: str, source: str | None, reference: str | None, data_dir: str | None) -> Pairs:
+    if source or reference:
+        if not (source and reference):
+            raise UserError("give both source=FILE and reference=FILE to score your own files")
+        return read_parallel(source, reference)
+    data = OmegaConf.create(config["data"])
+    if data_dir and data.corpus == "multi30k":
+        data.dir = data_dir
+    return build.load_corpus(data).split(split)
+
+
+def evaluate(
+    checkpoint_path: str,
+    split: str = "test",
+    source: str | None = None,
+    reference: str | None = None,
+    data_dir: str | None = None,
+    beam: int = 1,
+    output: str | None = None,
+    device: str = "auto",
+    precision: str | None = None,
+    max_tokens: int = 8000,
+) -> dict[str, float]:
+    if beam != 1:
+        raise UserError(f"beam={beam}: only greedy decoding (beam=1) is available in this version")
+    target_device = build.device(device)
+    model, vocabulary, config = load_model(checkpoint_path, target_device)
+    dtype = build.precision(precision or config["trainer"]["precision"])
+    pairs = pairs_to_score(config, split, source, reference, data_dir)
+    sources, references = [s for s, _ in pairs], [t for _, t in pairs]
+    trainer = config["trainer"]
+    with autocast(target_device, dtype):
+        hypotheses, _ = translate_pairs(
+            model,
+            vocabulary,
+            sources,
+            target_device,
+            dtype,
+            max_tokens,
+            trainer["decode_ratio"],
+            trainer["decode_extra"],
+        )
+    bleu, chrf, bleu_metric, chrf_metric = score(hypotheses, references)
+    name = Path(source).name if source else split
+    output_path = Path(output) if output else Path(checkpoint_path).with_suffix(f".{name}.hyp")
+    output_path.write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
+    print(f"{name}: {len(pairs)} sentences, greedy decoding; hypotheses in {output_path}")
+    print(f"BLEU  {bleu.score:6.2f}  {bleu_metric.get_signature()}")
+    print(f"chrF  {chrf.score:6.2f}  {chrf_metric.get_signature()}")
+    return {"bleu": bleu.score, "chrf": chrf.score}

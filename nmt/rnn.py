@@ -1,0 +1,311 @@
+"""The recurrent encoder-decoders: Sutskever et al. 2014, Bahdanau et al. 2015 and Luong et al. 2015.
+
+All three speak the one model interface that the trainer and the search use:
+    forward(source, source_mask, target_in) -> logits (B, T, V), attention (B, T, S) or None
+    encode(source, source_mask)             -> state: dict of batch-first tensors
+    decode_step(previous, state)            -> logits (B, V), state, attention (B, S) or None
+A decoding state is a flat dict of tensors whose first dimension is the batch, so beam search can reorder any of them
+with `index_select(0, ...)`. Recurrent states are kept batch-first there, (B, layers, H), and transposed for nn.LSTM.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from nmt.attention import Attention, LocalAttention
+
+State = dict[str, torch.Tensor]
+AttentionFactory = Callable[..., Attention]
+
+
+def reverse_padded(tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Reverse the real tokens of each row, leaving the padding at the end: (B, S) -> (B, S)."""
+    lengths = mask.sum(1, keepdim=True)  # (B, 1)
+    positions = torch.arange(tokens.shape[1], device=tokens.device)[None, :]  # (1, S)
+    reversed_positions = torch.where(positions < lengths, lengths - 1 - positions, positions)
+    return tokens.gather(1, reversed_positions)
+
+
+class Encoder(nn.Module):
+    """Embedding and a (bidirectional) multi-layer RNN over the real tokens only (packed sequences)."""
+
+    def __init__(
+        self,
+        vocab_size: int,
+        pad_id: int,
+        embedding_size: int,
+        hidden_size: int,
+        layers: int,
+        dropout: float,
+        cell: str = "lstm",
+        bidirectional: bool = False,
+    ):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, embedding_size, padding_idx=pad_id)
+        self.dropout = nn.Dropout(dropout)
+        rnn_class = {"lstm": nn.LSTM, "gru": nn.GRU}[cell]
+        self.rnn = rnn_class(
+            embedding_size,
+            hidden_size,
+            layers,
+            batch_first=True,
+            dropout=dropout if layers > 1 else 0.0,
+            bidirectional=bidirectional,
+        )
+
+    def forward(self, source: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, tuple | torch.Tensor]:
+        """Annotations (B, S, directions * H) and the final states ((layers * directions, B, H), as nn.LSTM gives)."""
+        embedded = self.dropout(self.embedding(source))  # (B, S, E)
+        lengths = mask.sum(1).cpu()
+        packed = pack_padded_sequence(embedded, lengths, batch_first=True, enforce_sorted=False)
+        outputs, final = self.rnn(packed)
+        outputs, _ = pad_packed_sequence(outputs, batch_first=True, total_length=source.shape[1])
+        return outputs, final
+
+
+def batch_first(state: torch.Tensor) -> torch.Tensor:
+    return state.transpose(0, 1).contiguous()  # (layers, B, H) -> (B, layers, H)
+
+
+def layers_first(state: torch.Tensor) -> torch.Tensor:
+    return state.transpose(0, 1).contiguous()  # (B, layers, H) -> (layers, B, H)
+
+
+class SutskeverSeq2Seq(nn.Module):
+    """Sutskever et al. 2014: a multi-layer LSTM reads the (reversed) source; its final states start the decoder.
+
+    No attention: the whole sentence must pass through the fixed-size final state.
+    """
+
+    def __init__(
+        self,
+        source_vocab_size: int,
+        target_vocab_size: int,
+        pad_id: int,
+        embedding_size: int = 256,
+        hidden_size: int = 512,
+        layers: int = 2,
+        dropout: float = 0.3,
+        reverse_source: bool = True,
+    ):
+        super().__init__()
+        self.reverse_source = reverse_source
+        self.encoder = Encoder(source_vocab_size, pad_id, embedding_size, hidden_size, layers, dropout)
+        self.embedding = nn.Embedding(target_vocab_size, embedding_size, padding_idx=pad_id)
+        self.decoder = nn.LSTM(
+            embedding_size, hidden_size, layers, batch_first=True, dropout=dropout if layers > 1 else 0.0
+        )
+        self.dropout = nn.Dropout(dropout)
+        self.output = nn.Linear(hidden_size, target_vocab_size)
+
+    def encode(self, source: torch.Tensor, source_mask: torch.Tensor) -> State:
+        if self.reverse_source:  # section 3.3: reversing the source makes the first words' dependencies short
+            source = reverse_padded(source, source_mask)
+        _, (hidden, cell) = self.encoder(source, source_mask)
+        return {"hidden": batch_first(hidden), "cell": batch_first(cell)}  # (B, layers, H) each
+
+    def decode_step(self, previous: torch.Tensor, state: State) -> tuple[torch.Tensor, State, None]:
+        embedded = self.dropout(self.embedding(previous[:, None]))  # (B, 1, E)
+        output, (hidden, cell) = self.decoder(embedded, (layers_first(state["hidden"]), layers_first(state["cell"])))
+        logits = self.output(self.dropout(output[:, 0]))  # (B, V)
+        return logits, {"hidden": batch_first(hidden), "cell": batch_first(cell)}, None
+
+    def forward(self, source: torch.Tensor, source_mask: torch.Tensor, target_in: torch.Tensor):
+        state = self.encode(source, source_mask)
+        embedded = self.dropout(self.embedding(target_in))  # (B, T, E)
+        # Teacher forcing needs no per-step Python: one nn.LSTM call over the whole target.
+        outputs, _ = self.decoder(embedded, (layers_first(state["hidden"]), layers_first(state["cell"])))
+        return self.output(self.dropout(outputs)), None  # (B, T, V)
+
+
+class BahdanauSeq2Seq(nn.Module):
+    """Bahdanau, Cho and Bengio 2015 ("RNNsearch"), following its appendix A.
+
+    Encoder: a bidirectional RNN; annotation h_i = [forward h_i; backward h_i].
+    Decoder: s_0 = tanh(W_s backward h_1); at step t the additive attention reads the *previous* state s_{t-1},
+    c_t = sum_i a_ti h_i, s_t = RNN([E y_{t-1}; c_t], s_{t-1}), and the output layer reads s_t, c_t and E y_{t-1}
+    through a maxout layer (A.2.2).
+    """
+
+    def __init__(
+        self,
+        source_vocab_size: int,
+        target_vocab_size: int,
+        pad_id: int,
+        attention: AttentionFactory,
+        embedding_size: int = 256,
+        hidden_size: int = 512,
+        encoder_layers: int = 1,
+        readout_size: int = 512,
+        dropout: float = 0.3,
+        cell: str = "gru",
+    ):
+        super().__init__()
+        if cell not in ("gru", "lstm"):
+            raise ValueError(f"model.cell={cell!r}: use gru or lstm")
+        self.cell_type = cell
+        self.encoder = Encoder(
+            source_vocab_size,
+            pad_id,
+            embedding_size,
+            hidden_size,
+            encoder_layers,
+            dropout,
+            cell=cell,
+            bidirectional=True,
+        )
+        self.attention = attention(query_size=hidden_size, key_size=2 * hidden_size)
+        self.initial = nn.Linear(hidden_size, hidden_size)  # W_s
+        self.embedding = nn.Embedding(target_vocab_size, embedding_size, padding_idx=pad_id)
+        cell_class = {"gru": nn.GRUCell, "lstm": nn.LSTMCell}[cell]
+        self.decoder = cell_class(embedding_size + 2 * hidden_size, hidden_size)
+        self.readout = nn.Linear(hidden_size + 2 * hidden_size + embedding_size, 2 * readout_size)  # U_o, C_o, V_o
+        self.dropout = nn.Dropout(dropout)
+        self.output = nn.Linear(readout_size, target_vocab_size)  # W_o
+
+    def encode(self, source: torch.Tensor, source_mask: torch.Tensor) -> State:
+        memory, final = self.encoder(source, source_mask)  # (B, S, 2H)
+        final_hidden = final[0] if isinstance(final, tuple) else final  # (layers * 2, B, H); [-1] = top backward
+        hidden = torch.tanh(self.initial(final_hidden[-1]))  # s_0, (B, H)
+        state = {"hidden": hidden, "memory": memory, "keys": self.attention.prepare(memory), "source_mask": source_mask}
+        if self.cell_type == "lstm":
+            state["cell"] = torch.zeros_like(hidden)
+        return state
+
+    def recur(self, embedded: torch.Tensor, state: State) -> tuple[torch.Tensor, State, torch.Tensor]:
+        """One decoder step from E y_{t-1} (B, E): context (B, 2H), the new state, weights (B, S)."""
+        query = state["hidden"][:, None, :]  # s_{t-1}, (B, 1, H)
+        context, weights = self.attention(query, state["keys"], state["memory"], state["source_mask"])
+        context = context[:, 0]  # (B, 2H)
+        rnn_input = torch.cat([embedded, context], dim=-1)
+        if self.cell_type == "lstm":
+            hidden, cell = self.decoder(rnn_input, (state["hidden"], state["cell"]))
+            new_state = {**state, "hidden": hidden, "cell": cell}
+        else:
+            new_state = {**state, "hidden": self.decoder(rnn_input, state["hidden"])}
+        return context, new_state, weights[:, 0]
+
+    def output_layer(self, hidden: torch.Tensor, context: torch.Tensor, embedded: torch.Tensor) -> torch.Tensor:
+        """Maxout readout t_i = max over pairs of (U_o s_i + V_o E y_{i-1} + C_o c_i), then W_o: (..., V)."""
+        readout = self.readout(torch.cat([hidden, context, embedded], dim=-1))  # (..., 2R)
+        readout = readout.unflatten(-1, (-1, 2)).amax(-1)  # (..., R)
+        return self.output(self.dropout(readout))
+
+    def decode_step(self, previous: torch.Tensor, state: State) -> tuple[torch.Tensor, State, torch.Tensor]:
+        embedded = self.dropout(self.embedding(previous))  # (B, E)
+        context, state, weights = self.recur(embedded, state)
+        return self.output_layer(state["hidden"], context, embedded), state, weights
+
+    def forward(self, source: torch.Tensor, source_mask: torch.Tensor, target_in: torch.Tensor):
+        state = self.encode(source, source_mask)
+        embedded = self.dropout(self.embedding(target_in))  # (B, T, E)
+        hiddens, contexts, weights = [], [], []
+        for t in range(target_in.shape[1]):  # the attention reads s_{t-1}, so the recurrence is step by step
+            context, state, step_weights = self.recur(embedded[:, t], state)
+            hiddens.append(state["hidden"])
+            contexts.append(context)
+            weights.append(step_weights)
+        # The readout and the large output layer run once over all steps.
+        logits = self.output_layer(torch.stack(hiddens, 1), torch.stack(contexts, 1), embedded)  # (B, T, V)
+        return logits, torch.stack(weights, 1)  # (B, T, S)
+
+
+class LuongSeq2Seq(nn.Module):
+    """Luong, Pham and Manning 2015: stacked LSTMs with attention on the current top state h_t.
+
+    c_t = sum_s a_t(s) h_s with a score from `attention` (dot, general or concat, eq. 8), global or local (section
+    3.2); the attentional state h~_t = tanh(W_c [c_t; h_t]) (eq. 5) feeds the softmax (eq. 6) and, with input
+    feeding (section 3.3), the next step's input.
+    """
+
+    def __init__(
+        self,
+        source_vocab_size: int,
+        target_vocab_size: int,
+        pad_id: int,
+        attention: AttentionFactory,
+        embedding_size: int = 256,
+        hidden_size: int = 512,
+        layers: int = 2,
+        dropout: float = 0.3,
+        input_feeding: bool = True,
+        alignment: str = "global",
+        window: int = 10,
+        reverse_source: bool = False,
+    ):
+        super().__init__()
+        if alignment not in ("global", "local_m", "local_p"):
+            raise ValueError(f"model.alignment={alignment!r}: use global, local_m or local_p")
+        self.input_feeding, self.reverse_source = input_feeding, reverse_source
+        self.encoder = Encoder(source_vocab_size, pad_id, embedding_size, hidden_size, layers, dropout)
+        score = attention(query_size=hidden_size, key_size=hidden_size)
+        if alignment == "global":
+            self.attention = score
+        else:
+            self.attention = LocalAttention(score, hidden_size, window, predictive=alignment == "local_p")
+        self.embedding = nn.Embedding(target_vocab_size, embedding_size, padding_idx=pad_id)
+        input_size = embedding_size + (hidden_size if input_feeding else 0)
+        self.decoder = nn.LSTM(
+            input_size, hidden_size, layers, batch_first=True, dropout=dropout if layers > 1 else 0.0
+        )
+        self.combine = nn.Linear(2 * hidden_size, hidden_size, bias=False)  # W_c
+        self.dropout = nn.Dropout(dropout)
+        self.output = nn.Linear(hidden_size, target_vocab_size)  # W_s
+
+    def encode(self, source: torch.Tensor, source_mask: torch.Tensor) -> State:
+        if self.reverse_source:
+            source = reverse_padded(source, source_mask)
+        memory, (hidden, cell) = self.encoder(source, source_mask)  # (B, S, H)
+        batch = source.shape[0]
+        return {
+            "hidden": batch_first(hidden),  # (B, layers, H)
+            "cell": batch_first(cell),
+            "memory": memory,
+            "keys": self.attention.prepare(memory),
+            "source_mask": source_mask,
+            "attentional": memory.new_zeros(batch, memory.shape[-1]),  # h~_0 for input feeding
+            "position": torch.zeros(batch, dtype=torch.long, device=source.device),  # t, for local-m
+        }
+
+    def attend(self, top: torch.Tensor, state: State, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Attentional states h~ (B, T, H) and weights (B, T, S) for top-layer states (B, T, H)."""
+        context, weights = self.attention(top, state["keys"], state["memory"], state["source_mask"], positions)
+        attentional = torch.tanh(self.combine(torch.cat([context, top], dim=-1)))  # eq. 5
+        return attentional, weights
+
+    def decode_step(self, previous: torch.Tensor, state: State) -> tuple[torch.Tensor, State, torch.Tensor]:
+        embedded = self.dropout(self.embedding(previous))[:, None, :]  # (B, 1, E)
+        if self.input_feeding:
+            embedded = torch.cat([embedded, state["attentional"][:, None, :]], dim=-1)
+        output, (hidden, cell) = self.decoder(embedded, (layers_first(state["hidden"]), layers_first(state["cell"])))
+        attentional, weights = self.attend(output, state, state["position"][:, None])
+        attentional = attentional[:, 0]  # (B, H)
+        logits = self.output(self.dropout(attentional))  # eq. 6, (B, V)
+        new_state = {
+            **state,
+            "hidden": batch_first(hidden),
+            "cell": batch_first(cell),
+            "attentional": self.dropout(attentional),
+            "position": state["position"] + 1,
+        }
+        return logits, new_state, weights[:, 0]
+
+    def forward(self, source: torch.Tensor, source_mask: torch.Tensor, target_in: torch.Tensor):
+        state = self.encode(source, source_mask)
+        if self.input_feeding:  # h~_{t-1} enters step t, so the decoder runs step by step
+            logits, weights = [], []
+            for t in range(target_in.shape[1]):
+                step_logits, state, step_weights = self.decode_step(target_in[:, t], state)
+                logits.append(step_logits)
+                weights.append(step_weights)
+            return torch.stack(logits, 1), torch.stack(weights, 1)
+        # Without input feeding the decoder RNN runs over the whole target at once and attends in one batched product.
+        embedded = self.dropout(self.embedding(target_in))  # (B, T, E)
+        outputs, _ = self.decoder(embedded, (layers_first(state["hidden"]), layers_first(state["cell"])))
+        positions = torch.arange(target_in.shape[1], device=target_in.device)[None, :]  # (1, T)
+        attentional, weights = self.attend(outputs, state, positions)
+        return self.output(self.dropout(attentional)), weights  # (B, T, V), (B, T, S)

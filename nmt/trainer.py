@@ -1,0 +1,541 @@
+"""The one training loop for every model: optimisation, validation with BLEU, checkpoints and TensorBoard.
+
+`train(cfg)` is the entry point behind `python train.py`; `Trainer` itself takes named arguments and can be driven
+from a test or a REPL without Hydra.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import sacrebleu
+import torch
+import torch.nn.functional as F
+from omegaconf import DictConfig, OmegaConf
+from torch.utils.tensorboard import SummaryWriter
+from tqdm import tqdm
+
+from nmt import UserError, build, checkpoint
+from nmt.data import PAD_ID, Batch, Pairs, ParallelDataset, TokenBatchSampler, Vocabulary, collate
+from nmt.plot import attention_figure
+from nmt.search import greedy
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainerOptions:
+    """The `trainer` config group, typed. See configs/trainer/default.yaml for what each value means."""
+
+    optimizer: str = "adam"
+    lr: float = 1e-3
+    betas: tuple[float, float] = (0.9, 0.98)
+    weight_decay: float = 0.0
+    schedule: str = "plateau"
+    warmup_steps: int = 4000
+    plateau_factor: float = 0.5
+    plateau_patience: int = 1
+    min_lr: float = 1e-5
+    clip_norm: float = 1.0
+    label_smoothing: float = 0.1
+    max_epochs: int = 0
+    max_steps: int = 0
+    max_minutes: float = 0.0
+    valid_every: int = 0
+    patience: int = 0
+    precision: str = "fp32"
+    device: str = "auto"
+    resume: bool | str = False
+    log_every: int = 20
+    valid_max_tokens: int = 8000
+    decode_ratio: float = 1.5
+    decode_extra: int = 10
+    num_samples: int = 4
+    num_plots: int = 3
+    progress: bool = True
+    test_at_end: bool = True
+
+
+def autocast(device: torch.device, dtype: torch.dtype):
+    if dtype == torch.float32:
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=dtype)
+
+
+def make_optimizer(model: torch.nn.Module, options: TrainerOptions) -> torch.optim.Optimizer:
+    kinds = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
+    if options.optimizer not in kinds:
+        raise UserError(f"trainer.optimizer={options.optimizer!r}: use adam or adamw")
+    return kinds[options.optimizer](
+        model.parameters(), lr=options.lr, betas=tuple(options.betas), weight_decay=options.weight_decay
+    )
+
+
+def make_schedule(optimizer: torch.optim.Optimizer, options: TrainerOptions):
+    """constant; plateau (halve the rate when valid BLEU stops improving); inverse_sqrt (Vaswani et al. eq. 3 shape)."""
+    if options.schedule == "constant":
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    if options.schedule == "plateau":
+        return torch.optim.lr_scheduler.ReduceLROnPlateau(
+            optimizer,
+            mode="max",
+            factor=options.plateau_factor,
+            patience=options.plateau_patience,
+            min_lr=options.min_lr,
+        )
+    if options.schedule == "inverse_sqrt":
+        warmup = max(1, options.warmup_steps)
+        return torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda step: min((step + 1) / warmup, math.sqrt(warmup / (step + 1)))
+        )
+    raise UserError(f"trainer.schedule={options.schedule!r}: use constant, plateau or inverse_sqrt")
+
+
+def translate_pairs(
+    model,
+    vocabulary: Vocabulary,
+    sources: list[str],
+    device: torch.device,
+    dtype: torch.dtype,
+    max_tokens: int,
+    ratio: float,
+    extra: int,
+):
+    """Greedy translations of raw sentences, in their order: (detokenized strings, hypotheses)."""
+    dataset = ParallelDataset([(s, "") for s in sources], vocabulary)
+    sampler = TokenBatchSampler(dataset, max(max_tokens, int(dataset.source_lengths.max()) * 2), shuffle=False)
+    hypotheses = [None] * len(sources)
+    model.eval()
+    with torch.no_grad(), autocast(device, dtype):
+        for indices in sampler:
+            batch = collate([dataset[i] for i in indices]).to(device)
+            for index, hypothesis in zip(indices, greedy(model, batch.source, batch.source_mask, ratio, extra)):
+                hypotheses[index] = hypothesis
+    return vocabulary.decode_target([h.tokens for h in hypotheses]), hypotheses
+
+
+def score(hypotheses: list[str], references: list[str]) -> tuple[sacrebleu.metrics.base.Score, ...]:
+    bleu, chrf = sacrebleu.metrics.BLEU(), sacrebleu.metrics.CHRF()
+    return bleu.corpus_score(hypotheses, [references]), chrf.corpus_score(hypotheses, [references]), bleu, chrf
+
+
+class NonFiniteLoss(Exception):
+    pass
+
+
+class Trainer:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        vocabulary: Vocabulary,
+        train_pairs: Pairs,
+        valid_pairs: Pairs,
+        run_dir: str | Path,
+        options: TrainerOptions,
+        max_tokens: int,
+        max_len: int,
+        seed: int,
+        config: dict,
+    ):
+        self.options, self.vocabulary, self.run_dir = options, vocabulary, Path(run_dir)
+        self.config, self.seed = config, seed
+        self.device = build.device(options.device)
+        self.dtype = build.precision(options.precision)
+        if self.dtype == torch.float16 and self.device.type == "cpu":
+            raise UserError("trainer.precision=fp16 needs a GPU; on a CPU use bf16")
+        self.model = model.to(self.device)
+        self.valid_pairs = valid_pairs
+        self.dataset = ParallelDataset(train_pairs, vocabulary)
+        self.sampler = TokenBatchSampler(self.dataset, max_tokens, shuffle=True, seed=seed, max_len=max_len)
+        if self.sampler.dropped:
+            log.info("dropped %d training pairs longer than data.max_len=%d subwords", self.sampler.dropped, max_len)
+        self.valid_dataset = ParallelDataset(valid_pairs, vocabulary)
+        self.optimizer = make_optimizer(self.model, options)
+        self.schedule = make_schedule(self.optimizer, options)
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.dtype == torch.float16)
+        self.step = self.epoch = self.batch_in_epoch = 0
+        self.best_bleu, self.bad_validations, self.train_seconds, self.tokens_trained = -1.0, 0, 0.0, 0
+        self.last_metrics: dict[str, float] = {}
+        self.writer: SummaryWriter | None = None
+        self.logged_signature = False
+
+    # --- checkpoints ------------------------------------------------------------------------------------------
+
+    def state(self) -> dict:
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "schedule": self.schedule.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "progress": {
+                "step": self.step,
+                "epoch": self.epoch,
+                "batch_in_epoch": self.batch_in_epoch,
+                "best_bleu": self.best_bleu,
+                "bad_validations": self.bad_validations,
+                "train_seconds": self.train_seconds,
+                "tokens_trained": self.tokens_trained,
+            },
+            "metrics": dict(self.last_metrics),
+            "rng": {
+                "torch": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+            },
+            "config": self.config,
+            "vocabulary": {"source": self.vocabulary.source_model, "target": self.vocabulary.target_model},
+        }
+
+    def save(self, name: str) -> None:
+        checkpoint.save(self.state(), self.run_dir / name)
+
+    def restore(self, path: str | Path) -> None:
+        payload = checkpoint.load(path)
+        self.model.load_state_dict(payload["model"])
+        self.optimizer.load_state_dict(payload["optimizer"])
+        self.schedule.load_state_dict(payload["schedule"])
+        self.scaler.load_state_dict(payload["scaler"])
+        progress = payload["progress"]
+        self.step, self.epoch, self.batch_in_epoch = progress["step"], progress["epoch"], progress["batch_in_epoch"]
+        self.best_bleu, self.bad_validations = progress["best_bleu"], progress["bad_validations"]
+        self.train_seconds, self.tokens_trained = progress["train_seconds"], progress["tokens_trained"]
+        self.last_metrics = dict(payload.get("metrics", {}))
+        torch.set_rng_state(payload["rng"]["torch"])
+        if payload["rng"]["cuda"] and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(payload["rng"]["cuda"])
+        log.info("resumed from %s at step %d (epoch %d)", path, self.step, self.epoch + 1)
+
+    # --- training ---------------------------------------------------------------------------------------------
+
+    def train_step(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """One update; returns the summed loss and the gradient norm as tensors (no host sync here)."""
+        self.model.train()
+        with autocast(self.device, self.dtype):
+            logits, _ = self.model(batch.source, batch.source_mask, batch.target_in)  # (B, T, V)
+        loss_sum = F.cross_entropy(
+            logits.flatten(0, 1).float(),
+            batch.target_out.flatten(),
+            ignore_index=PAD_ID,
+            label_smoothing=self.options.label_smoothing,
+            reduction="sum",
+        )
+        tokens = (batch.target_out != PAD_ID).sum()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scaler.scale(loss_sum / tokens).backward()
+        self.scaler.unscale_(self.optimizer)
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.options.clip_norm or float("inf"))
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        if not isinstance(self.schedule, torch.optim.lr_scheduler.ReduceLROnPlateau):
+            self.schedule.step()
+        return loss_sum.detach(), norm.detach()
+
+    def finished(self, started: float) -> str | None:
+        """Why training stops now, or None."""
+        o = self.options
+        if o.max_steps and self.step >= o.max_steps:
+            return f"reached trainer.max_steps={o.max_steps}"
+        if o.max_epochs and self.epoch >= o.max_epochs:
+            return f"reached trainer.max_epochs={o.max_epochs}"
+        if o.max_minutes and self.train_seconds + time.perf_counter() - started >= o.max_minutes * 60:
+            return f"reached trainer.max_minutes={o.max_minutes:g}"
+        if o.patience and self.bad_validations >= o.patience:
+            return f"valid BLEU did not improve in {o.patience} validations (trainer.patience)"
+        return None
+
+    def batches(self):
+        """(epoch, index in epoch, batch) from where training stands, epoch after epoch."""
+        pin = self.device.type == "cuda"
+        while True:
+            self.sampler.set_epoch(self.epoch)
+            order = self.sampler.batches()[self.batch_in_epoch :]
+            loader = torch.utils.data.DataLoader(self.dataset, batch_sampler=order, collate_fn=collate, pin_memory=pin)
+            for batch in loader:
+                yield batch.to(self.device, non_blocking=pin)
+            self.epoch += 1
+            self.batch_in_epoch = 0
+
+    def train(self) -> str:
+        """Train until a stop condition; returns the reason. Ctrl-C saves `last.pt` and returns."""
+        self.writer = SummaryWriter(str(self.run_dir))
+        started = time.perf_counter()
+        reason = self.finished(started)
+        window_loss, window_tokens, window_start = torch.zeros((), device=self.device), 0, time.perf_counter()
+        bar = tqdm(
+            total=self.options.max_steps or None,
+            initial=self.step,
+            disable=not self.options.progress,
+            unit="step",
+            dynamic_ncols=True,
+        )
+        try:
+            for batch in self.batches() if reason is None else ():
+                loss_sum, norm = self.train_step(batch)
+                self.step += 1
+                self.batch_in_epoch += 1
+                window_loss += loss_sum
+                window_tokens += batch.target_tokens
+                self.tokens_trained += batch.target_tokens
+                bar.update(1)
+                if self.step % self.options.log_every == 0:
+                    self.log_train(window_loss, window_tokens, time.perf_counter() - window_start, norm, bar)
+                    window_loss.zero_()
+                    window_tokens, window_start = 0, time.perf_counter()
+                if self.should_validate():
+                    self.train_seconds += time.perf_counter() - started
+                    self.validate_and_save()
+                    started = time.perf_counter()
+                    window_start = started
+                reason = self.finished(started)
+                if reason:
+                    break
+        except KeyboardInterrupt:
+            self.train_seconds += time.perf_counter() - started
+            self.save("last.pt")
+            bar.close()
+            log.info(
+                "interrupted at step %d; saved %s. Continue with trainer.resume=true.",
+                self.step,
+                self.run_dir / "last.pt",
+            )
+            return "interrupted"
+        except NonFiniteLoss as error:
+            bar.close()
+            raise UserError(
+                f"{error}. Training stopped; the last good checkpoint is {self.run_dir / 'last.pt'}. "
+                "Lower trainer.lr or use trainer.precision=fp32."
+            ) from None
+        bar.close()
+        self.train_seconds += time.perf_counter() - started
+        if self.last_metrics.get("step") != self.step:
+            self.validate_and_save()
+        log.info("stopped: %s", reason)
+        return reason or "done"
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Target tokens (eos included, padding not) per second of training, validation time excluded."""
+        return self.tokens_trained / max(self.train_seconds, 1e-9)
+
+    def should_validate(self) -> bool:
+        if self.options.valid_every:
+            return self.step % self.options.valid_every == 0
+        return self.batch_in_epoch == len(self.sampler)  # the end of an epoch
+
+    def log_train(self, loss_sum, tokens: int, seconds: float, norm, bar) -> None:
+        loss = loss_sum.item() / max(tokens, 1)
+        if not math.isfinite(loss):
+            raise NonFiniteLoss(f"the training loss became {loss} by step {self.step}")
+        speed = tokens / max(seconds, 1e-9)
+        lr = self.optimizer.param_groups[0]["lr"]
+        for tag, value in (
+            ("train/loss", loss),
+            ("train/lr", lr),
+            ("train/grad_norm", float(norm)),
+            ("train/tokens_per_second", speed),
+            ("train/epoch", self.epoch + 1),
+        ):
+            self.writer.add_scalar(tag, value, self.step)
+        bar.set_postfix(epoch=self.epoch + 1, loss=f"{loss:.3f}", tok_s=f"{speed:,.0f}", lr=f"{lr:.2g}")
+
+    # --- validation -------------------------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def valid_loss(self) -> float:
+        self.model.eval()
+        sampler = TokenBatchSampler(
+            self.valid_dataset,
+            max(self.options.valid_max_tokens, 2 * int(self.valid_dataset.target_lengths.max())),
+            shuffle=False,
+        )
+        total, tokens = 0.0, 0
+        for indices in sampler:
+            batch = collate([self.valid_dataset[i] for i in indices]).to(self.device)
+            with autocast(self.device, self.dtype):
+                logits, _ = self.model(batch.source, batch.source_mask, batch.target_in)
+            total += F.cross_entropy(
+                logits.flatten(0, 1).float(), batch.target_out.flatten(), ignore_index=PAD_ID, reduction="sum"
+            ).item()
+            tokens += batch.target_tokens
+        return total / max(tokens, 1)
+
+    def validate(self) -> dict[str, float]:
+        started = time.perf_counter()
+        loss = self.valid_loss()
+        sources = [s for s, _ in self.valid_pairs]
+        references = [t for _, t in self.valid_pairs]
+        hypotheses, decoded = translate_pairs(
+            self.model,
+            self.vocabulary,
+            sources,
+            self.device,
+            self.dtype,
+            self.options.valid_max_tokens,
+            self.options.decode_ratio,
+            self.options.decode_extra,
+        )
+        bleu, chrf, bleu_metric, chrf_metric = score(hypotheses, references)
+        if not self.logged_signature:
+            log.info(
+                "sacrebleu signatures: BLEU %s | chrF %s", bleu_metric.get_signature(), chrf_metric.get_signature()
+            )
+            self.writer.add_text(
+                "valid/signature",
+                f"BLEU `{bleu_metric.get_signature()}`, chrF `{chrf_metric.get_signature()}`",
+                self.step,
+            )
+            self.logged_signature = True
+        metrics = {
+            "step": self.step,
+            "loss": loss,
+            "perplexity": math.exp(min(loss, 50)),
+            "bleu": bleu.score,
+            "chrf": chrf.score,
+            "seconds": time.perf_counter() - started,
+        }
+        for name in ("loss", "perplexity", "bleu", "chrf"):
+            self.writer.add_scalar(f"valid/{name}", metrics[name], self.step)
+        self.log_samples(sources, references, hypotheses)
+        self.log_attention(sources, decoded)
+        return metrics
+
+    def log_samples(self, sources: list[str], references: list[str], hypotheses: list[str]) -> None:
+        rows = ["| source | reference | hypothesis |", "|---|---|---|"]
+        for i in range(min(self.options.num_samples, len(sources))):
+            rows.append(f"| {sources[i]} | {references[i]} | {hypotheses[i]} |".replace("\n", " "))
+        self.writer.add_text("valid/samples", "\n".join(rows), self.step)
+
+    def log_attention(self, sources: list[str], decoded) -> None:
+        """Heatmaps for the first few validation sentences, the same ones at every validation."""
+        for i in range(min(self.options.num_plots, len(sources))):
+            if decoded[i].attention is None:
+                return  # a model without attention
+            source_pieces = self.vocabulary.source.encode(sources[i], out_type=str) or ["</s>"]
+            weights = decoded[i].attention.numpy()  # (generated tokens + eos, S)
+            target_pieces = [self.vocabulary.target.id_to_piece(t) for t in decoded[i].tokens] + ["</s>"]
+            figure = attention_figure(weights, source_pieces, target_pieces[: weights.shape[0]])
+            self.writer.add_figure(f"valid/attention/{i}", figure, self.step)
+
+    def validate_and_save(self) -> None:
+        metrics = self.validate()
+        self.last_metrics = metrics
+        improved = metrics["bleu"] > self.best_bleu
+        if isinstance(self.schedule, torch.optim.lr_scheduler.ReduceLROnPlateau):
+            self.schedule.step(metrics["bleu"])
+        if improved:
+            self.best_bleu, self.bad_validations = metrics["bleu"], 0
+            self.save("best.pt")
+        else:
+            self.bad_validations += 1
+        self.save("last.pt")
+        mark = " *" if improved else ""
+        tqdm.write(
+            f"step {self.step:>6} epoch {self.epoch + 1:>3} | valid loss {metrics['loss']:.3f} "
+            f"ppl {metrics['perplexity']:.2f} BLEU {metrics['bleu']:.2f} chrF {metrics['chrf']:.2f} "
+            f"| {self.train_seconds / 60:.1f} min trained, {self.tokens_per_second:,.0f} tok/s{mark}"
+        )
+        log.info("validation at step %d: %s", self.step, {k: round(v, 4) for k, v in metrics.items()})
+
+
+def evaluate_split(model, vocabulary: Vocabulary, pairs: Pairs, device, dtype, options: TrainerOptions):
+    sources, references = [s for s, _ in pairs], [t for _, t in pairs]
+    hypotheses, _ = translate_pairs(
+        model, vocabulary, sources, device, dtype, options.valid_max_tokens, options.decode_ratio, options.decode_extra
+    )
+    return hypotheses, score(hypotheses, references)
+
+
+def set_seed(seed: int) -> None:
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+
+
+def parameter_count(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
+    """Build everything from the composed config, train, and report test BLEU of the best checkpoint."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    options = TrainerOptions(**OmegaConf.to_container(cfg.trainer, resolve=True))
+    set_seed(cfg.seed)
+    splits = build.load_corpus(cfg.data)
+    vocabulary = build.vocabulary(cfg.data, splits)
+    vocabulary.save(run_dir)
+    log.info(
+        "corpus: %d train / %d valid / %d test pairs; vocabulary %d source / %d target subwords",
+        len(splits.train),
+        len(splits.valid),
+        len(splits.test),
+        vocabulary.source_size,
+        vocabulary.target_size,
+    )
+    model = build.model(cfg.model, vocabulary)
+    log.info("model %s: %s parameters", cfg.model._target_, f"{parameter_count(model):,}")
+    config = OmegaConf.to_container(cfg, resolve=True)
+    trainer = Trainer(
+        model,
+        vocabulary,
+        splits.train,
+        splits.valid,
+        run_dir,
+        options,
+        cfg.data.max_tokens,
+        cfg.data.max_len,
+        cfg.seed,
+        config,
+    )
+    resume = options.resume
+    if resume is True or resume == "true":
+        if (run_dir / "last.pt").is_file():
+            trainer.restore(run_dir / "last.pt")
+        else:
+            log.info("trainer.resume=true but %s has no last.pt yet; starting a new run", run_dir)
+    elif resume:
+        trainer.restore(build.resolve_path(str(resume)))
+    reason = trainer.train()
+    results = {
+        "valid/best_bleu": trainer.best_bleu,
+        "train/minutes": trainer.train_seconds / 60,
+        "train/steps": trainer.step,
+        "train/tokens_per_second": trainer.tokens_per_second,
+        "parameters": parameter_count(model),
+    }
+    if reason == "interrupted" or not options.test_at_end:
+        trainer.writer.close()
+        return results
+    best = checkpoint.load(run_dir / "best.pt")
+    trainer.model.load_state_dict(best["model"])
+    hypotheses, (bleu, chrf, bleu_metric, _) = evaluate_split(
+        trainer.model, vocabulary, splits.test, trainer.device, trainer.dtype, options
+    )
+    (run_dir / "best.test.hyp").write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
+    results.update({"test/bleu": bleu.score, "test/chrf": chrf.score})
+    log.info(
+        "test (best checkpoint, greedy): BLEU %.2f chrF %.2f  [%s]", bleu.score, chrf.score, bleu_metric.get_signature()
+    )
+    print(f"test BLEU {bleu.score:.2f} chrF {chrf.score:.2f} (best checkpoint, greedy; {bleu_metric.get_signature()})")
+    hparams = {k: v for k, v in flatten({"model": config["model"], "trainer": config["trainer"]}).items()}
+    trainer.writer.add_hparams(hparams, {f"hparam/{k}": v for k, v in results.items()}, run_name=".")
+    trainer.writer.close()
+    return results
+
+
+def flatten(tree: dict, prefix: str = "") -> dict:
+    """{'model': {'hidden_size': 512}} -> {'model.hidden_size': 512}, with values TensorBoard's hparams accept."""
+    flat = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{name}."))
+        elif isinstance(value, (int, float, str, bool)):
+            flat[name] = value
+        else:
+            flat[name] = str(value)
+    return flat

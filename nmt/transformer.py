@@ -1,0 +1,221 @@
+"""The Transformer of Vaswani et al. 2017, with attention from `nmt.attention.MultiHeadAttention`.
+
+Speaks the one model interface (forward / encode / decode_step). Incremental decoding keeps, for every decoder layer,
+the projected keys and values of the tokens generated so far (self-attention) and of the source (cross-attention) in
+the state dict, so each step costs one position instead of the whole prefix.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from nmt.attention import MultiHeadAttention
+
+State = dict[str, torch.Tensor]
+
+
+def sinusoids(length: int, size: int) -> torch.Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...) (section 3.5): (length, size)."""
+    position = torch.arange(length, dtype=torch.float32)[:, None]
+    frequency = torch.exp(torch.arange(0, size, 2, dtype=torch.float32) * (-math.log(10000.0) / size))
+    table = torch.zeros(length, size)
+    table[:, 0::2] = torch.sin(position * frequency)
+    table[:, 1::2] = torch.cos(position * frequency)
+    return table
+
+
+class Embedding(nn.Module):
+    """Token embedding scaled by sqrt(d_model) (section 3.4) plus positions, then dropout."""
+
+    def __init__(self, vocab_size: int, model_size: int, pad_id: int, dropout: float, positions: str, max_len: int):
+        super().__init__()
+        self.tokens = nn.Embedding(vocab_size, model_size, padding_idx=pad_id)
+        nn.init.normal_(self.tokens.weight, std=model_size**-0.5)
+        self.scale = math.sqrt(model_size)
+        if positions == "sinusoidal":
+            self.register_buffer("table", sinusoids(max_len, model_size), persistent=False)
+            self.learned = None
+        elif positions == "learned":
+            self.learned = nn.Embedding(max_len, model_size)
+        else:
+            raise ValueError(f"model.positions={positions!r}: use sinusoidal or learned")
+        self.dropout = nn.Dropout(dropout)
+
+    def position_vectors(self, positions: torch.Tensor) -> torch.Tensor:
+        return self.learned(positions) if self.learned is not None else self.table[positions]
+
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.tokens(tokens) * self.scale + self.position_vectors(positions))
+
+
+class FeedForward(nn.Sequential):
+    """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2 (eq. 2)."""
+
+    def __init__(self, model_size: int, hidden_size: int, dropout: float):
+        super().__init__(
+            nn.Linear(model_size, hidden_size), nn.ReLU(), nn.Dropout(dropout), nn.Linear(hidden_size, model_size)
+        )
+
+
+class ResidualLayer(nn.Module):
+    """Residual connections with layer norm around each sublayer: post-norm LayerNorm(x + Sublayer(x)) as in the
+    paper (section 5.4), or pre-norm x + Sublayer(LayerNorm(x)), which trains stably with a short warmup."""
+
+    def __init__(self, model_size: int, sublayers: int, dropout: float, pre_norm: bool):
+        super().__init__()
+        self.norms = nn.ModuleList(nn.LayerNorm(model_size) for _ in range(sublayers))
+        self.dropout, self.pre_norm = nn.Dropout(dropout), pre_norm
+
+    def sublayer_input(self, index: int, x: torch.Tensor) -> torch.Tensor:
+        return self.norms[index](x) if self.pre_norm else x
+
+    def residual(self, index: int, x: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
+        x = x + self.dropout(output)
+        return x if self.pre_norm else self.norms[index](x)
+
+
+class EncoderLayer(ResidualLayer):
+    def __init__(self, model_size: int, heads: int, feedforward_size: int, dropout: float, pre_norm: bool):
+        super().__init__(model_size, 2, dropout, pre_norm)
+        self.self_attention = MultiHeadAttention(model_size, heads, dropout)
+        self.feedforward = FeedForward(model_size, feedforward_size, dropout)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, need_weights: bool = False):
+        """x (B, S, D), mask (B, 1, 1, S) -> x, self-attention weights (B, h, S, S) or None."""
+        h = self.sublayer_input(0, x)
+        output, weights = self.self_attention(h, h, h, mask, need_weights=need_weights)
+        x = self.residual(0, x, output)
+        return self.residual(1, x, self.feedforward(self.sublayer_input(1, x))), weights
+
+
+class DecoderLayer(ResidualLayer):
+    def __init__(self, model_size: int, heads: int, feedforward_size: int, dropout: float, pre_norm: bool):
+        super().__init__(model_size, 3, dropout, pre_norm)
+        self.self_attention = MultiHeadAttention(model_size, heads, dropout)
+        self.cross_attention = MultiHeadAttention(model_size, heads, dropout)
+        self.feedforward = FeedForward(model_size, feedforward_size, dropout)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        cross_keys: torch.Tensor,
+        cross_values: torch.Tensor,
+        source_mask: torch.Tensor,
+        cache: tuple[torch.Tensor, torch.Tensor] | None = None,
+        need_weights: bool = False,
+    ):
+        """x (B, T, D); cross keys/values projected once per sentence (B, h, S, d_k); `cache` holds the projected
+        self-attention keys/values of earlier steps when decoding one position at a time (then no causal mask is
+        needed). Returns x, the cross-attention weights (B, h, T, S) or None, and the grown cache."""
+        h = self.sublayer_input(0, x)
+        keys, values = self.self_attention.project_keys_values(h, h)  # (B, h, T, d_k)
+        if cache is not None:
+            keys, values = torch.cat([cache[0], keys], 2), torch.cat([cache[1], values], 2)
+        output, _ = self.self_attention.attend(h, keys, values, None, causal=cache is None)
+        x = self.residual(0, x, output)
+        output, weights = self.cross_attention.attend(
+            self.sublayer_input(1, x), cross_keys, cross_values, source_mask, need_weights=need_weights
+        )
+        x = self.residual(1, x, output)
+        x = self.residual(2, x, self.feedforward(self.sublayer_input(2, x)))
+        return x, weights, (keys, values)
+
+
+class Transformer(nn.Module):
+    """Encoder and decoder stacks (section 3.1). With a joint vocabulary, source and target embeddings can be one
+    matrix, and the output layer can share it (section 3.4)."""
+
+    def __init__(
+        self,
+        source_vocab_size: int,
+        target_vocab_size: int,
+        pad_id: int,
+        d_model: int = 256,
+        heads: int = 4,
+        feedforward_size: int = 1024,
+        encoder_layers: int = 3,
+        decoder_layers: int = 3,
+        dropout: float = 0.1,
+        pre_norm: bool = True,
+        positions: str = "sinusoidal",
+        share_embeddings: bool = True,
+        tie_output: bool = True,
+        max_len: int = 1024,
+    ):
+        super().__init__()
+        self.pre_norm, self.max_len = pre_norm, max_len
+        self.source_embedding = Embedding(source_vocab_size, d_model, pad_id, dropout, positions, max_len)
+        self.target_embedding = Embedding(target_vocab_size, d_model, pad_id, dropout, positions, max_len)
+        if share_embeddings:
+            if source_vocab_size != target_vocab_size:
+                raise ValueError("model.share_embeddings needs a joint vocabulary (data.joint_vocab=true)")
+            self.target_embedding.tokens = self.source_embedding.tokens
+        self.encoder = nn.ModuleList(
+            EncoderLayer(d_model, heads, feedforward_size, dropout, pre_norm) for _ in range(encoder_layers)
+        )
+        self.decoder = nn.ModuleList(
+            DecoderLayer(d_model, heads, feedforward_size, dropout, pre_norm) for _ in range(decoder_layers)
+        )
+        self.encoder_norm = nn.LayerNorm(d_model) if pre_norm else nn.Identity()
+        self.decoder_norm = nn.LayerNorm(d_model) if pre_norm else nn.Identity()
+        self.output = nn.Linear(d_model, target_vocab_size)
+        if tie_output:
+            self.output.weight = self.target_embedding.tokens.weight
+
+    def encode_memory(self, source: torch.Tensor, source_mask: torch.Tensor, need_weights: bool = False):
+        """Encoder output (B, S, D) and the last layer's self-attention weights (B, h, S, S) when asked for."""
+        positions = torch.arange(source.shape[1], device=source.device)[None, :]
+        x = self.source_embedding(source, positions)
+        mask = source_mask[:, None, None, :]  # (B, 1, 1, S)
+        weights = None
+        for i, layer in enumerate(self.encoder):
+            x, weights = layer(x, mask, need_weights and i == len(self.encoder) - 1)
+        return self.encoder_norm(x), weights
+
+    def encode(self, source: torch.Tensor, source_mask: torch.Tensor) -> State:
+        memory, _ = self.encode_memory(source, source_mask)
+        batch, heads = source.shape[0], self.decoder[0].self_attention.heads
+        head_size = self.decoder[0].self_attention.head_size
+        state = {"source_mask": source_mask, "position": torch.zeros(batch, dtype=torch.long, device=source.device)}
+        for i, layer in enumerate(self.decoder):
+            keys, values = layer.cross_attention.project_keys_values(memory, memory)  # (B, h, S, d_k), once
+            state[f"cross_keys_{i}"], state[f"cross_values_{i}"] = keys, values
+            empty = memory.new_zeros(batch, heads, 0, head_size)
+            state[f"self_keys_{i}"], state[f"self_values_{i}"] = empty, empty
+        return state
+
+    def decode_step(self, previous: torch.Tensor, state: State) -> tuple[torch.Tensor, State, torch.Tensor]:
+        position = state["position"]  # (B,), the same for every row; indexing keeps the host out of the loop
+        x = self.target_embedding(previous[:, None], position[:, None])  # (B, 1, D)
+        mask = state["source_mask"][:, None, None, :]
+        new_state = {**state, "position": position + 1}
+        for i, layer in enumerate(self.decoder):
+            cache = (state[f"self_keys_{i}"], state[f"self_values_{i}"])
+            x, weights, (keys, values) = layer(
+                x,
+                state[f"cross_keys_{i}"],
+                state[f"cross_values_{i}"],
+                mask,
+                cache,
+                need_weights=i == len(self.decoder) - 1,
+            )
+            new_state[f"self_keys_{i}"], new_state[f"self_values_{i}"] = keys, values
+        logits = self.output(self.decoder_norm(x))[:, 0]  # (B, V)
+        return logits, new_state, weights.mean(1)[:, 0]  # last layer, heads averaged: (B, S)
+
+    def forward(self, source: torch.Tensor, source_mask: torch.Tensor, target_in: torch.Tensor):
+        """Teacher forcing over the whole target at once. In eval mode the last layer's cross-attention weights
+        (averaged over heads) come back too; in training the fused attention kernel runs and they do not."""
+        memory, _ = self.encode_memory(source, source_mask)
+        positions = torch.arange(target_in.shape[1], device=target_in.device)[None, :]
+        x = self.target_embedding(target_in, positions)  # (B, T, D)
+        mask = source_mask[:, None, None, :]
+        for i, layer in enumerate(self.decoder):
+            cross_keys, cross_values = layer.cross_attention.project_keys_values(memory, memory)
+            last = i == len(self.decoder) - 1
+            x, weights, _ = layer(x, cross_keys, cross_values, mask, need_weights=last and not self.training)
+        logits = self.output(self.decoder_norm(x))  # (B, T, V)
+        return logits, (weights.mean(1) if weights is not None else None)

@@ -1,0 +1,61 @@
+"""Shared fixtures: the sample corpus, its vocabulary, and composing the real Hydra configs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
+
+from nmt.data import build_vocabulary
+from nmt.sample import generate
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ROOT / "configs"
+MULTI30K = Path(__import__("os").environ.get("NMT_DATA_DIR") or ROOT.parent / "shared" / "data" / "multi30k")
+
+MODELS = sorted(p.stem for p in (CONFIGS / "model").glob("*.yaml"))
+ATTENTIONS = sorted(p.stem for p in (CONFIGS / "model" / "attention").glob("*.yaml"))
+
+torch.set_num_threads(2)
+
+
+def compose_config(*overrides: str, config_name: str = "train") -> DictConfig:
+    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
+        return compose(config_name=config_name, overrides=list(overrides))
+
+
+@pytest.fixture(scope="session")
+def sample_splits():
+    return generate(train=600, valid=40, test=40, seed=7)
+
+
+@pytest.fixture(scope="session")
+def sample_vocabulary(sample_splits):
+    return build_vocabulary(
+        sample_splits.train, vocab_size=150, joint=True, model_type="unigram", character_coverage=1.0, cache=None
+    )
+
+
+def tiny_model_overrides(model: str) -> list[str]:
+    """Small sizes of each model family, for fast tests."""
+    sizes = {
+        "sutskever": ["model.embedding_size=32", "model.hidden_size=48"],
+        "bahdanau": [
+            "model.embedding_size=32",
+            "model.hidden_size=48",
+            "model.readout_size=32",
+            "model.attention.attention_size=40",
+        ],
+        "luong": ["model.embedding_size=32", "model.hidden_size=48"],
+        "transformer": [
+            "model.d_model=32",
+            "model.heads=4",
+            "model.feedforward_size=64",
+            "model.encoder_layers=2",
+            "model.decoder_layers=2",
+        ],
+    }[model]
+    return [f"model={model}", *sizes]

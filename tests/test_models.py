@@ -1,0 +1,96 @@
+"""Properties every model must have, parametrized over the model configs (a new model is tested automatically)."""
+
+import itertools
+
+import pytest
+import torch
+from conftest import ATTENTIONS, MODELS, compose_config, tiny_model_overrides
+
+from nmt import build
+from nmt.data import BOS_ID, PAD_ID
+from nmt.rnn import reverse_padded
+
+VARIANTS = (
+    [[m] for m in MODELS]
+    + [
+        ["luong", f"model/attention={a}", f"model.alignment={k}", f"model.input_feeding={f}"]
+        for a, k, f in itertools.product(["dot", "general", "concat"], ["global", "local_m", "local_p"], [True, False])
+    ]
+    + [["bahdanau", "model.cell=lstm"], ["sutskever", "model.reverse_source=false"]]
+)
+
+
+def make_model(sample_vocabulary, variant):
+    cfg = compose_config(*tiny_model_overrides(variant[0]), *variant[1:])
+    torch.manual_seed(0)
+    return build.model(cfg.model, sample_vocabulary).eval()
+
+
+def batch(vocabulary_size, lengths=(7, 5, 2), target_length=6):
+    generator = torch.Generator().manual_seed(1)
+    source = torch.randint(4, vocabulary_size, (len(lengths), max(lengths)), generator=generator)
+    mask = torch.arange(max(lengths))[None, :] < torch.tensor(lengths)[:, None]
+    source = source.masked_fill(~mask, PAD_ID)
+    target = torch.randint(4, vocabulary_size, (len(lengths), target_length), generator=generator)
+    target[:, 0] = BOS_ID
+    return source, mask, target
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=" ".join)
+def test_shapes_and_step_by_step_decoding_equals_teacher_forcing(sample_vocabulary, variant):
+    model = make_model(sample_vocabulary, variant)
+    source, mask, target = batch(sample_vocabulary.source_size)
+    with torch.no_grad():
+        logits, attention = model(source, mask, target)
+        state = model.encode(source, mask)
+        steps, step_attention = [], []
+        for t in range(target.shape[1]):
+            step_logits, state, weights = model.decode_step(target[:, t], state)
+            steps.append(step_logits)
+            step_attention.append(weights)
+    assert logits.shape == (3, 6, sample_vocabulary.target_size)
+    torch.testing.assert_close(torch.stack(steps, 1), logits, atol=1e-5, rtol=1e-4)
+    if attention is None:
+        assert all(w is None for w in step_attention)
+        return
+    assert attention.shape == (3, 6, source.shape[1])
+    torch.testing.assert_close(torch.stack(step_attention, 1), attention, atol=1e-5, rtol=1e-4)
+    assert (attention.masked_select(~mask[:, None, :].expand_as(attention)) == 0).all()
+
+
+@pytest.mark.parametrize("model_name", MODELS)
+def test_state_is_batch_first_and_reorders_with_index_select(sample_vocabulary, model_name):
+    model = make_model(sample_vocabulary, [model_name])
+    source, mask, target = batch(sample_vocabulary.source_size)
+    with torch.no_grad():
+        state = model.encode(source, mask)
+        assert all(v.shape[0] == 3 for v in state.values())
+        order = torch.tensor([2, 0, 1])
+        reordered = {k: v.index_select(0, order) for k, v in state.items()}
+        logits, _, _ = model.decode_step(target[order, 0], reordered)
+        expected, _, _ = model.decode_step(target[:, 0], state)
+    torch.testing.assert_close(logits, expected[order], atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("model_name", MODELS)
+def test_padding_does_not_change_the_output(sample_vocabulary, model_name):
+    model = make_model(sample_vocabulary, [model_name])
+    source, mask, target = batch(sample_vocabulary.source_size, lengths=(4, 4))
+    padded = torch.cat([source, torch.full((2, 3), PAD_ID)], 1)
+    with torch.no_grad():
+        short, _ = model(source, mask, target)
+        long, _ = model(padded, padded != PAD_ID, target)
+    torch.testing.assert_close(short, long, atol=1e-5, rtol=1e-4)
+
+
+def test_reverse_padded_keeps_padding_at_the_end():
+    tokens = torch.tensor([[5, 6, 7, 0], [8, 9, 0, 0]])
+    assert reverse_padded(tokens, tokens != 0).tolist() == [[7, 6, 5, 0], [9, 8, 0, 0]]
+
+
+@pytest.mark.parametrize("attention", ATTENTIONS)
+def test_every_attention_config_builds_into_luong_or_bahdanau(sample_vocabulary, attention):
+    host = "bahdanau" if attention == "additive" else "luong"
+    cfg = compose_config(*tiny_model_overrides(host), f"model/attention={attention}")
+    model = build.model(cfg.model, sample_vocabulary)
+    assert type(model.attention).__name__.lower().startswith(attention)

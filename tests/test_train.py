@@ -1,0 +1,220 @@
+"""The trainer end to end: it learns, it resumes exactly, its checkpoints are safe, and the CLIs behave."""
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import MODELS, ROOT, compose_config, tiny_model_overrides
+from omegaconf import OmegaConf
+
+from nmt import UserError, build, checkpoint
+from nmt.search import greedy
+from nmt.trainer import Trainer, TrainerOptions, score, translate_pairs
+
+
+def make_trainer(tmp_path, vocabulary, train_pairs, model_name, **options):
+    cfg = compose_config(*tiny_model_overrides(model_name), "model.dropout=0.0")
+    torch.manual_seed(0)
+    model = build.model(cfg.model, vocabulary)
+    defaults = dict(
+        lr=0.01,
+        schedule="constant",
+        label_smoothing=0.0,
+        precision="fp32",
+        device="cpu",
+        log_every=10,
+        valid_every=0,
+        patience=0,
+        progress=False,
+        num_plots=1,
+    )
+    trainer_options = TrainerOptions(**{**defaults, **options})
+    config = {"model": OmegaConf.to_container(cfg.model), "trainer": vars(trainer_options)}
+    return Trainer(
+        model,
+        vocabulary,
+        train_pairs,
+        train_pairs[:4],
+        tmp_path,
+        trainer_options,
+        max_tokens=400,
+        max_len=100,
+        seed=1,
+        config=config,
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model_name", MODELS)
+def test_training_learns_a_few_sentences_and_translates_them_back(
+    tmp_path, sample_splits, sample_vocabulary, model_name
+):
+    pairs = sample_splits.train[:8]
+    trainer = make_trainer(tmp_path, sample_vocabulary, pairs, model_name, max_steps=150, valid_every=150)
+    trainer.train()
+    assert trainer.last_metrics["loss"] < 0.05
+    hypotheses, _ = translate_pairs(
+        trainer.model, sample_vocabulary, [s for s, _ in pairs], trainer.device, torch.float32, 1000, 1.5, 10
+    )
+    assert hypotheses == [t for _, t in pairs]
+    assert trainer.last_metrics["bleu"] == pytest.approx(100.0)
+    assert (tmp_path / "best.pt").is_file() and (tmp_path / "last.pt").is_file()
+
+
+def test_bf16_autocast_trains_on_cpu(tmp_path, sample_splits, sample_vocabulary):
+    trainer = make_trainer(
+        tmp_path, sample_vocabulary, sample_splits.train[:8], "bahdanau", max_steps=3, valid_every=3, precision="bf16"
+    )
+    trainer.train()
+    assert all(p.dtype == torch.float32 for p in trainer.model.parameters())  # master weights stay fp32
+    assert torch.isfinite(torch.tensor(trainer.last_metrics["loss"]))
+
+
+def test_resumed_run_equals_an_uninterrupted_one(tmp_path, sample_splits, sample_vocabulary):
+    pairs = sample_splits.train[:60]
+    straight = make_trainer(tmp_path / "a", sample_vocabulary, pairs, "luong", max_steps=12, valid_every=5)
+    straight.train()
+    first = make_trainer(tmp_path / "b", sample_vocabulary, pairs, "luong", max_steps=5, valid_every=5)
+    first.train()  # stops after step 5, mid-epoch, having saved last.pt
+    torch.manual_seed(999)  # resuming must not depend on the process's RNG
+    second = make_trainer(tmp_path / "b", sample_vocabulary, pairs, "luong", max_steps=12, valid_every=5)
+    second.restore(tmp_path / "b" / "last.pt")
+    second.train()
+    assert second.step == straight.step == 12
+    for (name, a), (_, b) in zip(straight.model.state_dict().items(), second.model.state_dict().items()):
+        assert torch.equal(a, b), name
+    assert second.last_metrics["bleu"] == straight.last_metrics["bleu"]
+
+
+def test_checkpoint_is_written_atomically_and_loads_safely(tmp_path):
+    checkpoint.save({"model": {"w": torch.ones(2)}, "config": {}}, tmp_path / "x.pt")
+    assert [p.name for p in tmp_path.iterdir()] == ["x.pt"]  # no temporary file left behind
+    assert torch.equal(checkpoint.load(tmp_path / "x.pt")["model"]["w"], torch.ones(2))
+
+
+class Exploit:
+    def __reduce__(self):
+        return (os.system, ("echo pwned > /dev/null",))
+
+
+def test_checkpoint_that_would_run_code_is_refused(tmp_path):
+    path = tmp_path / "evil.pt"
+    torch.save({"model": {}, "config": {}, "payload": Exploit()}, path)
+    with pytest.raises(UserError, match="refused to load"):
+        checkpoint.load(path)
+    plain = tmp_path / "plain.pt"
+    plain.write_bytes(pickle.dumps({"model": Exploit()}))
+    with pytest.raises(UserError, match=r"plain\.pt"):
+        checkpoint.load(plain)
+
+
+def test_truncated_checkpoint_names_the_file(tmp_path):
+    checkpoint.save({"model": {"w": torch.ones(1000)}, "config": {}}, tmp_path / "x.pt")
+    data = (tmp_path / "x.pt").read_bytes()
+    (tmp_path / "x.pt").write_bytes(data[: len(data) // 2])
+    with pytest.raises(UserError, match=r"x\.pt: not a readable checkpoint"):
+        checkpoint.load(tmp_path / "x.pt")
+
+
+def test_our_bleu_equals_the_sacrebleu_command_line(tmp_path):
+    hypotheses = ["the small dog runs in the park .", "a woman reads a blue book", "two cats sleep"]
+    references = ["The small dog runs in the park.", "A woman reads the blue book.", "Two cats are sleeping."]
+    (tmp_path / "ref").write_text("\n".join(references) + "\n")
+    bleu, chrf, _, _ = score(hypotheses, references)
+    result = subprocess.run(
+        [sys.executable, "-m", "sacrebleu", str(tmp_path / "ref"), "-b", "-w", "4", "-m", "bleu", "chrf"],
+        input="\n".join(hypotheses) + "\n",
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    cli_bleu, cli_chrf = json.loads(result.stdout)
+    assert round(bleu.score, 4) == cli_bleu and round(chrf.score, 4) == cli_chrf
+
+
+def test_greedy_stops_at_the_length_limit(sample_vocabulary):
+    cfg = compose_config(*tiny_model_overrides("sutskever"))
+    model = build.model(cfg.model, sample_vocabulary).eval()
+    source = torch.tensor([[5, 6, 7]])
+    hypotheses = greedy(model, source, source != 0, ratio=1.0, extra=2)
+    assert len(hypotheses[0].tokens) <= 5
+
+
+def run(*args, cwd=ROOT):
+    environment = {**os.environ, "HYDRA_FULL_ERROR": "0"}
+    return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, env=environment)
+
+
+@pytest.mark.slow
+def test_train_and_evaluate_command_lines_end_to_end(tmp_path):
+    run_dir = tmp_path / "run"
+    train = run(
+        "train.py",
+        "experiment=demo",
+        "data.sizes.train=300",
+        "data.sizes.valid=20",
+        "data.sizes.test=20",
+        "trainer=debug",
+        "trainer.max_steps=6",
+        "trainer.valid_every=3",
+        "trainer.progress=false",
+        f"data.spm_cache={tmp_path / 'spm'}",
+        f"hydra.run.dir={run_dir}",
+    )
+    assert train.returncode == 0, train.stderr
+    assert "test BLEU" in train.stdout
+    for name in ("best.pt", "last.pt", "spm.src.model", "spm.tgt.model", "best.test.hyp"):
+        assert (run_dir / name).is_file(), name
+    assert list(run_dir.glob("events.out.tfevents.*"))
+    evaluate = run("evaluate.py", f"checkpoint={run_dir / 'best.pt'}", "split=valid")
+    assert evaluate.returncode == 0, evaluate.stderr
+    assert "BLEU" in evaluate.stdout and "nrefs:1|case:mixed" in evaluate.stdout
+    assert len((run_dir / "best.valid.hyp").read_text().splitlines()) == 20
+    resumed = run(
+        "train.py",
+        "experiment=demo",
+        "data.sizes.train=300",
+        "data.sizes.valid=20",
+        "data.sizes.test=20",
+        "trainer=debug",
+        "trainer.max_steps=9",
+        "trainer.valid_every=3",
+        "trainer.progress=false",
+        "trainer.resume=true",
+        f"data.spm_cache={tmp_path / 'spm'}",
+        f"hydra.run.dir={run_dir}",
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert checkpoint.load(run_dir / "last.pt")["progress"]["step"] == 9
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            [
+                "data=files",
+                "data.train.src=/nonexistent/train.de",
+                "data.train.tgt=x",
+                "data.valid.src=x",
+                "data.valid.tgt=x",
+                "data.test.src=x",
+                "data.test.tgt=x",
+            ],
+            "/nonexistent/train.de: no such file",
+        ),
+        (["data=sample", "trainer.precision=fp8"], "trainer.precision='fp8'"),
+        (["data=sample", "data.max_tokens=4"], "data.max_tokens=4 is smaller"),
+        (["data=sample", "data.src_lang=xx"], "data.src_lang"),
+        (["model=nonexistent"], "Available options in 'model'"),
+    ],
+)
+def test_user_errors_exit_nonzero_with_a_message_not_a_traceback(tmp_path, args, message):
+    result = run("train.py", *args, f"hydra.run.dir={tmp_path}", "trainer.progress=false")
+    assert result.returncode != 0
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr

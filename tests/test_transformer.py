@@ -1,0 +1,105 @@
+"""The Transformer's attention against PyTorch's own module, and the properties of its masks and cache."""
+
+import pytest
+import torch
+from conftest import compose_config, tiny_model_overrides
+
+from nmt import build
+from nmt.attention import MultiHeadAttention
+from nmt.data import BOS_ID, PAD_ID
+
+D, HEADS = 16, 4
+
+
+def copy_into_torch(ours: MultiHeadAttention) -> torch.nn.MultiheadAttention:
+    reference = torch.nn.MultiheadAttention(D, HEADS, batch_first=True)
+    with torch.no_grad():
+        reference.in_proj_weight.copy_(
+            torch.cat([ours.query_projection.weight, ours.key_projection.weight, ours.value_projection.weight])
+        )
+        reference.in_proj_bias.copy_(
+            torch.cat([ours.query_projection.bias, ours.key_projection.bias, ours.value_projection.bias])
+        )
+        reference.out_proj.weight.copy_(ours.output_projection.weight)
+        reference.out_proj.bias.copy_(ours.output_projection.bias)
+    return reference.eval()
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_multi_head_attention_equals_torch(need_weights):
+    torch.manual_seed(0)
+    ours = MultiHeadAttention(D, HEADS).eval()
+    reference = copy_into_torch(ours)
+    query, memory = torch.randn(2, 5, D), torch.randn(2, 7, D)
+    mask = torch.tensor([[True] * 7, [True] * 4 + [False] * 3])
+    output, weights = ours(query, memory, memory, mask[:, None, None, :], need_weights=need_weights)
+    expected, expected_weights = reference(query, memory, memory, key_padding_mask=~mask, average_attn_weights=False)
+    torch.testing.assert_close(output, expected, atol=1e-5, rtol=1e-5)
+    if need_weights:
+        torch.testing.assert_close(weights, expected_weights, atol=1e-6, rtol=1e-5)
+        assert (weights[1, :, :, 4:] == 0).all()
+
+
+def test_causal_self_attention_equals_torch_with_a_causal_mask():
+    torch.manual_seed(1)
+    ours = MultiHeadAttention(D, HEADS).eval()
+    reference = copy_into_torch(ours)
+    x = torch.randn(2, 6, D)
+    output, weights = ours(x, x, x, causal=True, need_weights=True)
+    causal = torch.ones(6, 6, dtype=torch.bool).triu(1)  # torch: True = may not attend
+    expected, _ = reference(x, x, x, attn_mask=causal)
+    torch.testing.assert_close(output, expected, atol=1e-5, rtol=1e-5)
+    assert (weights.masked_select(causal) == 0).all()
+    fused, _ = ours(x, x, x, causal=True)
+    torch.testing.assert_close(fused, output, atol=1e-5, rtol=1e-5)
+
+
+def make_transformer(sample_vocabulary, *overrides):
+    cfg = compose_config(*tiny_model_overrides("transformer"), *overrides)
+    torch.manual_seed(0)
+    return build.model(cfg.model, sample_vocabulary).eval()
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        [],
+        ["model.pre_norm=false"],
+        ["model.positions=learned"],
+        ["model.share_embeddings=false", "model.tie_output=false"],
+    ],
+)
+def test_changing_a_future_target_token_changes_no_earlier_output(sample_vocabulary, overrides):
+    model = make_transformer(sample_vocabulary, *overrides)
+    source = torch.tensor([[5, 6, 7, 8], [9, 10, 0, 0]])
+    target = torch.tensor([[BOS_ID, 11, 12, 13, 14], [BOS_ID, 15, 16, 17, 18]])
+    changed = target.clone()
+    changed[:, 3] = 20
+    with torch.no_grad():
+        first, _ = model(source, source != PAD_ID, target)
+        second, _ = model(source, source != PAD_ID, changed)
+    torch.testing.assert_close(first[:, :3], second[:, :3])
+    assert not torch.allclose(first[:, 3:], second[:, 3:])
+
+
+def test_fused_training_path_equals_explicit_eval_path(sample_vocabulary):
+    model = make_transformer(sample_vocabulary, "model.dropout=0.0")
+    source = torch.tensor([[5, 6, 7, 8], [9, 10, 0, 0]])
+    target = torch.tensor([[BOS_ID, 11, 12], [BOS_ID, 15, 0]])
+    with torch.no_grad():
+        explicit, weights = model(source, source != PAD_ID, target)
+        model.train()
+        fused, no_weights = model(source, source != PAD_ID, target)
+    torch.testing.assert_close(fused, explicit, atol=1e-5, rtol=1e-5)
+    assert weights.shape == (2, 3, 4) and no_weights is None
+    assert (weights[1, :, 2:] == 0).all()
+
+
+def test_decoding_cache_grows_one_position_per_step(sample_vocabulary):
+    model = make_transformer(sample_vocabulary)
+    source = torch.tensor([[5, 6, 7]])
+    with torch.no_grad():
+        state = model.encode(source, source != PAD_ID)
+        for step in range(3):
+            _, state, _ = model.decode_step(torch.tensor([BOS_ID]), state)
+            assert state["self_keys_0"].shape[2] == step + 1

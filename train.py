@@ -1,0 +1,28 @@
+"""Train a model: python train.py model=bahdanau data=multi30k trainer.max_minutes=30 ..."""
+
+import logging
+import sys
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+from omegaconf.errors import OmegaConfBaseException
+
+from nmt import UserError
+from nmt.trainer import train
+
+log = logging.getLogger("nmt")
+
+
+@hydra.main(config_path="configs", config_name="train", version_base="1.3")
+def main(cfg: DictConfig) -> float:
+    try:
+        results = train(cfg, HydraConfig.get().runtime.output_dir)
+    except (UserError, OmegaConfBaseException) as error:
+        log.error("%s", error)
+        sys.exit(f"error: {error}")
+    return results.get("valid/best_bleu", 0.0)  # what a Hydra sweeper (e.g. Optuna) maximises
+
+
+if __name__ == "__main__":
+    main()
