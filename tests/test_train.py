@@ -54,7 +54,7 @@ def test_training_learns_a_few_sentences_and_translates_them_back(
     tmp_path, sample_splits, sample_vocabulary, model_name
 ):
     pairs = sample_splits.train[:8]
-    trainer = make_trainer(tmp_path, sample_vocabulary, pairs, model_name, max_steps=150, valid_every=150)
+    trainer = make_trainer(tmp_path, sample_vocabulary, pairs, model_name, max_steps=300, valid_every=300)
     trainer.train()
     assert trainer.last_metrics["loss"] < 0.05
     hypotheses, _ = translate_pairs(
