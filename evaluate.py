@@ -15,15 +15,16 @@ def main(cfg: DictConfig) -> None:
     try:
         evaluate(
             cfg.checkpoint,
-            cfg.split,
-            cfg.source,
-            cfg.reference,
-            cfg.data_dir,
-            cfg.beam,
-            cfg.output,
-            cfg.device,
-            cfg.precision,
-            cfg.max_tokens,
+            split=cfg.split,
+            source=cfg.source,
+            reference=cfg.reference,
+            data_dir=cfg.data_dir,
+            beam=cfg.beam,
+            alpha=cfg.alpha,
+            output=cfg.output,
+            device=cfg.device,
+            precision=cfg.precision,
+            max_tokens=cfg.max_tokens,
         )
     except (UserError, OmegaConfBaseException) as error:
         sys.exit(f"error: {error}")

@@ -42,13 +42,14 @@ def evaluate(
     reference: str | None = None,
     data_dir: str | None = None,
     beam: int = 1,
+    alpha: float = 0.6,
     output: str | None = None,
     device: str = "auto",
     precision: str | None = None,
     max_tokens: int = 8000,
 ) -> dict[str, float]:
-    if beam != 1:
-        raise UserError(f"beam={beam}: only greedy decoding (beam=1) is available in this version")
+    if beam < 1:
+        raise UserError(f"beam={beam}: the beam size must be 1 (greedy) or more")
     target_device = build.device(device)
     model, vocabulary, config = load_model(checkpoint_path, target_device)
     dtype = build.precision(precision or config["trainer"]["precision"])
@@ -68,9 +69,10 @@ def evaluate(
         )
     bleu, chrf, bleu_metric, chrf_metric = score(hypotheses, references)
     name = Path(source).name if source else split
-    output_path = Path(output) if output else Path(checkpoint_path).with_suffix(f".{name}.hyp")
+    output_path = Path(output) if output else Path(checkpoint_path).with_suffix(f".{name}.beam{beam}.hyp")
     output_path.write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
-    print(f"{name}: {len(pairs)} sentences, greedy decoding; hypotheses in {output_path}")
+    search = "greedy decoding" if beam == 1 else f"beam {beam}, length penalty alpha {alpha:g}"
+    print(f"{name}: {len(pairs)} sentences, {search}; hypotheses in {output_path}")
     print(f"BLEU  {bleu.score:6.2f}  {bleu_metric.get_signature()}")
     print(f"chrF  {chrf.score:6.2f}  {chrf_metric.get_signature()}")
     return {"bleu": bleu.score, "chrf": chrf.score}

@@ -53,3 +53,75 @@ def greedy(model, source: torch.Tensor, source_mask: torch.Tensor, ratio: float 
         attention = weights[row, : length + 1, : lengths[row]] if weights is not None else None
         hypotheses.append(Hypothesis(sequence[:length], float(scores[row]), attention))
     return hypotheses
+
+
+def length_penalty(length: torch.Tensor, alpha: float) -> torch.Tensor:
+    """GNMT (Wu et al. 2016, eq. 14): lp(Y) = ((5 + |Y|) / 6)^alpha; alpha = 0 ranks by raw log-probability."""
+    return ((5.0 + length.float()) / 6.0) ** alpha
+
+
+@torch.no_grad()
+def beam_search(
+    model,
+    source: torch.Tensor,
+    source_mask: torch.Tensor,
+    beam_size: int = 5,
+    alpha: float = 0.6,
+    ratio: float = 1.5,
+    extra: int = 10,
+    n_best: int = 1,
+) -> list[list[Hypothesis]]:
+    """Batched beam search: every sentence keeps `beam_size` hypotheses, all advanced in one decode_step call.
+
+    A finished hypothesis keeps its score and stops growing (it can only be followed by eos at no cost); hypotheses
+    are ranked by log-probability / lp(length) at the end. The state of any model is reordered with index_select, so
+    RNN states and Transformer caches are handled alike. Returns the n best hypotheses of each sentence, best first.
+    """
+    batch, device = source.shape[0], source.device
+    state = model.encode(source, source_mask)
+    state = {k: v.repeat_interleave(beam_size, 0) for k, v in state.items()}  # (B * K, ...)
+    scores = torch.full((batch, beam_size), float("-inf"), device=device)
+    scores[:, 0] = 0.0  # all beams start as the same empty hypothesis; only one may expand at first
+    previous = torch.full((batch * beam_size,), BOS_ID, dtype=torch.long, device=device)
+    finished = torch.zeros(batch * beam_size, dtype=torch.bool, device=device)
+    lengths = torch.zeros(batch * beam_size, dtype=torch.long, device=device)
+    history = torch.zeros(batch * beam_size, 0, dtype=torch.long, device=device)
+    attention = None
+    offsets = (torch.arange(batch, device=device) * beam_size)[:, None]  # (B, 1)
+    for _ in range(max_output_length(source_mask, ratio, extra)):
+        logits, state, weights = model.decode_step(previous, state)
+        log_probs = torch.log_softmax(logits.float(), dim=-1)  # (B * K, V)
+        vocabulary = log_probs.shape[-1]
+        # A finished hypothesis may only continue with eos, at no cost: it keeps its score and its length.
+        done_row = torch.full_like(log_probs[0], float("-inf"))
+        done_row[EOS_ID] = 0.0
+        log_probs = torch.where(finished[:, None], done_row, log_probs)
+        candidates = (scores[:, :, None] + log_probs.view(batch, beam_size, vocabulary)).view(batch, -1)
+        scores, flat = candidates.topk(beam_size, dim=-1)  # (B, K)
+        origin = (flat // vocabulary + offsets).view(-1)  # which hypothesis each new one extends, (B * K,)
+        previous = (flat % vocabulary).view(-1)
+        state = {k: v.index_select(0, origin) for k, v in state.items()}
+        was_finished = finished.index_select(0, origin)
+        lengths = lengths.index_select(0, origin) + (~was_finished).long()
+        finished = was_finished | (previous == EOS_ID)
+        history = torch.cat([history.index_select(0, origin), previous[:, None]], 1)
+        if weights is not None:
+            step = weights.float()[:, None, :]  # (B * K, 1, S)
+            attention = step if attention is None else torch.cat([attention.index_select(0, origin), step], 1)
+        if finished.all():
+            break
+    normalised = scores / length_penalty(lengths.view(batch, beam_size), alpha)  # (B, K)
+    order = normalised.argsort(dim=-1, descending=True)[:, :n_best]
+    source_lengths = source_mask.sum(1).tolist()
+    results = []
+    for row in range(batch):
+        hypotheses = []
+        for beam in order[row].tolist():
+            index = row * beam_size + beam
+            length = int(lengths[index])
+            tokens = history[index].tolist()
+            tokens = tokens[: length - 1] if finished[index] else tokens[:length]  # without eos
+            weights_kept = attention[index, :length, : source_lengths[row]].cpu() if attention is not None else None
+            hypotheses.append(Hypothesis(tokens, float(scores[row, beam]), weights_kept))
+        results.append(hypotheses)
+    return results

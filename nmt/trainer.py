@@ -24,7 +24,7 @@ from tqdm import tqdm
 from nmt import UserError, build, checkpoint
 from nmt.data import PAD_ID, Batch, Pairs, ParallelDataset, TokenBatchSampler, Vocabulary, collate
 from nmt.plot import attention_figure
-from nmt.search import greedy
+from nmt.search import beam_search, greedy
 
 log = logging.getLogger(__name__)
 
@@ -106,16 +106,29 @@ def translate_pairs(
     max_tokens: int,
     ratio: float,
     extra: int,
+    beam_size: int = 1,
+    alpha: float = 0.6,
 ):
-    """Greedy translations of raw sentences, in their order: (detokenized strings, hypotheses)."""
+    """Translations of raw sentences, in their order: (detokenized strings, hypotheses). Greedy for beam size 1.
+
+    Sentences are decoded in length-sorted batches of at most `max_tokens` source tokens times the beam size.
+    """
     dataset = ParallelDataset([(s, "") for s in sources], vocabulary)
-    sampler = TokenBatchSampler(dataset, max(max_tokens, int(dataset.source_lengths.max()) * 2), shuffle=False)
+    budget = max(max_tokens // beam_size, int(dataset.source_lengths.max()) * 2)
+    sampler = TokenBatchSampler(dataset, budget, shuffle=False)
     hypotheses = [None] * len(sources)
     model.eval()
     with torch.no_grad(), autocast(device, dtype):
         for indices in sampler:
             batch = collate([dataset[i] for i in indices]).to(device)
-            for index, hypothesis in zip(indices, greedy(model, batch.source, batch.source_mask, ratio, extra)):
+            if beam_size == 1:
+                found = greedy(model, batch.source, batch.source_mask, ratio, extra)
+            else:
+                found = [
+                    n_best[0]
+                    for n_best in beam_search(model, batch.source, batch.source_mask, beam_size, alpha, ratio, extra)
+                ]
+            for index, hypothesis in zip(indices, found):
                 hypotheses[index] = hypothesis
     return vocabulary.decode_target([h.tokens for h in hypotheses]), hypotheses
 

@@ -173,7 +173,7 @@ def test_train_and_evaluate_command_lines_end_to_end(tmp_path):
     evaluate = run("evaluate.py", f"checkpoint={run_dir / 'best.pt'}", "split=valid")
     assert evaluate.returncode == 0, evaluate.stderr
     assert "BLEU" in evaluate.stdout and "nrefs:1|case:mixed" in evaluate.stdout
-    assert len((run_dir / "best.valid.hyp").read_text().splitlines()) == 20
+    assert len((run_dir / "best.valid.beam1.hyp").read_text().splitlines()) == 20
     resumed = run(
         "train.py",
         "experiment=demo",

@@ -1,0 +1,56 @@
+"""Translate one sentence with a checkpoint and save its attention heatmap as a PNG.
+
+python scripts/plot_attention.py checkpoint=outputs/bahdanau/.../best.pt text="Ein Mann fährt Fahrrad." output=a.png
+
+Arguments are key=value like the other commands, but the text is taken as it is (commas included), not parsed by Hydra.
+"""
+
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from nmt import UserError, build  # noqa: E402
+from nmt.evaluate import load_model  # noqa: E402
+from nmt.plot import attention_figure  # noqa: E402
+from nmt.trainer import translate_pairs  # noqa: E402
+
+OPTIONS = {"checkpoint": None, "text": None, "output": "attention.png", "device": "auto"}
+
+
+def parse(arguments: list[str]) -> dict[str, str]:
+    options = dict(OPTIONS)
+    for argument in arguments:
+        key, equals, value = argument.partition("=")
+        if not equals or key not in OPTIONS:
+            raise UserError(f"{argument!r}: expected one of {', '.join(k + '=...' for k in OPTIONS)}")
+        options[key] = value
+    for key in ("checkpoint", "text"):
+        if not options[key]:
+            raise UserError(f'{key}= is required: python scripts/plot_attention.py checkpoint=PATH text="..."')
+    return options
+
+
+def main(arguments: list[str]) -> None:
+    options = parse(arguments)
+    device = build.device(options["device"])
+    model, vocabulary, _ = load_model(options["checkpoint"], device)
+    translations, hypotheses = translate_pairs(
+        model, vocabulary, [options["text"]], device, torch.float32, 8000, 1.5, 10
+    )
+    if hypotheses[0].attention is None:
+        raise UserError(f"{options['checkpoint']}: this model has no attention to plot")
+    weights = hypotheses[0].attention.numpy()  # (generated + eos, source)
+    source = vocabulary.source.encode(options["text"], out_type=str) or ["</s>"]
+    target = ([vocabulary.target.id_to_piece(t) for t in hypotheses[0].tokens] + ["</s>"])[: weights.shape[0]]
+    attention_figure(weights, source, target, title=translations[0]).savefig(options["output"])
+    print(f"{translations[0]}\nattention heatmap written to {options['output']}")
+
+
+if __name__ == "__main__":
+    try:
+        main(sys.argv[1:])
+    except UserError as error:
+        sys.exit(f"error: {error}")

@@ -1,0 +1,74 @@
+"""Beam search over every model: beam 1 is greedy, wider beams score at least as well, batching changes nothing."""
+
+import pytest
+import torch
+from conftest import MODELS, compose_config, tiny_model_overrides
+
+from nmt import build
+from nmt.data import EOS_ID, PAD_ID
+from nmt.search import beam_search, greedy
+
+
+def model_with_likely_eos(sample_vocabulary, name):
+    cfg = compose_config(*tiny_model_overrides(name))
+    torch.manual_seed(0)
+    model = build.model(cfg.model, sample_vocabulary).eval()
+    with torch.no_grad():  # an untrained model rarely ends; make eos likely so hypotheses finish at varied lengths
+        model.output.bias[EOS_ID] += 3.0
+    return model
+
+
+def sources():
+    generator = torch.Generator().manual_seed(3)
+    lengths = torch.tensor([6, 3, 5, 1])
+    tokens = torch.randint(4, 100, (4, 6), generator=generator)
+    mask = torch.arange(6)[None, :] < lengths[:, None]
+    return tokens.masked_fill(~mask, PAD_ID), mask
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_beam_one_equals_greedy(sample_vocabulary, name):
+    model = model_with_likely_eos(sample_vocabulary, name)
+    source, mask = sources()
+    greedy_hypotheses = greedy(model, source, mask)
+    beam_hypotheses = [h[0] for h in beam_search(model, source, mask, beam_size=1, alpha=0.0)]
+    for g, b in zip(greedy_hypotheses, beam_hypotheses):
+        assert g.tokens == b.tokens
+        assert g.score == pytest.approx(b.score, abs=1e-4)
+        if g.attention is not None:
+            torch.testing.assert_close(g.attention, b.attention)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_wider_beam_never_scores_worse_under_the_model(sample_vocabulary, name):
+    model = model_with_likely_eos(sample_vocabulary, name)
+    source, mask = sources()
+    narrow = [h[0].score for h in beam_search(model, source, mask, beam_size=1, alpha=0.0)]
+    wide = [h[0].score for h in beam_search(model, source, mask, beam_size=5, alpha=0.0)]
+    assert all(w >= n - 1e-4 for w, n in zip(wide, narrow))
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_batched_and_one_by_one_agree(sample_vocabulary, name):
+    model = model_with_likely_eos(sample_vocabulary, name)
+    source, mask = sources()
+    batched = beam_search(model, source, mask, beam_size=4, n_best=2)
+    for row in range(source.shape[0]):
+        length = int(mask[row].sum())
+        alone = beam_search(model, source[row : row + 1, :length], mask[row : row + 1, :length], beam_size=4, n_best=2)
+        assert [h.tokens for h in alone[0]] == [h.tokens for h in batched[row]]
+
+
+def test_finished_hypotheses_stop_growing_and_n_best_is_sorted(sample_vocabulary):
+    model = model_with_likely_eos(sample_vocabulary, "bahdanau")
+    source, mask = sources()
+    results = beam_search(model, source, mask, beam_size=5, alpha=0.0, n_best=5, ratio=3.0)
+    for hypotheses in results:
+        assert len(hypotheses) == 5
+        assert all(EOS_ID not in h.tokens for h in hypotheses)
+        scores = [h.score for h in hypotheses]
+        assert scores == sorted(scores, reverse=True)
+        for h in hypotheses:
+            assert h.attention.shape[0] in (len(h.tokens), len(h.tokens) + 1)
+    lengths = {len(h.tokens) for hs in results for h in hs}
+    assert len(lengths) > 1  # hypotheses ended at different steps and kept their length
