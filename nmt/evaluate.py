@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import logging
+import sys
 from pathlib import Path
 
 import torch
 from omegaconf import OmegaConf
 
 from nmt import UserError, build, checkpoint
-from nmt.data import Pairs, Vocabulary, read_parallel
+from nmt.data import Pairs, Vocabulary, read_lines, read_parallel
 from nmt.trainer import autocast, score, translate_pairs
 
 log = logging.getLogger(__name__)
@@ -76,3 +77,39 @@ def evaluate(
     print(f"BLEU  {bleu.score:6.2f}  {bleu_metric.get_signature()}")
     print(f"chrF  {chrf.score:6.2f}  {chrf_metric.get_signature()}")
     return {"bleu": bleu.score, "chrf": chrf.score}
+
+
+def translate_file(
+    checkpoint_path: str,
+    source: str | None = None,
+    output: str | None = None,
+    beam: int = 5,
+    alpha: float = 0.6,
+    device: str = "auto",
+    precision: str | None = None,
+    max_tokens: int = 8000,
+) -> list[str]:
+    """Translate the lines of `source` (stdin when None) and write them to `output` (stdout when None)."""
+    if beam < 1:
+        raise UserError(f"beam={beam}: the beam size must be 1 (greedy) or more")
+    target_device = build.device(device)
+    model, vocabulary, config = load_model(checkpoint_path, target_device)
+    dtype = build.precision(precision or config["trainer"]["precision"])
+    if source:
+        lines = read_lines(source)
+    else:
+        try:
+            lines = [line.rstrip("\r").strip() for line in sys.stdin.read().split("\n")]
+        except UnicodeDecodeError:
+            raise UserError("standard input is not valid UTF-8 text") from None
+        if lines and lines[-1] == "":
+            lines.pop()
+    trainer = config["trainer"]
+    translations = translate_pairs(model, vocabulary, lines, target_device, dtype, max_tokens, trainer["decode_ratio"],
+                                   trainer["decode_extra"], beam, alpha)[0] if lines else []  # fmt: skip
+    text = "".join(t + "\n" for t in translations)
+    if output:
+        Path(output).write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    return translations

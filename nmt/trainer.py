@@ -24,7 +24,7 @@ from tqdm import tqdm
 from nmt import UserError, build, checkpoint
 from nmt.data import PAD_ID, Batch, Pairs, ParallelDataset, TokenBatchSampler, Vocabulary, collate
 from nmt.plot import attention_figure
-from nmt.search import beam_search, greedy
+from nmt.search import Hypothesis, beam_search, greedy
 
 log = logging.getLogger(__name__)
 
@@ -113,10 +113,13 @@ def translate_pairs(
 
     Sentences are decoded in length-sorted batches of at most `max_tokens` source tokens times the beam size.
     """
-    dataset = ParallelDataset([(s, "") for s in sources], vocabulary)
+    hypotheses = [Hypothesis([], 0.0, None) for _ in sources]  # an empty line translates to an empty line
+    texts = [i for i, s in enumerate(sources) if s.strip()]
+    if not texts:
+        return ["" for _ in sources], hypotheses
+    dataset = ParallelDataset([(sources[i], "") for i in texts], vocabulary)
     budget = max(max_tokens // beam_size, int(dataset.source_lengths.max()) * 2)
     sampler = TokenBatchSampler(dataset, budget, shuffle=False)
-    hypotheses = [None] * len(sources)
     model.eval()
     with torch.no_grad(), autocast(device, dtype):
         for indices in sampler:
@@ -124,12 +127,10 @@ def translate_pairs(
             if beam_size == 1:
                 found = greedy(model, batch.source, batch.source_mask, ratio, extra)
             else:
-                found = [
-                    n_best[0]
-                    for n_best in beam_search(model, batch.source, batch.source_mask, beam_size, alpha, ratio, extra)
-                ]
+                found = beam_search(model, batch.source, batch.source_mask, beam_size, alpha, ratio, extra)
+                found = [n_best[0] for n_best in found]
             for index, hypothesis in zip(indices, found):
-                hypotheses[index] = hypothesis
+                hypotheses[texts[index]] = hypothesis
     return vocabulary.decode_target([h.tokens for h in hypotheses]), hypotheses
 
 

@@ -144,9 +144,10 @@ def test_greedy_stops_at_the_length_limit(sample_vocabulary):
     assert len(hypotheses[0].tokens) <= 5
 
 
-def run(*args, cwd=ROOT):
+def run(*args, cwd=ROOT, stdin=None):
     environment = {**os.environ, "HYDRA_FULL_ERROR": "0"}
-    return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, env=environment)
+    return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, env=environment,
+                          input=stdin)  # fmt: skip
 
 
 @pytest.mark.slow
@@ -174,6 +175,11 @@ def test_train_and_evaluate_command_lines_end_to_end(tmp_path):
     assert evaluate.returncode == 0, evaluate.stderr
     assert "BLEU" in evaluate.stdout and "nrefs:1|case:mixed" in evaluate.stdout
     assert len((run_dir / "best.valid.beam1.hyp").read_text().splitlines()) == 20
+    translate = run("translate.py", f"checkpoint={run_dir / 'best.pt'}", "beam=3",
+                    stdin="Der Hund läuft.\n\nDie Frau liest ein Buch, weil das Kind schläft.\n")  # fmt: skip
+    assert translate.returncode == 0, translate.stderr
+    lines = translate.stdout.split("\n")
+    assert len(lines) == 4 and lines[1] == "" and lines[0] and lines[2]  # line for line, an empty line stays empty
     resumed = run(
         "train.py",
         "experiment=demo",

@@ -1,0 +1,31 @@
+"""Translate text: echo "Ein Hund läuft." | python translate.py checkpoint=outputs/.../best.pt beam=5"""
+
+import sys
+
+import hydra
+from omegaconf import DictConfig
+from omegaconf.errors import OmegaConfBaseException
+
+from nmt import UserError
+from nmt.evaluate import translate_file
+
+
+@hydra.main(config_path="configs", config_name="translate", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    try:
+        translate_file(
+            cfg.checkpoint,
+            source=cfg.input,
+            output=cfg.output,
+            beam=cfg.beam,
+            alpha=cfg.alpha,
+            device=cfg.device,
+            precision=cfg.precision,
+            max_tokens=cfg.max_tokens,
+        )
+    except (UserError, OmegaConfBaseException) as error:
+        sys.exit(f"error: {error}")
+
+
+if __name__ == "__main__":
+    main()
