@@ -7,6 +7,7 @@ from a test or a REPL without Hydra.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import math
 import time
@@ -530,7 +531,9 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
         trainer.model, vocabulary, splits.test, trainer.device, trainer.dtype, options
     )
     (run_dir / "best.test.hyp").write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
-    results.update({"test/bleu": bleu.score, "test/chrf": chrf.score})
+    results.update({"test/bleu": bleu.score, "test/chrf": chrf.score, "best/step": best["progress"]["step"]})
+    summary = {**results, "model": cfg.model._target_, "signature": bleu_metric.get_signature()}
+    (run_dir / "results.json").write_text(json.dumps(summary, indent=2) + "\n")
     log.info(
         "test (best checkpoint, greedy): BLEU %.2f chrF %.2f  [%s]", bleu.score, chrf.score, bleu_metric.get_signature()
     )

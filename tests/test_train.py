@@ -3,8 +3,10 @@
 import json
 import os
 import pickle
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -168,7 +170,7 @@ def test_train_and_evaluate_command_lines_end_to_end(tmp_path):
     )
     assert train.returncode == 0, train.stderr
     assert "test BLEU" in train.stdout
-    for name in ("best.pt", "last.pt", "spm.src.model", "spm.tgt.model", "best.test.hyp"):
+    for name in ("best.pt", "last.pt", "spm.src.model", "spm.tgt.model", "best.test.hyp", "results.json"):
         assert (run_dir / name).is_file(), name
     assert list(run_dir.glob("events.out.tfevents.*"))
     evaluate = run("evaluate.py", f"checkpoint={run_dir / 'best.pt'}", "split=valid")
@@ -224,3 +226,23 @@ def test_user_errors_exit_nonzero_with_a_message_not_a_traceback(tmp_path, args,
     assert result.returncode != 0
     assert message in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+def test_ctrl_c_saves_last_checkpoint_and_exits_cleanly(tmp_path):
+    command = [sys.executable, "train.py", "experiment=demo", "data.sizes.train=300", "data.sizes.valid=10",
+               "data.sizes.test=10", "trainer.max_minutes=0", "trainer.max_steps=100000", "trainer.valid_every=2",
+               "trainer.precision=fp32", "trainer.progress=false", f"data.spm_cache={tmp_path / 'spm'}",
+               f"hydra.run.dir={tmp_path}"]  # fmt: skip
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "last.pt").exists() and time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.2)
+    time.sleep(1.0)
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 0, stderr
+    assert "interrupted at step" in stdout
+    saved = checkpoint.load(tmp_path / "last.pt")
+    assert saved["progress"]["step"] >= 2
+    assert not list(tmp_path.glob(".*.tmp"))
