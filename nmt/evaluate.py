@@ -65,8 +65,10 @@ def evaluate(
             target_device,
             dtype,
             max_tokens,
-            trainer["decode_ratio"],
-            trainer["decode_extra"],
+            ratio=trainer["decode_ratio"],
+            extra=trainer["decode_extra"],
+            beam_size=beam,
+            alpha=alpha,
         )
     bleu, chrf, bleu_metric, chrf_metric = score(hypotheses, references)
     name = Path(source).name if source else split

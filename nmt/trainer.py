@@ -532,7 +532,7 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
     )
     (run_dir / "best.test.hyp").write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
     results.update({"test/bleu": bleu.score, "test/chrf": chrf.score, "best/step": best["progress"]["step"]})
-    summary = {**results, "model": cfg.model._target_, "signature": bleu_metric.get_signature()}
+    summary = {**results, "model": cfg.model._target_, "signature": str(bleu_metric.get_signature())}
     (run_dir / "results.json").write_text(json.dumps(summary, indent=2) + "\n")
     log.info(
         "test (best checkpoint, greedy): BLEU %.2f chrF %.2f  [%s]", bleu.score, chrf.score, bleu_metric.get_signature()

@@ -13,8 +13,10 @@ import torch
 from conftest import MODELS, ROOT, compose_config, tiny_model_overrides
 from omegaconf import OmegaConf
 
+import nmt.trainer
 from nmt import UserError, build, checkpoint
-from nmt.search import greedy
+from nmt.evaluate import evaluate as evaluate_checkpoint
+from nmt.search import beam_search, greedy
 from nmt.trainer import Trainer, TrainerOptions, score, translate_pairs
 
 
@@ -153,7 +155,7 @@ def run(*args, cwd=ROOT, stdin=None):
 
 
 @pytest.mark.slow
-def test_train_and_evaluate_command_lines_end_to_end(tmp_path):
+def test_train_and_evaluate_command_lines_end_to_end(tmp_path, monkeypatch):
     run_dir = tmp_path / "run"
     train = run(
         "train.py",
@@ -177,6 +179,10 @@ def test_train_and_evaluate_command_lines_end_to_end(tmp_path):
     assert evaluate.returncode == 0, evaluate.stderr
     assert "BLEU" in evaluate.stdout and "nrefs:1|case:mixed" in evaluate.stdout
     assert len((run_dir / "best.valid.beam1.hyp").read_text().splitlines()) == 20
+    searched = []
+    monkeypatch.setattr(nmt.trainer, "beam_search", lambda *a, **k: searched.append(a[3]) or beam_search(*a, **k))
+    evaluate_checkpoint(str(run_dir / "best.pt"), split="valid", beam=3, device="cpu")
+    assert searched and set(searched) == {3}  # beam=3 really decodes with a beam of 3
     translate = run("translate.py", f"checkpoint={run_dir / 'best.pt'}", "beam=3",
                     stdin="Der Hund läuft.\n\nDie Frau liest ein Buch, weil das Kind schläft.\n")  # fmt: skip
     assert translate.returncode == 0, translate.stderr
