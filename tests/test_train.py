@@ -157,19 +157,10 @@ def run(*args, cwd=ROOT, stdin=None):
 @pytest.mark.slow
 def test_train_and_evaluate_command_lines_end_to_end(tmp_path, monkeypatch):
     run_dir = tmp_path / "run"
-    train = run(
-        "train.py",
-        "experiment=demo",
-        "data.sizes.train=300",
-        "data.sizes.valid=20",
-        "data.sizes.test=20",
-        "trainer=debug",
-        "trainer.max_steps=6",
-        "trainer.valid_every=3",
-        "trainer.progress=false",
-        f"data.spm_cache={tmp_path / 'spm'}",
-        f"hydra.run.dir={run_dir}",
-    )
+    small_demo = ["experiment=demo", "data.sizes.train=300", "data.sizes.valid=20", "data.sizes.test=20",
+                  "trainer=debug", "trainer.valid_every=3", "trainer.progress=false",
+                  f"data.spm_cache={tmp_path / 'spm'}", f"hydra.run.dir={run_dir}"]  # fmt: skip
+    train = run("train.py", *small_demo, "trainer.max_steps=6")
     assert train.returncode == 0, train.stderr
     assert "test BLEU" in train.stdout
     for name in ("best.pt", "last.pt", "spm.src.model", "spm.tgt.model", "best.test.hyp", "results.json"):
@@ -188,20 +179,7 @@ def test_train_and_evaluate_command_lines_end_to_end(tmp_path, monkeypatch):
     assert translate.returncode == 0, translate.stderr
     lines = translate.stdout.split("\n")
     assert len(lines) == 4 and lines[1] == "" and lines[0] and lines[2]  # line for line, an empty line stays empty
-    resumed = run(
-        "train.py",
-        "experiment=demo",
-        "data.sizes.train=300",
-        "data.sizes.valid=20",
-        "data.sizes.test=20",
-        "trainer=debug",
-        "trainer.max_steps=9",
-        "trainer.valid_every=3",
-        "trainer.progress=false",
-        "trainer.resume=true",
-        f"data.spm_cache={tmp_path / 'spm'}",
-        f"hydra.run.dir={run_dir}",
-    )
+    resumed = run("train.py", *small_demo, "trainer.max_steps=9", "trainer.resume=true")
     assert resumed.returncode == 0, resumed.stderr
     assert checkpoint.load(run_dir / "last.pt")["progress"]["step"] == 9
 
