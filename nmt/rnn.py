@@ -75,6 +75,15 @@ def layers_first(state: torch.Tensor) -> torch.Tensor:
     return state.transpose(0, 1).contiguous()  # (B, layers, H) -> (layers, B, H)
 
 
+class AlignmentMaps:
+    """`attention_maps` for the attention RNNs: their one alignment, (B, 1, T, S), from teacher forcing."""
+
+    @torch.no_grad()
+    def attention_maps(self, source: torch.Tensor, source_mask: torch.Tensor, target_in: torch.Tensor):
+        _, attention = self(source, source_mask, target_in)
+        return {"alignment": attention[:, None]}
+
+
 class SutskeverSeq2Seq(nn.Module):
     """Sutskever et al. 2014: a multi-layer LSTM reads the (reversed) source; its final states start the decoder.
 
@@ -121,8 +130,11 @@ class SutskeverSeq2Seq(nn.Module):
         outputs, _ = self.decoder(embedded, (layers_first(state["hidden"]), layers_first(state["cell"])))
         return self.output(self.dropout(outputs)), None  # (B, T, V)
 
+    def attention_maps(self, source: torch.Tensor, source_mask: torch.Tensor, target_in: torch.Tensor):
+        return {}  # no attention: nothing to plot
 
-class BahdanauSeq2Seq(nn.Module):
+
+class BahdanauSeq2Seq(AlignmentMaps, nn.Module):
     """Bahdanau, Cho and Bengio 2015 ("RNNsearch"), following its appendix A.
 
     Encoder: a bidirectional RNN; annotation h_i = [forward h_i; backward h_i].
@@ -214,7 +226,7 @@ class BahdanauSeq2Seq(nn.Module):
         return logits, torch.stack(weights, 1)  # (B, T, S)
 
 
-class LuongSeq2Seq(nn.Module):
+class LuongSeq2Seq(AlignmentMaps, nn.Module):
     """Luong, Pham and Manning 2015: stacked LSTMs with attention on the current top state h_t.
 
     c_t = sum_s a_t(s) h_s with a score from `attention` (dot, general or concat, eq. 8), global or local (section

@@ -23,8 +23,8 @@ from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
 from nmt import UserError, build, checkpoint
-from nmt.data import PAD_ID, Batch, Pairs, ParallelDataset, TokenBatchSampler, Vocabulary, collate
-from nmt.plot import attention_figure
+from nmt.data import BOS_ID, EOS_ID, PAD_ID, Batch, Pairs, ParallelDataset, TokenBatchSampler, Vocabulary, collate
+from nmt.plot import attention_figure, heads_figure
 from nmt.search import Hypothesis, beam_search, greedy
 
 log = logging.getLogger(__name__)
@@ -426,15 +426,25 @@ class Trainer:
         self.writer.add_text("valid/samples", "\n".join(rows), self.step)
 
     def log_attention(self, sources: list[str], decoded) -> None:
-        """Heatmaps for the first few validation sentences, the same ones at every validation."""
+        """Heatmaps for the first few validation sentences, the same ones at every validation: whatever the model's
+        `attention_maps` returns for its own greedy output (nothing for a model without attention)."""
+        self.model.eval()
         for i in range(min(self.options.num_plots, len(sources))):
-            if decoded[i].attention is None:
-                return  # a model without attention
-            source_pieces = self.vocabulary.source.encode(sources[i], out_type=str) or ["</s>"]
-            weights = decoded[i].attention.numpy()  # (generated tokens + eos, S)
+            source_ids = self.vocabulary.encode_source([sources[i]])[0] or [EOS_ID]
+            source = torch.tensor([source_ids], device=self.device)
+            target_in = torch.tensor([[BOS_ID, *decoded[i].tokens]], device=self.device)
+            with autocast(self.device, self.dtype):
+                maps = self.model.attention_maps(source, source != PAD_ID, target_in)
+            source_pieces = [self.vocabulary.source.id_to_piece(t) for t in source_ids]
             target_pieces = [self.vocabulary.target.id_to_piece(t) for t in decoded[i].tokens] + ["</s>"]
-            figure = attention_figure(weights, source_pieces, target_pieces[: weights.shape[0]])
-            self.writer.add_figure(f"valid/attention/{i}", figure, self.step)
+            for name, weights in maps.items():
+                weights = weights[0].float().cpu().numpy()  # (heads or 1, rows, S)
+                rows = source_pieces if name.startswith("encoder_self") else target_pieces
+                if weights.shape[0] == 1:
+                    figure = attention_figure(weights[0], source_pieces, rows, title=name)
+                else:
+                    figure = heads_figure(weights, source_pieces, rows, title=name)
+                self.writer.add_figure(f"valid/attention/{name}/{i}", figure, self.step)
 
     def validate_and_save(self) -> None:
         metrics = self.validate()

@@ -219,3 +219,20 @@ class Transformer(nn.Module):
             x, weights, _ = layer(x, cross_keys, cross_values, mask, need_weights=last and not self.training)
         logits = self.output(self.decoder_norm(x))  # (B, T, V)
         return logits, (weights.mean(1) if weights is not None else None)
+
+    @torch.no_grad()
+    def attention_maps(self, source: torch.Tensor, source_mask: torch.Tensor, target_in: torch.Tensor):
+        """Weights to look at, each (B, heads or 1, rows, S): the encoder-decoder attention of every layer averaged
+        over heads, every head of the last layer, and the last encoder layer's self-attention (rows = source)."""
+        memory, encoder_weights = self.encode_memory(source, source_mask, need_weights=True)
+        positions = torch.arange(target_in.shape[1], device=target_in.device)[None, :]
+        x = self.target_embedding(target_in, positions)
+        mask = source_mask[:, None, None, :]
+        maps = {}
+        for i, layer in enumerate(self.decoder):
+            cross_keys, cross_values = layer.cross_attention.project_keys_values(memory, memory)
+            x, weights, _ = layer(x, cross_keys, cross_values, mask, need_weights=True)
+            maps[f"cross_layer_{i + 1}"] = weights.mean(1, keepdim=True)
+        maps["cross_heads_last_layer"] = weights
+        maps["encoder_self_last_layer"] = encoder_weights
+        return maps

@@ -94,3 +94,18 @@ def test_every_attention_config_builds_into_luong_or_bahdanau(sample_vocabulary,
     cfg = compose_config(*tiny_model_overrides(host), f"model/attention={attention}")
     model = build.model(cfg.model, sample_vocabulary)
     assert type(model.attention).__name__.lower().startswith(attention)
+
+
+@pytest.mark.parametrize("model_name", MODELS)
+def test_attention_maps_are_distributions_over_the_real_source(sample_vocabulary, model_name):
+    model = make_model(sample_vocabulary, [model_name])
+    source, mask, target = batch(sample_vocabulary.source_size)
+    maps = model.attention_maps(source, mask, target)
+    if model_name == "sutskever":
+        assert maps == {}
+        return
+    assert maps
+    for name, weights in maps.items():
+        assert weights.dim() == 4 and weights.shape[0] == 3 and weights.shape[-1] == source.shape[1], name
+        torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[:-1]))
+        assert (weights.masked_select(~mask[:, None, None, :].expand_as(weights)) == 0).all()
