@@ -179,6 +179,10 @@ def test_train_and_evaluate_command_lines_end_to_end(tmp_path, monkeypatch):
     assert translate.returncode == 0, translate.stderr
     lines = translate.stdout.split("\n")
     assert len(lines) == 4 and lines[1] == "" and lines[0] and lines[2]  # line for line, an empty line stays empty
+    compare = run("scripts/compare.py", str(run_dir), "--output", str(tmp_path / "report"))
+    assert compare.returncode == 0, compare.stderr
+    assert "| bahdanau (additive) |" in (tmp_path / "report" / "report.md").read_text()
+    assert (tmp_path / "report" / "bleu_by_length.png").is_file()
     resumed = run("train.py", *small_demo, "trainer.max_steps=9", "trainer.resume=true")
     assert resumed.returncode == 0, resumed.stderr
     assert checkpoint.load(run_dir / "last.pt")["progress"]["step"] == 9

@@ -1,0 +1,156 @@
+"""Compare finished training runs: a markdown report with a table and figures.
+
+python scripts/compare.py DIR [DIR ...] [--output REPORT_DIR]
+
+Each DIR is a run directory (holding best.pt, last.pt and best.test.hyp) or a folder of them, such as a Hydra
+multirun folder. The report (`report.md`, `bleu_by_length.png`, `bleu_by_time.png`) goes to --output (default: the
+first DIR). BLEU by source length is the figure Bahdanau et al. (2015, fig. 2) used to show that a fixed-size
+encoding loses long sentences.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import sacrebleu
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from omegaconf import OmegaConf  # noqa: E402
+
+from nmt import UserError, build, checkpoint  # noqa: E402
+from nmt.plot import plt  # noqa: E402
+
+LENGTH_BUCKETS = [(1, 10), (11, 15), (16, 20), (21, 30), (31, 1000)]  # source words
+
+
+def find_runs(folders: list[Path]) -> list[Path]:
+    runs = []
+    for folder in folders:
+        if not folder.is_dir():
+            raise UserError(f"{folder}: not a folder")
+        runs += sorted(p.parent for p in folder.rglob("best.pt") if (p.parent / "best.test.hyp").is_file())
+    if not runs:
+        raise UserError(f"no finished runs (best.pt with best.test.hyp) under {', '.join(map(str, folders))}")
+    return runs
+
+
+def describe(run: Path, test_cache: dict) -> dict:
+    best, last = checkpoint.load(run / "best.pt"), checkpoint.load(run / "last.pt")
+    config = best["config"]
+    data = OmegaConf.create(config["data"])
+    key = OmegaConf.to_yaml(data)
+    if key not in test_cache:
+        test_cache[key] = build.load_corpus(data).test
+    pairs = test_cache[key]
+    hypotheses = (run / "best.test.hyp").read_text(encoding="utf-8").split("\n")[: len(pairs)]
+    references = [t for _, t in pairs]
+    progress = last["progress"]
+    model = config["model"]
+    name = model["_target_"].rsplit(".", 1)[-1].replace("Seq2Seq", "").lower()
+    if "attention" in model:
+        name += f" ({model['attention']['_target_'].rsplit('.', 1)[-1].replace('Attention', '').lower()}"
+        name += f", {model['alignment']})" if "alignment" in model else ")"
+    by_length = {}
+    for low, high in LENGTH_BUCKETS:
+        chosen = [i for i, (s, _) in enumerate(pairs) if low <= len(s.split()) <= high]
+        if chosen:
+            bleu = sacrebleu.corpus_bleu([hypotheses[i] for i in chosen], [[references[i] for i in chosen]])
+            by_length[(low, high)] = (bleu.score, len(chosen))
+    return {
+        "run": run,
+        "name": name,
+        "parameters": sum({t.data_ptr(): t.numel() for t in best["model"].values()}.values()),  # tied ones once
+        "best_step": best["progress"]["step"],
+        "minutes": progress["train_seconds"] / 60,
+        "tokens_per_second": progress["tokens_trained"] / max(progress["train_seconds"], 1e-9),
+        "valid_bleu": best["progress"]["best_bleu"],
+        "test_bleu": sacrebleu.corpus_bleu(hypotheses, [references]).score,
+        "test_chrf": sacrebleu.corpus_chrf(hypotheses, [references]).score,
+        "by_length": by_length,
+        "curve": valid_curve(run),
+    }
+
+
+def valid_curve(run: Path) -> list[tuple[float, float]]:
+    """(minutes since the run's first event, valid BLEU) at each validation."""
+    events = EventAccumulator(str(run))
+    events.Reload()
+    if "valid/bleu" not in events.Tags()["scalars"]:
+        return []
+    scalars = events.Scalars("valid/bleu")
+    start = min(e.wall_time for e in events.Scalars("train/loss")) if "train/loss" in events.Tags()["scalars"] else 0
+    return [((s.wall_time - start) / 60, s.value) for s in scalars]
+
+
+def figures(runs: list[dict], output: Path) -> None:
+    figure, axes = plt.subplots(figsize=(6.5, 4), dpi=110)
+    labels = [f"{low}-{high}" if high < 1000 else f"{low}+" for low, high in LENGTH_BUCKETS]
+    for run in runs:
+        points = [(labels[i], run["by_length"][b][0]) for i, b in enumerate(LENGTH_BUCKETS) if b in run["by_length"]]
+        axes.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=run["name"])
+    axes.set_xlabel("source sentence length (words)")
+    axes.set_ylabel("test BLEU")
+    axes.set_title("BLEU by source length")
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(output / "bleu_by_length.png")
+    figure, axes = plt.subplots(figsize=(6.5, 4), dpi=110)
+    for run in runs:
+        if run["curve"]:
+            axes.plot(*zip(*run["curve"]), marker=".", label=run["name"])
+    axes.set_xlabel("wall-clock minutes (training and validation)")
+    axes.set_ylabel("valid BLEU (greedy)")
+    axes.set_title("Valid BLEU against time")
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(output / "bleu_by_time.png")
+
+
+def report(runs: list[dict], output: Path) -> str:
+    lines = [
+        "| model | params | best step | train min | tok/s | valid BLEU | test BLEU | test chrF | run |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in sorted(runs, key=lambda r: -r["test_bleu"]):
+        lines.append(
+            f"| {r['name']} | {r['parameters']:,} | {r['best_step']} | {r['minutes']:.1f} | "
+            f"{r['tokens_per_second']:,.0f} | {r['valid_bleu']:.2f} | {r['test_bleu']:.2f} | {r['test_chrf']:.2f} | "
+            f"`{r['run']}` |"
+        )
+    header = [f"{low}-{high}" if high < 1000 else f"{low}+" for low, high in LENGTH_BUCKETS]
+    lines += ["", "Test BLEU by source length (words; sentences per bucket in brackets):", "",
+              "| model | " + " | ".join(header) + " |", "|---|" + "---|" * len(header)]  # fmt: skip
+    for r in runs:
+        cells = [f"{r['by_length'][b][0]:.1f} ({r['by_length'][b][1]})" if b in r["by_length"] else "-"
+                 for b in LENGTH_BUCKETS]  # fmt: skip
+        lines.append(f"| {r['name']} | " + " | ".join(cells) + " |")
+    lines += ["", "![BLEU by source length](bleu_by_length.png)", "", "![valid BLEU against time](bleu_by_time.png)"]
+    text = "# Comparison\n\nTest BLEU and chrF: sacrebleu, best checkpoint, greedy.\n\n" + "\n".join(lines) + "\n"
+    (output / "report.md").write_text(text, encoding="utf-8")
+    return text
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folders", nargs="+", type=Path)
+    parser.add_argument("--output", type=Path, default=None)
+    arguments = parser.parse_args()
+    output = arguments.output or arguments.folders[0]
+    output.mkdir(parents=True, exist_ok=True)
+    cache: dict = {}
+    runs = [describe(run, cache) for run in find_runs(arguments.folders)]
+    figures(runs, output)
+    print(report(runs, output))
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except UserError as error:
+        sys.exit(f"error: {error}")
