@@ -1,4 +1,4 @@
-# make install | train | demo | test | tensorboard | lint
+# make install | train | demo | compare | test | tensorboard | lint
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -7,7 +7,7 @@ TORCH ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo torch || echo tor
 DATA_DIR ?=
 DATA_ARG := $(if $(DATA_DIR),data.dir=$(abspath $(DATA_DIR)),)
 
-.PHONY: install train demo test tensorboard lint
+.PHONY: install train demo compare test tensorboard lint
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,13 @@ train: install
 
 demo: install
 	$(BIN)/python train.py data=sample model=bahdanau experiment=demo
+
+# The four families one after another on the same data and budget, then the report (multirun/compare/report.md).
+COMPARE_MINUTES ?= 30
+compare: install
+	$(BIN)/python train.py -m model=sutskever,bahdanau,luong,transformer trainer.max_minutes=$(COMPARE_MINUTES) \
+		trainer.progress=false hydra.sweep.dir=multirun/compare $(DATA_ARG)
+	$(BIN)/python scripts/compare.py multirun/compare
 
 test: install
 	$(BIN)/python -m pytest -q
