@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from nmt import UserError, build, checkpoint
 from nmt.data import Pairs, Vocabulary, read_lines, read_parallel
-from nmt.trainer import autocast, score, translate_pairs
+from nmt.trainer import score, translate_pairs
 
 log = logging.getLogger(__name__)
 
@@ -57,19 +57,18 @@ def evaluate(
     pairs = pairs_to_score(config, split, source, reference, data_dir)
     sources, references = [s for s, _ in pairs], [t for _, t in pairs]
     trainer = config["trainer"]
-    with autocast(target_device, dtype):
-        hypotheses, _ = translate_pairs(
-            model,
-            vocabulary,
-            sources,
-            target_device,
-            dtype,
-            max_tokens,
-            ratio=trainer["decode_ratio"],
-            extra=trainer["decode_extra"],
-            beam_size=beam,
-            alpha=alpha,
-        )
+    hypotheses, _ = translate_pairs(
+        model,
+        vocabulary,
+        sources,
+        target_device,
+        dtype,
+        max_tokens,
+        ratio=trainer["decode_ratio"],
+        extra=trainer["decode_extra"],
+        beam_size=beam,
+        alpha=alpha,
+    )
     bleu, chrf, bleu_metric, chrf_metric = score(hypotheses, references)
     name = Path(source).name if source else split
     output_path = Path(output) if output else Path(checkpoint_path).with_suffix(f".{name}.beam{beam}.hyp")
