@@ -175,6 +175,7 @@ class Trainer:
         self.schedule = make_schedule(self.optimizer, options)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.dtype == torch.float16)
         self.step = self.epoch = self.batch_in_epoch = 0
+        self.batches_in_epoch = 0  # set when an epoch's batches are drawn, so no step re-sorts the corpus
         self.best_bleu, self.bad_validations, self.train_seconds, self.tokens_trained = -1.0, 0, 0.0, 0
         self.last_metrics: dict[str, float] = {}
         self.writer: SummaryWriter | None = None
@@ -268,7 +269,9 @@ class Trainer:
         pin = self.device.type == "cuda"
         while True:
             self.sampler.set_epoch(self.epoch)
-            order = self.sampler.batches()[self.batch_in_epoch :]
+            epoch_batches = self.sampler.batches()
+            self.batches_in_epoch = len(epoch_batches)
+            order = epoch_batches[self.batch_in_epoch :]
             loader = torch.utils.data.DataLoader(self.dataset, batch_sampler=order, collate_fn=collate, pin_memory=pin)
             for batch in loader:
                 yield batch.to(self.device, non_blocking=pin)
@@ -340,7 +343,7 @@ class Trainer:
     def should_validate(self) -> bool:
         if self.options.valid_every:
             return self.step % self.options.valid_every == 0
-        return self.batch_in_epoch == len(self.sampler)  # the end of an epoch
+        return self.batch_in_epoch == self.batches_in_epoch  # the end of an epoch
 
     def log_train(self, loss_sum, tokens: int, seconds: float, norm, bar) -> None:
         loss = loss_sum.item() / max(tokens, 1)

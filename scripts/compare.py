@@ -86,30 +86,31 @@ def valid_curve(run: Path) -> list[tuple[float, float]]:
     return [((s.wall_time - start) / 60, s.value) for s in scalars]
 
 
+def line_figure(lines: dict[str, tuple[list, list]], xlabel: str, ylabel: str, title: str, path: Path) -> None:
+    """One line per model: {name: (x values, y values)}."""
+    figure, axes = plt.subplots(figsize=(6.5, 4), dpi=110)
+    for name, (x, y) in lines.items():
+        axes.plot(x, y, marker="o", markersize=4, label=name)
+    axes.set_xlabel(xlabel)
+    axes.set_ylabel(ylabel)
+    axes.set_title(title)
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path)
+
+
 def figures(runs: list[dict], output: Path) -> None:
-    figure, axes = plt.subplots(figsize=(6.5, 4), dpi=110)
     labels = [f"{low}-{high}" if high < 1000 else f"{low}+" for low, high in LENGTH_BUCKETS]
+    by_length = {}
     for run in runs:
-        points = [(labels[i], run["by_length"][b][0]) for i, b in enumerate(LENGTH_BUCKETS) if b in run["by_length"]]
-        axes.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=run["name"])
-    axes.set_xlabel("source sentence length (words)")
-    axes.set_ylabel("test BLEU")
-    axes.set_title("BLEU by source length")
-    axes.grid(alpha=0.3)
-    axes.legend(fontsize=8)
-    figure.tight_layout()
-    figure.savefig(output / "bleu_by_length.png")
-    figure, axes = plt.subplots(figsize=(6.5, 4), dpi=110)
-    for run in runs:
-        if run["curve"]:
-            axes.plot(*zip(*run["curve"]), marker=".", label=run["name"])
-    axes.set_xlabel("wall-clock minutes (training and validation)")
-    axes.set_ylabel("valid BLEU (greedy)")
-    axes.set_title("Valid BLEU against time")
-    axes.grid(alpha=0.3)
-    axes.legend(fontsize=8)
-    figure.tight_layout()
-    figure.savefig(output / "bleu_by_time.png")
+        kept = [i for i, bucket in enumerate(LENGTH_BUCKETS) if bucket in run["by_length"]]
+        by_length[run["name"]] = ([labels[i] for i in kept], [run["by_length"][LENGTH_BUCKETS[i]][0] for i in kept])
+    line_figure(by_length, "source sentence length (words)", "test BLEU", "BLEU by source length",
+                output / "bleu_by_length.png")  # fmt: skip
+    by_time = {run["name"]: tuple(zip(*run["curve"])) for run in runs if run["curve"]}
+    line_figure(by_time, "wall-clock minutes (training and validation)", "valid BLEU (greedy)",
+                "Valid BLEU against time", output / "bleu_by_time.png")  # fmt: skip
 
 
 def report(runs: list[dict], output: Path) -> str:
