@@ -2,6 +2,8 @@
 
 All three speak the one model interface that the trainer and the search use:
     forward(source, source_mask, target_in) -> logits (B, T, V), attention (B, T, S) or None
+    features(source, source_mask, target_in) -> what `output` reads (B, T, F), attention: forward without the output
+                                                layer, so the trainer can fuse that layer with the loss (nmt/loss.py)
     encode(source, source_mask)             -> state: dict of batch-first tensors
     decode_step(previous, state)            -> logits (B, V), state, attention (B, S) or None
 A decoding state is a flat dict of tensors whose first dimension is the batch, so beam search can reorder any of them
@@ -123,12 +125,16 @@ class SutskeverSeq2Seq(nn.Module):
         logits = self.output(self.dropout(output[:, 0]))  # (B, V)
         return logits, {"hidden": batch_first(hidden), "cell": batch_first(cell)}, None
 
-    def forward(self, source: torch.Tensor, source_mask: torch.Tensor, target_in: torch.Tensor):
+    def features(self, source: torch.Tensor, source_mask: torch.Tensor, target_in: torch.Tensor):
         state = self.encode(source, source_mask)
         embedded = self.dropout(self.embedding(target_in))  # (B, T, E)
         # Teacher forcing needs no per-step Python: one nn.LSTM call over the whole target.
         outputs, _ = self.decoder(embedded, (layers_first(state["hidden"]), layers_first(state["cell"])))
-        return self.output(self.dropout(outputs)), None  # (B, T, V)
+        return self.dropout(outputs), None  # (B, T, H)
+
+    def forward(self, source: torch.Tensor, source_mask: torch.Tensor, target_in: torch.Tensor):
+        features, _ = self.features(source, source_mask, target_in)
+        return self.output(features), None  # (B, T, V)
 
     def attention_maps(self, source: torch.Tensor, source_mask: torch.Tensor, target_in: torch.Tensor):
         return {}  # no attention: nothing to plot
@@ -201,18 +207,17 @@ class BahdanauSeq2Seq(AlignmentMaps, nn.Module):
             new_state = {**state, "hidden": self.decoder(rnn_input, state["hidden"])}
         return context, new_state, weights[:, 0]
 
-    def output_layer(self, hidden: torch.Tensor, context: torch.Tensor, embedded: torch.Tensor) -> torch.Tensor:
-        """Maxout readout t_i = max over pairs of (U_o s_i + V_o E y_{i-1} + C_o c_i), then W_o: (..., V)."""
+    def maxout(self, hidden: torch.Tensor, context: torch.Tensor, embedded: torch.Tensor) -> torch.Tensor:
+        """Maxout readout t_i = max over pairs of (U_o s_i + V_o E y_{i-1} + C_o c_i), which W_o reads: (..., R)."""
         readout = self.readout(torch.cat([hidden, context, embedded], dim=-1))  # (..., 2R)
-        readout = readout.unflatten(-1, (-1, 2)).amax(-1)  # (..., R)
-        return self.output(self.dropout(readout))
+        return self.dropout(readout.unflatten(-1, (-1, 2)).amax(-1))
 
     def decode_step(self, previous: torch.Tensor, state: State) -> tuple[torch.Tensor, State, torch.Tensor]:
         embedded = self.dropout(self.embedding(previous))  # (B, E)
         context, state, weights = self.recur(embedded, state)
-        return self.output_layer(state["hidden"], context, embedded), state, weights
+        return self.output(self.maxout(state["hidden"], context, embedded)), state, weights
 
-    def forward(self, source: torch.Tensor, source_mask: torch.Tensor, target_in: torch.Tensor):
+    def features(self, source: torch.Tensor, source_mask: torch.Tensor, target_in: torch.Tensor):
         state = self.encode(source, source_mask)
         embedded = self.dropout(self.embedding(target_in))  # (B, T, E)
         hiddens, contexts, weights = [], [], []
@@ -221,9 +226,13 @@ class BahdanauSeq2Seq(AlignmentMaps, nn.Module):
             hiddens.append(state["hidden"])
             contexts.append(context)
             weights.append(step_weights)
-        # The readout and the large output layer run once over all steps.
-        logits = self.output_layer(torch.stack(hiddens, 1), torch.stack(contexts, 1), embedded)  # (B, T, V)
-        return logits, torch.stack(weights, 1)  # (B, T, S)
+        # The readout (and, after it, the large output layer) runs once over all steps.
+        readout = self.maxout(torch.stack(hiddens, 1), torch.stack(contexts, 1), embedded)  # (B, T, R)
+        return readout, torch.stack(weights, 1)  # (B, T, S)
+
+    def forward(self, source: torch.Tensor, source_mask: torch.Tensor, target_in: torch.Tensor):
+        features, weights = self.features(source, source_mask, target_in)
+        return self.output(features), weights  # (B, T, V), (B, T, S)
 
 
 class LuongSeq2Seq(AlignmentMaps, nn.Module):
@@ -290,34 +299,42 @@ class LuongSeq2Seq(AlignmentMaps, nn.Module):
         return attentional, weights
 
     def decode_step(self, previous: torch.Tensor, state: State) -> tuple[torch.Tensor, State, torch.Tensor]:
+        features, state, weights = self.step(previous, state)
+        return self.output(features), state, weights  # eq. 6: (B, V)
+
+    def step(self, previous: torch.Tensor, state: State) -> tuple[torch.Tensor, State, torch.Tensor]:
+        """One decoder step up to the attentional vector h~_t (after dropout), which the output layer reads."""
         embedded = self.dropout(self.embedding(previous))[:, None, :]  # (B, 1, E)
         if self.input_feeding:
             embedded = torch.cat([embedded, state["attentional"][:, None, :]], dim=-1)
         output, (hidden, cell) = self.decoder(embedded, (layers_first(state["hidden"]), layers_first(state["cell"])))
         attentional, weights = self.attend(output, state, state["position"][:, None])
-        attentional = attentional[:, 0]  # (B, H)
-        logits = self.output(self.dropout(attentional))  # eq. 6, (B, V)
+        attentional = self.dropout(attentional[:, 0])  # (B, H)
         new_state = {
             **state,
             "hidden": batch_first(hidden),
             "cell": batch_first(cell),
-            "attentional": self.dropout(attentional),
+            "attentional": attentional,
             "position": state["position"] + 1,
         }
-        return logits, new_state, weights[:, 0]
+        return attentional, new_state, weights[:, 0]
 
-    def forward(self, source: torch.Tensor, source_mask: torch.Tensor, target_in: torch.Tensor):
+    def features(self, source: torch.Tensor, source_mask: torch.Tensor, target_in: torch.Tensor):
         state = self.encode(source, source_mask)
         if self.input_feeding:  # h~_{t-1} enters step t, so the decoder runs step by step
-            logits, weights = [], []
+            attentional, weights = [], []
             for t in range(target_in.shape[1]):
-                step_logits, state, step_weights = self.decode_step(target_in[:, t], state)
-                logits.append(step_logits)
+                step_attentional, state, step_weights = self.step(target_in[:, t], state)
+                attentional.append(step_attentional)
                 weights.append(step_weights)
-            return torch.stack(logits, 1), torch.stack(weights, 1)
+            return torch.stack(attentional, 1), torch.stack(weights, 1)
         # Without input feeding the decoder RNN runs over the whole target at once and attends in one batched product.
         embedded = self.dropout(self.embedding(target_in))  # (B, T, E)
         outputs, _ = self.decoder(embedded, (layers_first(state["hidden"]), layers_first(state["cell"])))
         positions = torch.arange(target_in.shape[1], device=target_in.device)[None, :]  # (1, T)
         attentional, weights = self.attend(outputs, state, positions)
-        return self.output(self.dropout(attentional)), weights  # (B, T, V), (B, T, S)
+        return self.dropout(attentional), weights  # (B, T, H), (B, T, S)
+
+    def forward(self, source: torch.Tensor, source_mask: torch.Tensor, target_in: torch.Tensor):
+        features, weights = self.features(source, source_mask, target_in)
+        return self.output(features), weights  # (B, T, V), (B, T, S)

@@ -17,13 +17,13 @@ from pathlib import Path
 import numpy as np
 import sacrebleu
 import torch
-import torch.nn.functional as F
 from omegaconf import DictConfig, OmegaConf
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
 from nmt import UserError, build, checkpoint
 from nmt.data import BOS_ID, EOS_ID, PAD_ID, Batch, Pairs, ParallelDataset, TokenBatchSampler, Vocabulary, collate
+from nmt.loss import linear_cross_entropy
 from nmt.plot import attention_figure, heads_figure
 from nmt.search import Hypothesis, beam_search, greedy
 
@@ -231,15 +231,7 @@ class Trainer:
     def train_step(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         """One update; returns the summed loss and the gradient norm as tensors (no host sync here)."""
         self.model.train()
-        with autocast(self.device, self.dtype):
-            logits, _ = self.model(batch.source, batch.source_mask, batch.target_in)  # (B, T, V)
-        loss_sum = F.cross_entropy(
-            logits.flatten(0, 1).float(),
-            batch.target_out.flatten(),
-            ignore_index=PAD_ID,
-            label_smoothing=self.options.label_smoothing,
-            reduction="sum",
-        )
+        loss_sum = self.loss(batch, self.options.label_smoothing)
         tokens = (batch.target_out != PAD_ID).sum()
         self.optimizer.zero_grad(set_to_none=True)
         self.scaler.scale(loss_sum / tokens).backward()
@@ -250,6 +242,17 @@ class Trainer:
         if not isinstance(self.schedule, torch.optim.lr_scheduler.ReduceLROnPlateau):
             self.schedule.step()
         return loss_sum.detach(), norm.detach()
+
+    def loss(self, batch: Batch, smoothing: float) -> torch.Tensor:
+        """Summed cross-entropy of the batch's real target tokens: the model's features, then the output layer and the
+        loss fused (nmt/loss.py), so the (tokens, vocabulary) logits are never held whole."""
+        with autocast(self.device, self.dtype):
+            features, _ = self.model.features(batch.source, batch.source_mask, batch.target_in)  # (B, T, F)
+        real = batch.target_out != PAD_ID
+        output = self.model.output
+        return linear_cross_entropy(
+            features[real], output.weight, output.bias, batch.target_out[real], smoothing, self.dtype
+        )
 
     def finished(self, started: float) -> str | None:
         """Why training stops now, or None."""
@@ -374,11 +377,7 @@ class Trainer:
         total, tokens = 0.0, 0
         for indices in sampler:
             batch = collate([self.valid_dataset[i] for i in indices]).to(self.device)
-            with autocast(self.device, self.dtype):
-                logits, _ = self.model(batch.source, batch.source_mask, batch.target_in)
-            total += F.cross_entropy(
-                logits.flatten(0, 1).float(), batch.target_out.flatten(), ignore_index=PAD_ID, reduction="sum"
-            ).item()
+            total += self.loss(batch, smoothing=0.0).item()
             tokens += batch.target_tokens
         return total / max(tokens, 1)
 

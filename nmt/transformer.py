@@ -55,8 +55,12 @@ class FeedForward(nn.Sequential):
     """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2 (eq. 2)."""
 
     def __init__(self, model_size: int, hidden_size: int, dropout: float):
+        # Dropout on the hidden activation is not in the paper (fairseq's `activation_dropout`); off by default.
         super().__init__(
-            nn.Linear(model_size, hidden_size), nn.ReLU(), nn.Dropout(dropout), nn.Linear(hidden_size, model_size)
+            nn.Linear(model_size, hidden_size),
+            nn.ReLU(),
+            nn.Dropout(dropout) if dropout else nn.Identity(),
+            nn.Linear(hidden_size, model_size),
         )
 
 
@@ -78,10 +82,19 @@ class ResidualLayer(nn.Module):
 
 
 class EncoderLayer(ResidualLayer):
-    def __init__(self, model_size: int, heads: int, feedforward_size: int, dropout: float, pre_norm: bool):
+    def __init__(
+        self,
+        model_size: int,
+        heads: int,
+        feedforward_size: int,
+        dropout: float,
+        pre_norm: bool,
+        attention_dropout: float = 0.0,
+        activation_dropout: float = 0.0,
+    ):
         super().__init__(model_size, 2, dropout, pre_norm)
-        self.self_attention = MultiHeadAttention(model_size, heads, dropout)
-        self.feedforward = FeedForward(model_size, feedforward_size, dropout)
+        self.self_attention = MultiHeadAttention(model_size, heads, attention_dropout)
+        self.feedforward = FeedForward(model_size, feedforward_size, activation_dropout)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, need_weights: bool = False):
         """x (B, S, D), mask (B, 1, 1, S) -> x, self-attention weights (B, h, S, S) or None."""
@@ -92,11 +105,20 @@ class EncoderLayer(ResidualLayer):
 
 
 class DecoderLayer(ResidualLayer):
-    def __init__(self, model_size: int, heads: int, feedforward_size: int, dropout: float, pre_norm: bool):
+    def __init__(
+        self,
+        model_size: int,
+        heads: int,
+        feedforward_size: int,
+        dropout: float,
+        pre_norm: bool,
+        attention_dropout: float = 0.0,
+        activation_dropout: float = 0.0,
+    ):
         super().__init__(model_size, 3, dropout, pre_norm)
-        self.self_attention = MultiHeadAttention(model_size, heads, dropout)
-        self.cross_attention = MultiHeadAttention(model_size, heads, dropout)
-        self.feedforward = FeedForward(model_size, feedforward_size, dropout)
+        self.self_attention = MultiHeadAttention(model_size, heads, attention_dropout)
+        self.cross_attention = MultiHeadAttention(model_size, heads, attention_dropout)
+        self.feedforward = FeedForward(model_size, feedforward_size, activation_dropout)
 
     def forward(
         self,
@@ -139,6 +161,8 @@ class Transformer(nn.Module):
         encoder_layers: int = 3,
         decoder_layers: int = 3,
         dropout: float = 0.1,
+        attention_dropout: float = 0.0,
+        activation_dropout: float = 0.0,
         pre_norm: bool = True,
         positions: str = "sinusoidal",
         share_embeddings: bool = True,
@@ -154,10 +178,12 @@ class Transformer(nn.Module):
                 raise ValueError("model.share_embeddings needs a joint vocabulary (data.joint_vocab=true)")
             self.target_embedding.tokens = self.source_embedding.tokens
         self.encoder = nn.ModuleList(
-            EncoderLayer(d_model, heads, feedforward_size, dropout, pre_norm) for _ in range(encoder_layers)
+            EncoderLayer(d_model, heads, feedforward_size, dropout, pre_norm, attention_dropout, activation_dropout)
+            for _ in range(encoder_layers)
         )
         self.decoder = nn.ModuleList(
-            DecoderLayer(d_model, heads, feedforward_size, dropout, pre_norm) for _ in range(decoder_layers)
+            DecoderLayer(d_model, heads, feedforward_size, dropout, pre_norm, attention_dropout, activation_dropout)
+            for _ in range(decoder_layers)
         )
         self.encoder_norm = nn.LayerNorm(d_model) if pre_norm else nn.Identity()
         self.decoder_norm = nn.LayerNorm(d_model) if pre_norm else nn.Identity()
@@ -207,6 +233,10 @@ class Transformer(nn.Module):
         return logits, new_state, weights.mean(1)[:, 0]  # last layer, heads averaged: (B, S)
 
     def forward(self, source: torch.Tensor, source_mask: torch.Tensor, target_in: torch.Tensor):
+        features, weights = self.features(source, source_mask, target_in)
+        return self.output(features), weights  # (B, T, V), (B, T, S) or None
+
+    def features(self, source: torch.Tensor, source_mask: torch.Tensor, target_in: torch.Tensor):
         """Teacher forcing over the whole target at once. In eval mode the last layer's cross-attention weights
         (averaged over heads) come back too; in training the fused attention kernel runs and they do not."""
         memory, _ = self.encode_memory(source, source_mask)
@@ -217,8 +247,7 @@ class Transformer(nn.Module):
             cross_keys, cross_values = layer.cross_attention.project_keys_values(memory, memory)
             last = i == len(self.decoder) - 1
             x, weights, _ = layer(x, cross_keys, cross_values, mask, need_weights=last and not self.training)
-        logits = self.output(self.decoder_norm(x))  # (B, T, V)
-        return logits, (weights.mean(1) if weights is not None else None)
+        return self.decoder_norm(x), (weights.mean(1) if weights is not None else None)  # (B, T, D)
 
     @torch.no_grad()
     def attention_maps(self, source: torch.Tensor, source_mask: torch.Tensor, target_in: torch.Tensor):

@@ -25,8 +25,16 @@ def copy_into_torch(ours: MultiHeadAttention) -> torch.nn.MultiheadAttention:
     return reference.eval()
 
 
+@pytest.fixture
+def fused_on_cpu(monkeypatch):
+    """Take the fused scaled_dot_product_attention path (the GPU's) on the CPU too."""
+    monkeypatch.setattr(MultiHeadAttention, "fused_on_cpu", True)
+
+
+@pytest.mark.parametrize("fused", [False, True])
 @pytest.mark.parametrize("need_weights", [False, True])
-def test_multi_head_attention_equals_torch(need_weights):
+def test_multi_head_attention_equals_torch(need_weights, fused, monkeypatch):
+    monkeypatch.setattr(MultiHeadAttention, "fused_on_cpu", fused)
     torch.manual_seed(0)
     ours = MultiHeadAttention(D, HEADS).eval()
     reference = copy_into_torch(ours)
@@ -40,7 +48,7 @@ def test_multi_head_attention_equals_torch(need_weights):
         assert (weights[1, :, :, 4:] == 0).all()
 
 
-def test_causal_self_attention_equals_torch_with_a_causal_mask():
+def test_causal_self_attention_equals_torch_with_a_causal_mask(fused_on_cpu):
     torch.manual_seed(1)
     ours = MultiHeadAttention(D, HEADS).eval()
     reference = copy_into_torch(ours)
@@ -82,7 +90,7 @@ def test_changing_a_future_target_token_changes_no_earlier_output(sample_vocabul
     assert not torch.allclose(first[:, 3:], second[:, 3:])
 
 
-def test_fused_training_path_equals_explicit_eval_path(sample_vocabulary):
+def test_fused_training_path_equals_explicit_eval_path(sample_vocabulary, fused_on_cpu):
     model = make_transformer(sample_vocabulary, "model.dropout=0.0")
     source = torch.tensor([[5, 6, 7, 8], [9, 10, 0, 0]])
     target = torch.tensor([[BOS_ID, 11, 12], [BOS_ID, 15, 0]])
@@ -103,3 +111,12 @@ def test_decoding_cache_grows_one_position_per_step(sample_vocabulary):
         for step in range(3):
             _, state, _ = model.decode_step(torch.tensor([BOS_ID]), state)
             assert state["self_keys_0"].shape[2] == step + 1
+
+
+def test_attention_and_activation_dropout_are_off_by_default_and_on_when_asked(sample_vocabulary):
+    default = make_transformer(sample_vocabulary)
+    assert isinstance(default.encoder[0].feedforward[2], torch.nn.Identity)
+    assert default.decoder[0].cross_attention.dropout == 0.0
+    both = make_transformer(sample_vocabulary, "model.attention_dropout=0.2", "model.activation_dropout=0.3")
+    assert both.decoder[0].self_attention.dropout == 0.2
+    assert both.encoder[0].feedforward[2].p == 0.3

@@ -1,0 +1,96 @@
+"""The training loss: the output layer and label-smoothed cross-entropy fused, a few hundred rows at a time.
+
+Written the plain way, `F.cross_entropy(output(features).float(), ...)` holds the (tokens, vocabulary) logits in
+fp32 several times over (logits, log-probabilities, their gradient, the smoothing term): for 4,000 target tokens and
+8,000 subwords that is 128 MB per copy, and on a CPU the step spends over half its time moving those arrays rather
+than in the model. Here each chunk of rows goes through W x + b, log-sum-exp and the gradient while it is still in
+cache, and only the loss, the gradient of the features and the gradient of W and b leave the function (the approach of
+fused linear-cross-entropy kernels such as Liger's). The gradient is computed in the forward pass, since the loss is
+the last node of the graph; backward only scales it.
+
+With smoothing eps over V classes (the target gets 1 - eps + eps/V, as in `F.cross_entropy(label_smoothing=eps)`):
+    loss_i = logsumexp(z_i) - (1 - eps) z_i[y_i] - eps mean(z_i)
+    d loss_i / d z_i = softmax(z_i) - (1 - eps) 1[y_i] - eps/V
+"""
+
+import torch
+
+CHUNK_ELEMENTS = 1 << 21  # logits per chunk: 2M floats (8 MB), a few hundred rows of an 8k vocabulary
+
+
+class _LinearCrossEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, features, weight, bias, target, smoothing, dtype):
+        # features (N, H), weight (V, H), bias (V,) or None, target (N,) without padding
+        rows, vocab = features.shape[0], weight.shape[0]
+        x, w = features.to(dtype), weight.to(dtype)
+        b = bias.to(dtype) if bias is not None else None
+        needs_grad = any(ctx.needs_input_grad[:3])
+        total = torch.zeros((), dtype=torch.float32, device=x.device)
+        step = max(1, CHUNK_ELEMENTS // vocab)
+        if needs_grad:
+            grad_x = torch.empty(x.shape, dtype=torch.float32, device=x.device)
+            grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=x.device)
+            grad_b = torch.zeros(vocab, dtype=torch.float32, device=x.device)
+            probabilities = torch.empty(min(step, rows), vocab, dtype=dtype, device=x.device)
+        for start in range(0, rows, step):
+            chunk = slice(start, start + step)
+            x_chunk, y = x[chunk], target[chunk, None]  # (n, H), (n, 1)
+            z = torch.addmm(b, x_chunk, w.t()) if b is not None else x_chunk @ w.t()  # (n, V)
+            log_p = torch.log_softmax(z.float(), dim=1)  # (n, V) fp32; faster than dtype=float32 on CPU
+            total -= (1.0 - smoothing) * log_p.gather(1, y).sum() + smoothing * log_p.mean(dim=1).sum()
+            if not needs_grad:
+                continue
+            # d/dz = p - (1 - eps) 1[y] - eps/V: the products take p alone; the two sparse or constant terms are
+            # added after them in fp32, which keeps them exact and saves two passes over the (n, V) block.
+            p = torch.exp(log_p, out=probabilities[: len(x_chunk)])  # (n, V) in the matmul dtype
+            grad_x[chunk] = torch.mm(p, w).float() - (1.0 - smoothing) * w[y[:, 0]].float()
+            grad_w += (p.t() @ x_chunk).float()
+            grad_w.index_add_(0, y[:, 0], x_chunk.float(), alpha=smoothing - 1.0)
+            grad_b += p.sum(dim=0, dtype=torch.float32)
+            grad_b.index_add_(0, y[:, 0], torch.full((len(x_chunk),), smoothing - 1.0, device=x.device))
+        if needs_grad and smoothing:
+            grad_x -= smoothing / vocab * w.float().sum(dim=0)
+            grad_w -= smoothing / vocab * x.float().sum(dim=0)
+            grad_b -= smoothing / vocab * rows
+        if not needs_grad:
+            grad_x = grad_w = grad_b = None
+        elif bias is None:
+            grad_b = None
+        ctx.save_for_backward(grad_x, grad_w, grad_b)
+        ctx.dtypes = (features.dtype, weight.dtype, bias.dtype if bias is not None else None)
+        return total
+
+    @staticmethod
+    def backward(ctx, grad_total):
+        grad_x, grad_w, grad_b = ctx.saved_tensors
+        features_dtype, weight_dtype, bias_dtype = ctx.dtypes
+        scale = grad_total.float()
+        return (
+            (grad_x.float() * scale).to(features_dtype),
+            (grad_w * scale).to(weight_dtype),
+            (grad_b * scale).to(bias_dtype) if grad_b is not None else None,
+            None,
+            None,
+            None,
+        )
+
+
+def linear_cross_entropy(
+    features: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    target: torch.Tensor,
+    smoothing: float = 0.0,
+    dtype: torch.dtype | None = None,
+) -> torch.Tensor:
+    """Summed label-smoothed cross-entropy of `features @ weight.T + bias` against `target`: a scalar (fp32).
+
+    features (N, H), weight (V, H), bias (V,) or None, target (N,) class ids (padding already removed). The matrix
+    products run in `dtype` (bf16 or fp16 under mixed precision; default: the features' dtype), the softmax and the
+    sums in fp32. Equals `F.cross_entropy(F.linear(features, weight, bias).float(), target, reduction="sum",
+    label_smoothing=smoothing)` in value and gradient.
+    """
+    if not 0.0 <= smoothing < 1.0:
+        raise ValueError(f"label smoothing must be in [0, 1), got {smoothing}")
+    return _LinearCrossEntropy.apply(features, weight, bias, target, smoothing, dtype or features.dtype)

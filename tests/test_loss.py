@@ -1,0 +1,66 @@
+"""The fused output layer + label-smoothed cross-entropy against PyTorch's own, in value and gradient."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from nmt import loss
+from nmt.loss import linear_cross_entropy
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("smoothing", [0.0, 0.1, 0.3])
+def test_equals_linear_then_cross_entropy_in_value_and_gradient(monkeypatch, bias, smoothing):
+    monkeypatch.setattr(loss, "CHUNK_ELEMENTS", 120)  # 4 rows of 30 classes per chunk: 13 chunks, the last short
+    torch.manual_seed(0)
+    features = torch.randn(50, 8, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(30, 8, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(30, dtype=torch.float64, requires_grad=True) if bias else None
+    target = torch.randint(0, 30, (50,))
+    inputs = [features, weight] + ([b] if bias else [])
+    expected = F.cross_entropy(F.linear(features, weight, b), target, reduction="sum", label_smoothing=smoothing)
+    expected_grads = torch.autograd.grad(2.5 * expected, inputs)
+    ours = linear_cross_entropy(features, weight, b, target, smoothing)
+    grads = torch.autograd.grad(2.5 * ours, inputs)
+    torch.testing.assert_close(ours.double(), expected, rtol=1e-6, atol=1e-4)  # the sum is kept in fp32
+    for got, want in zip(grads, expected_grads):
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_bf16_products_stay_close_to_fp32():
+    torch.manual_seed(1)
+    features = torch.randn(300, 32, requires_grad=True)
+    weight = (0.1 * torch.randn(500, 32)).requires_grad_()
+    target = torch.randint(0, 500, (300,))
+    expected = F.cross_entropy(F.linear(features, weight), target, reduction="sum", label_smoothing=0.1)
+    expected_grads = torch.autograd.grad(expected, [features, weight])
+    ours = linear_cross_entropy(features, weight, None, target, 0.1, dtype=torch.bfloat16)
+    grads = torch.autograd.grad(ours, [features, weight])
+    torch.testing.assert_close(ours, expected, rtol=1e-2, atol=0)
+    for got, want in zip(grads, expected_grads):
+        assert got.dtype == torch.float32  # gradients come back in the parameters' dtype
+        assert (got - want).norm() < 0.02 * want.norm()
+
+
+def test_without_gradients_only_the_loss_is_computed():
+    features, weight = torch.randn(10, 4), torch.randn(6, 4)
+    target = torch.randint(0, 6, (10,))
+    with torch.no_grad():
+        value = linear_cross_entropy(features, weight, None, target)
+    torch.testing.assert_close(value, F.cross_entropy(features @ weight.t(), target, reduction="sum"))
+
+
+def test_a_tied_weight_gets_the_gradient_of_both_uses():
+    torch.manual_seed(2)
+    embedding = torch.nn.Embedding(12, 6)
+    tokens, target = torch.randint(0, 12, (9,)), torch.randint(0, 12, (9,))
+    linear_cross_entropy(embedding(tokens), embedding.weight, None, target, 0.1).backward()
+    ours = embedding.weight.grad.clone()
+    embedding.weight.grad = None
+    F.cross_entropy(embedding(tokens) @ embedding.weight.t(), target, reduction="sum", label_smoothing=0.1).backward()
+    torch.testing.assert_close(ours, embedding.weight.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_smoothing_outside_zero_to_one_is_refused():
+    with pytest.raises(ValueError, match="label smoothing"):
+        linear_cross_entropy(torch.randn(2, 3), torch.randn(4, 3), None, torch.tensor([0, 1]), 1.0)
