@@ -1,19 +1,35 @@
-"""Score a trained checkpoint: decode a split (or the user's own files) and print BLEU and chrF with signatures."""
+"""Score a trained checkpoint: decode a split (or the user's own files); BLEU, chrF and TER with their signatures."""
 
 from __future__ import annotations
 
 import logging
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
+import sacrebleu
 import torch
 from omegaconf import OmegaConf
 
 from nmt import UserError, build, checkpoint
 from nmt.data import Pairs, Vocabulary, read_lines, read_parallel
-from nmt.trainer import score, translate_pairs
+from nmt.trainer import translate_pairs
 
 log = logging.getLogger(__name__)
+
+
+LENGTH_BUCKETS = [(1, 10), (11, 15), (16, 20), (21, 30), (31, 1000)]  # source words, as in Bahdanau et al. fig. 2
+
+
+def bleu_by_length(sources: list[str], hypotheses: list[str], references: list[str]) -> dict[tuple, tuple]:
+    """{(low, high): (BLEU, sentences)} over source-length buckets (words), for the buckets that hold sentences."""
+    buckets = {}
+    for low, high in LENGTH_BUCKETS:
+        chosen = [i for i, source in enumerate(sources) if low <= len(source.split()) <= high]
+        if chosen:
+            bleu = sacrebleu.corpus_bleu([hypotheses[i] for i in chosen], [[references[i] for i in chosen]])
+            buckets[(low, high)] = (bleu.score, len(chosen))
+    return buckets
 
 
 def load_model(path: str | Path, device: torch.device) -> tuple[torch.nn.Module, Vocabulary, dict]:
@@ -23,6 +39,47 @@ def load_model(path: str | Path, device: torch.device) -> tuple[torch.nn.Module,
     model = build.model(payload["config"]["model"], vocabulary)
     model.load_state_dict(payload["model"])
     return model.to(device).eval(), vocabulary, payload["config"]
+
+
+@dataclass
+class Translator:
+    """A checkpoint ready to decode: `translate(lines)` with the search settings it was made with."""
+
+    model: torch.nn.Module
+    vocabulary: Vocabulary
+    config: dict
+    device: torch.device
+    dtype: torch.dtype
+    beam: int
+    alpha: float
+    max_tokens: int
+
+    @classmethod
+    def load(cls, path: str, beam: int, alpha: float, device: str, precision: str | None, max_tokens: int):
+        if beam < 1:
+            raise UserError(f"beam={beam}: the beam size must be 1 (greedy) or more")
+        target_device = build.device(device)
+        model, vocabulary, config = load_model(path, target_device)
+        dtype = build.precision(precision or config["trainer"]["precision"])
+        return cls(model, vocabulary, config, target_device, dtype, beam, alpha, max_tokens)
+
+    def translate(self, lines: list[str]) -> list[str]:
+        if not lines:
+            return []
+        trainer = self.config["trainer"]
+        hypotheses, _ = translate_pairs(
+            self.model,
+            self.vocabulary,
+            lines,
+            self.device,
+            self.dtype,
+            self.max_tokens,
+            ratio=trainer["decode_ratio"],
+            extra=trainer["decode_extra"],
+            beam_size=self.beam,
+            alpha=self.alpha,
+        )
+        return hypotheses
 
 
 def pairs_to_score(config: dict, split: str, source: str | None, reference: str | None, data_dir: str | None) -> Pairs:
@@ -48,36 +105,32 @@ def evaluate(
     device: str = "auto",
     precision: str | None = None,
     max_tokens: int = 8000,
-) -> dict[str, float]:
-    if beam < 1:
-        raise UserError(f"beam={beam}: the beam size must be 1 (greedy) or more")
-    target_device = build.device(device)
-    model, vocabulary, config = load_model(checkpoint_path, target_device)
-    dtype = build.precision(precision or config["trainer"]["precision"])
-    pairs = pairs_to_score(config, split, source, reference, data_dir)
+) -> dict:
+    """Decode a split (or source=/reference= files), print BLEU, chrF and TER with their signatures and BLEU by
+    source length, and write the hypotheses; returns the scores."""
+    translator = Translator.load(checkpoint_path, beam, alpha, device, precision, max_tokens)
+    pairs = pairs_to_score(translator.config, split, source, reference, data_dir)
     sources, references = [s for s, _ in pairs], [t for _, t in pairs]
-    trainer = config["trainer"]
-    hypotheses, _ = translate_pairs(
-        model,
-        vocabulary,
-        sources,
-        target_device,
-        dtype,
-        max_tokens,
-        ratio=trainer["decode_ratio"],
-        extra=trainer["decode_extra"],
-        beam_size=beam,
-        alpha=alpha,
-    )
-    bleu, chrf, bleu_metric, chrf_metric = score(hypotheses, references)
+    hypotheses = translator.translate(sources)
+    metrics = [sacrebleu.metrics.BLEU(), sacrebleu.metrics.CHRF(), sacrebleu.metrics.TER()]
+    scores = [metric.corpus_score(hypotheses, [references]) for metric in metrics]
     name = Path(source).name if source else split
     output_path = Path(output) if output else Path(checkpoint_path).with_suffix(f".{name}.beam{beam}.hyp")
     output_path.write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
     search = "greedy decoding" if beam == 1 else f"beam {beam}, length penalty alpha {alpha:g}"
     print(f"{name}: {len(pairs)} sentences, {search}; hypotheses in {output_path}")
-    print(f"BLEU  {bleu.score:6.2f}  {bleu_metric.get_signature()}")
-    print(f"chrF  {chrf.score:6.2f}  {chrf_metric.get_signature()}")
-    return {"bleu": bleu.score, "chrf": chrf.score}
+    for label, metric, result in zip(["BLEU", "chrF", "TER"], metrics, scores):
+        print(f"{label:5} {result.score:6.2f}  {metric.get_signature()}")
+    buckets = bleu_by_length(sources, hypotheses, references)
+    print("BLEU by source length (words): " + ", ".join(
+        f"{low}-{high if high < 1000 else ''}: {bleu:.1f} ({count})" for (low, high), (bleu, count) in buckets.items()
+    ))  # fmt: skip
+    return {
+        "bleu": scores[0].score,
+        "chrf": scores[1].score,
+        "ter": scores[2].score,
+        "bleu_by_length": {f"{low}-{high}": bleu for (low, high), (bleu, _) in buckets.items()},
+    }
 
 
 def translate_file(
@@ -91,11 +144,7 @@ def translate_file(
     max_tokens: int = 8000,
 ) -> list[str]:
     """Translate the lines of `source` (stdin when None) and write them to `output` (stdout when None)."""
-    if beam < 1:
-        raise UserError(f"beam={beam}: the beam size must be 1 (greedy) or more")
-    target_device = build.device(device)
-    model, vocabulary, config = load_model(checkpoint_path, target_device)
-    dtype = build.precision(precision or config["trainer"]["precision"])
+    translator = Translator.load(checkpoint_path, beam, alpha, device, precision, max_tokens)
     if source:
         lines = read_lines(source)
     else:
@@ -105,9 +154,7 @@ def translate_file(
             raise UserError("standard input is not valid UTF-8 text") from None
         if lines and lines[-1] == "":
             lines.pop()
-    trainer = config["trainer"]
-    translations = translate_pairs(model, vocabulary, lines, target_device, dtype, max_tokens, trainer["decode_ratio"],
-                                   trainer["decode_extra"], beam, alpha)[0] if lines else []  # fmt: skip
+    translations = translator.translate(lines)
     text = "".join(t + "\n" for t in translations)
     if output:
         Path(output).write_text(text, encoding="utf-8")

@@ -61,6 +61,7 @@ class TrainerOptions:
     num_plots: int = 3
     progress: bool = True
     test_at_end: bool = True
+    keep_checkpoints: int = 5
 
 
 def autocast(device: torch.device, dtype: torch.dtype):
@@ -209,6 +210,16 @@ class Trainer:
 
     def save(self, name: str) -> None:
         checkpoint.save(self.state(), self.run_dir / name)
+
+    def save_weights(self) -> None:
+        """The weights of this validation as `step<N>.pt` (no optimizer: for averaging), keeping the newest few."""
+        keep = self.options.keep_checkpoints
+        if keep <= 0:
+            return
+        state = {k: v for k, v in self.state().items() if k in ("model", "progress", "config", "vocabulary")}
+        checkpoint.save(state, self.run_dir / f"step{self.step:08d}.pt")
+        for old in sorted(self.run_dir.glob("step*.pt"))[:-keep]:
+            old.unlink()
 
     def restore(self, path: str | Path) -> None:
         payload = checkpoint.load(path)
@@ -459,6 +470,7 @@ class Trainer:
             self.save("best.pt")
         else:
             self.bad_validations += 1
+        self.save_weights()
         self.save("last.pt")
         mark = " *" if improved else ""
         tqdm.write(

@@ -22,9 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from omegaconf import OmegaConf  # noqa: E402
 
 from nmt import UserError, build, checkpoint  # noqa: E402
+from nmt.evaluate import LENGTH_BUCKETS, bleu_by_length  # noqa: E402
 from nmt.plot import plt  # noqa: E402
-
-LENGTH_BUCKETS = [(1, 10), (11, 15), (16, 20), (21, 30), (31, 1000)]  # source words
 
 
 def find_runs(folders: list[Path]) -> list[Path]:
@@ -54,12 +53,7 @@ def describe(run: Path, test_cache: dict) -> dict:
     if "attention" in model:
         name += f" ({model['attention']['_target_'].rsplit('.', 1)[-1].replace('Attention', '').lower()}"
         name += f", {model['alignment']})" if "alignment" in model else ")"
-    by_length = {}
-    for low, high in LENGTH_BUCKETS:
-        chosen = [i for i, (s, _) in enumerate(pairs) if low <= len(s.split()) <= high]
-        if chosen:
-            bleu = sacrebleu.corpus_bleu([hypotheses[i] for i in chosen], [[references[i] for i in chosen]])
-            by_length[(low, high)] = (bleu.score, len(chosen))
+    by_length = bleu_by_length([s for s, _ in pairs], hypotheses, references)
     return {
         "run": run,
         "name": name,

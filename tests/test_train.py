@@ -158,7 +158,7 @@ def run(*args, cwd=ROOT, stdin=None):
 def test_train_and_evaluate_command_lines_end_to_end(tmp_path, monkeypatch):
     run_dir = tmp_path / "run"
     small_demo = ["experiment=demo", "data.sizes.train=300", "data.sizes.valid=20", "data.sizes.test=20",
-                  "trainer=debug", "trainer.valid_every=3", "trainer.progress=false",
+                  "trainer=debug", "trainer.valid_every=3", "trainer.progress=false", "trainer.keep_checkpoints=2",
                   f"data.spm_cache={tmp_path / 'spm'}", f"hydra.run.dir={run_dir}"]  # fmt: skip
     train = run("train.py", *small_demo, "trainer.max_steps=6")
     assert train.returncode == 0, train.stderr
@@ -169,6 +169,7 @@ def test_train_and_evaluate_command_lines_end_to_end(tmp_path, monkeypatch):
     evaluate = run("evaluate.py", f"checkpoint={run_dir / 'best.pt'}", "split=valid")
     assert evaluate.returncode == 0, evaluate.stderr
     assert "BLEU" in evaluate.stdout and "nrefs:1|case:mixed" in evaluate.stdout
+    assert "TER" in evaluate.stdout and "BLEU by source length (words): 1-10:" in evaluate.stdout
     assert len((run_dir / "best.valid.beam1.hyp").read_text().splitlines()) == 20
     searched = []
     monkeypatch.setattr(nmt.trainer, "beam_search", lambda *a, **k: searched.append(a[3]) or beam_search(*a, **k))
@@ -186,6 +187,27 @@ def test_train_and_evaluate_command_lines_end_to_end(tmp_path, monkeypatch):
     resumed = run("train.py", *small_demo, "trainer.max_steps=9", "trainer.resume=true")
     assert resumed.returncode == 0, resumed.stderr
     assert checkpoint.load(run_dir / "last.pt")["progress"]["step"] == 9
+    assert [p.name for p in sorted(run_dir.glob("step*.pt"))] == ["step00000006.pt", "step00000009.pt"]
+    average = run("scripts/average_checkpoints.py", str(run_dir), "--last", "2")
+    assert average.returncode == 0, average.stderr
+    assert checkpoint.load(run_dir / "averaged.pt")["progress"]["averaged_steps"] == [6, 9]
+    scored = run("evaluate.py", f"checkpoint={run_dir / 'averaged.pt'}", "split=valid", "beam=2")
+    assert scored.returncode == 0 and "TER" in scored.stdout, scored.stderr
+
+
+def test_averaged_checkpoint_holds_the_mean_of_the_weights(tmp_path):
+    config = {"model": {"_target_": "x"}}
+    for step, value in [(1, 1.0), (2, 2.0), (3, 6.0)]:
+        weights = {"w": torch.full((2, 2), value), "count": torch.tensor(step)}
+        payload = {"model": weights, "config": config, "vocabulary": {}, "progress": {"step": step}}
+        checkpoint.save(payload, tmp_path / f"step{step}.pt")
+    averaged = checkpoint.average(sorted(tmp_path.glob("step*.pt")))
+    torch.testing.assert_close(averaged["model"]["w"], torch.full((2, 2), 3.0))
+    assert averaged["model"]["count"] == 3 and averaged["progress"]["averaged_steps"] == [1, 2, 3]
+    other = {"model": {"v": torch.zeros(1)}, "config": config, "vocabulary": {}, "progress": {"step": 4}}
+    checkpoint.save(other, tmp_path / "other.pt")
+    with pytest.raises(UserError, match="other.pt: holds a different model"):
+        checkpoint.average([tmp_path / "step1.pt", tmp_path / "other.pt"])
 
 
 @pytest.mark.parametrize(
