@@ -8,7 +8,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
-from nmt import UserError
+from nmt import UserError, distributed
 from nmt.trainer import train
 
 log = logging.getLogger("nmt")
@@ -21,6 +21,8 @@ def main(cfg: DictConfig) -> float:
     except (UserError, OmegaConfBaseException) as error:
         log.error("%s", error)
         sys.exit(f"error: {error}")
+    finally:
+        distributed.teardown()
     return results.get("valid/best_bleu", 0.0)  # what a Hydra sweeper (e.g. Optuna) maximises
 
 

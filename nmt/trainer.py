@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
-from nmt import UserError, build, checkpoint
+from nmt import UserError, build, checkpoint, distributed
 from nmt.data import BOS_ID, EOS_ID, PAD_ID, Batch, Pairs, ParallelDataset, TokenBatchSampler, Vocabulary, collate
 from nmt.loss import linear_cross_entropy
 from nmt.plot import attention_figure, heads_figure
@@ -62,6 +62,7 @@ class TrainerOptions:
     progress: bool = True
     test_at_end: bool = True
     keep_checkpoints: int = 5
+    accumulate: int = 1
 
 
 def autocast(device: torch.device, dtype: torch.dtype):
@@ -145,6 +146,25 @@ class NonFiniteLoss(Exception):
     pass
 
 
+class Features(torch.nn.Module):
+    """`model.features` as a module's forward, so that DistributedDataParallel can wrap it (the output layer and the
+    loss run after it, fused, in nmt/loss.py; DDP's gradient hooks fire for the output weights all the same)."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, source: torch.Tensor, source_mask: torch.Tensor, target_in: torch.Tensor):
+        return self.model.features(source, source_mask, target_in)
+
+
+class NoWriter:
+    """What processes other than rank 0 log to: nothing."""
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: None
+
+
 class Trainer:
     def __init__(
         self,
@@ -161,11 +181,20 @@ class Trainer:
     ):
         self.options, self.vocabulary, self.run_dir = options, vocabulary, Path(run_dir)
         self.config, self.seed = config, seed
-        self.device = build.device(options.device)
+        self.device = distributed.setup(build.device(options.device))
         self.dtype = build.precision(options.precision)
         if self.dtype == torch.float16 and self.device.type == "cpu":
             raise UserError("trainer.precision=fp16 needs a GPU; on a CPU use bf16")
+        if options.accumulate < 1:
+            raise UserError(f"trainer.accumulate={options.accumulate}: accumulate at least 1 batch per update")
         self.model = model.to(self.device)
+        self.world, self.rank = distributed.world_size(), distributed.rank()
+        self.features: torch.nn.Module = Features(self.model)
+        if self.world > 1:  # DDP starts every replica from rank 0's weights; each draws its own dropout masks
+            self.features = torch.nn.parallel.DistributedDataParallel(
+                self.features, device_ids=[self.device] if self.device.type == "cuda" else None, broadcast_buffers=False
+            )
+            torch.manual_seed(seed + self.rank)
         self.valid_pairs = valid_pairs
         self.dataset = ParallelDataset(train_pairs, vocabulary)
         self.sampler = TokenBatchSampler(self.dataset, max_tokens, shuffle=True, seed=seed, max_len=max_len)
@@ -209,12 +238,13 @@ class Trainer:
         }
 
     def save(self, name: str) -> None:
-        checkpoint.save(self.state(), self.run_dir / name)
+        if self.rank == 0:
+            checkpoint.save(self.state(), self.run_dir / name)
 
     def save_weights(self) -> None:
         """The weights of this validation as `step<N>.pt` (no optimizer: for averaging), keeping the newest few."""
         keep = self.options.keep_checkpoints
-        if keep <= 0:
+        if keep <= 0 or self.rank != 0:
             return
         state = {k: v for k, v in self.state().items() if k in ("model", "progress", "config", "vocabulary")}
         checkpoint.save(state, self.run_dir / f"step{self.step:08d}.pt")
@@ -239,26 +269,35 @@ class Trainer:
 
     # --- training ---------------------------------------------------------------------------------------------
 
-    def train_step(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-        """One update; returns the summed loss and the gradient norm as tensors (no host sync here)."""
+    def train_step(self, batches: list[Batch], tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """One update from this process's `batches`; `tokens` counts the target tokens of the whole update (all
+        processes, all accumulated batches), so the gradient is that of the mean loss per token of one large batch.
+        Returns this process's summed loss and the gradient norm as tensors (no host sync here)."""
         self.model.train()
-        loss_sum = self.loss(batch, self.options.label_smoothing)
-        tokens = (batch.target_out != PAD_ID).sum()
         self.optimizer.zero_grad(set_to_none=True)
-        self.scaler.scale(loss_sum / tokens).backward()
+        loss_total = torch.zeros((), device=self.device)
+        scale = self.world / tokens  # DDP averages the replicas' gradients: undo its 1/world
+        for i, batch in enumerate(batches):
+            last = i == len(batches) - 1
+            with self.features.no_sync() if self.world > 1 and not last else contextlib.nullcontext():
+                loss_sum = self.loss(batch, self.options.label_smoothing, train=True)
+                self.scaler.scale(loss_sum * scale).backward()
+            loss_total += loss_sum.detach()
         self.scaler.unscale_(self.optimizer)
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.options.clip_norm or float("inf"))
         self.scaler.step(self.optimizer)
         self.scaler.update()
         if not isinstance(self.schedule, torch.optim.lr_scheduler.ReduceLROnPlateau):
             self.schedule.step()
-        return loss_sum.detach(), norm.detach()
+        return loss_total, norm.detach()
 
-    def loss(self, batch: Batch, smoothing: float) -> torch.Tensor:
+    def loss(self, batch: Batch, smoothing: float, train: bool = False) -> torch.Tensor:
         """Summed cross-entropy of the batch's real target tokens: the model's features, then the output layer and the
-        loss fused (nmt/loss.py), so the (tokens, vocabulary) logits are never held whole."""
+        loss fused (nmt/loss.py), so the (tokens, vocabulary) logits are never held whole. `train` goes through
+        the DDP wrapper when there is one."""
+        features_of = self.features if train else self.model.features
         with autocast(self.device, self.dtype):
-            features, _ = self.model.features(batch.source, batch.source_mask, batch.target_in)  # (B, T, F)
+            features, _ = features_of(batch.source, batch.source_mask, batch.target_in)  # (B, T, F)
         real = batch.target_out != PAD_ID
         output = self.model.output
         return linear_cross_entropy(
@@ -278,41 +317,56 @@ class Trainer:
             return f"valid BLEU did not improve in {o.patience} validations (trainer.patience)"
         return None
 
-    def batches(self):
-        """(epoch, index in epoch, batch) from where training stands, epoch after epoch."""
+    def updates(self):
+        """(this process's batches, target tokens of the update, of this process's part, batches in the update) from
+        where training stands, epoch after epoch. An update takes `accumulate` x processes batches of the epoch's
+        order; process r gets every r-th. Token counts come from the corpus lengths, not from the tensors (no sync)."""
         pin = self.device.type == "cuda"
+        per_update = self.options.accumulate * self.world
+        lengths = self.dataset.target_lengths  # eos included
         while True:
             self.sampler.set_epoch(self.epoch)
             epoch_batches = self.sampler.batches()
-            self.batches_in_epoch = len(epoch_batches)
-            order = epoch_batches[self.batch_in_epoch :]
-            loader = torch.utils.data.DataLoader(self.dataset, batch_sampler=order, collate_fn=collate, pin_memory=pin)
-            for batch in loader:
-                yield batch.to(self.device, non_blocking=pin)
+            rest = len(epoch_batches) % per_update
+            self.batches_in_epoch = len(epoch_batches) - (rest if rest < self.world else 0)  # none may go empty
+            groups = [
+                epoch_batches[start : start + per_update]
+                for start in range(self.batch_in_epoch, self.batches_in_epoch, per_update)
+            ]
+            mine = [batch for group in groups for batch in group[self.rank :: self.world]]
+            loader = iter(
+                torch.utils.data.DataLoader(self.dataset, batch_sampler=mine, collate_fn=collate, pin_memory=pin)
+            )
+            for group in groups:
+                indices = group[self.rank :: self.world]
+                batches = [next(loader).to(self.device, non_blocking=pin) for _ in indices]
+                tokens = int(sum(lengths[i].sum() for i in map(np.asarray, group)))
+                local = int(sum(lengths[i].sum() for i in map(np.asarray, indices)))
+                yield batches, tokens, local, len(group)
             self.epoch += 1
             self.batch_in_epoch = 0
 
     def train(self) -> str:
         """Train until a stop condition; returns the reason. Ctrl-C saves `last.pt` and returns."""
-        self.writer = SummaryWriter(str(self.run_dir))
+        self.writer = SummaryWriter(str(self.run_dir)) if self.rank == 0 else NoWriter()
         started = time.perf_counter()
-        reason = self.finished(started)
+        reason = distributed.share(self.finished(started))
         window_loss, window_tokens, window_start = torch.zeros((), device=self.device), 0, time.perf_counter()
         bar = tqdm(
             total=self.options.max_steps or None,
             initial=self.step,
-            disable=not self.options.progress,
+            disable=not self.options.progress or self.rank != 0,
             unit="step",
             dynamic_ncols=True,
         )
         try:
-            for batch in self.batches() if reason is None else ():
-                loss_sum, norm = self.train_step(batch)
+            for batches, tokens, local_tokens, count in self.updates() if reason is None else ():
+                loss_sum, norm = self.train_step(batches, tokens)
                 self.step += 1
-                self.batch_in_epoch += 1
+                self.batch_in_epoch += count
                 window_loss += loss_sum
-                window_tokens += batch.target_tokens
-                self.tokens_trained += batch.target_tokens
+                window_tokens += local_tokens
+                self.tokens_trained += tokens
                 bar.update(1)
                 if self.step % self.options.log_every == 0:
                     self.log_train(window_loss, window_tokens, time.perf_counter() - window_start, norm, bar)
@@ -323,7 +377,7 @@ class Trainer:
                     self.validate_and_save()
                     started = time.perf_counter()
                     window_start = started
-                reason = self.finished(started)
+                reason = distributed.share(self.finished(started))  # rank 0's clock and patience decide for all
                 if reason:
                     break
         except KeyboardInterrupt:
@@ -460,7 +514,7 @@ class Trainer:
                 self.writer.add_figure(f"valid/attention/{name}/{i}", figure, self.step)
 
     def validate_and_save(self) -> None:
-        metrics = self.validate()
+        metrics = distributed.share(self.validate() if self.rank == 0 else None)  # every replica steps the schedule
         self.last_metrics = metrics
         improved = metrics["bleu"] > self.best_bleu
         if isinstance(self.schedule, torch.optim.lr_scheduler.ReduceLROnPlateau):
@@ -504,9 +558,15 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
     run_dir.mkdir(parents=True, exist_ok=True)
     options = TrainerOptions(**OmegaConf.to_container(cfg.trainer, resolve=True))
     set_seed(cfg.seed)
+    distributed.setup(build.device(options.device))
+    run_dir = Path(distributed.share(str(run_dir)))  # under torchrun, every process works in rank 0's run directory
+    if not distributed.is_main():
+        distributed.barrier()  # rank 0 downloads the corpus and trains the subword models first; the rest reuse them
     splits = build.load_corpus(cfg.data)
     vocabulary = build.vocabulary(cfg.data, splits)
-    vocabulary.save(run_dir)
+    if distributed.is_main():
+        vocabulary.save(run_dir)
+        distributed.barrier()
     log.info(
         "corpus: %d train / %d valid / %d test pairs; vocabulary %d source / %d target subwords",
         len(splits.train),
@@ -539,6 +599,12 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
     elif resume:
         trainer.restore(build.resolve_path(str(resume)))
     reason = trainer.train()
+    if trainer.world > 1:
+        if not distributed.replicas_agree(model):
+            raise RuntimeError("the data-parallel replicas ended with different weights")
+        log.info("all %d replicas hold the same weights", trainer.world)
+        if not distributed.is_main():
+            return {}
     results = {
         "valid/best_bleu": trainer.best_bleu,
         "train/minutes": trainer.train_seconds / 60,

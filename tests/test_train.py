@@ -1,5 +1,6 @@
 """The trainer end to end: it learns, it resumes exactly, its checkpoints are safe, and the CLIs behave."""
 
+import copy
 import json
 import os
 import pickle
@@ -10,11 +11,13 @@ import time
 
 import pytest
 import torch
+import torch.nn.functional as F
 from conftest import MODELS, ROOT, compose_config, tiny_model_overrides
 from omegaconf import OmegaConf
 
 import nmt.trainer
 from nmt import UserError, build, checkpoint
+from nmt.data import PAD_ID
 from nmt.evaluate import evaluate as evaluate_checkpoint
 from nmt.search import beam_search, greedy
 from nmt.trainer import Trainer, TrainerOptions, score, translate_pairs
@@ -92,6 +95,35 @@ def test_resumed_run_equals_an_uninterrupted_one(tmp_path, sample_splits, sample
     for (name, a), (_, b) in zip(straight.model.state_dict().items(), second.model.state_dict().items()):
         assert torch.equal(a, b), name
     assert second.last_metrics["bleu"] == straight.last_metrics["bleu"]
+
+
+def test_accumulated_update_has_the_gradient_of_one_large_batch(tmp_path, sample_splits, sample_vocabulary):
+    pairs = sample_splits.train[:60]
+    trainer = make_trainer(tmp_path, sample_vocabulary, pairs, "bahdanau", accumulate=3, clip_norm=0.0)
+    reference = copy.deepcopy(trainer.model)
+    batches, tokens, local_tokens, count = next(trainer.updates())
+    assert count == len(batches) == 3 and tokens == local_tokens == sum(b.target_tokens for b in batches)
+    trainer.train_step(batches, tokens)
+    total = sum(
+        F.cross_entropy(reference(b.source, b.source_mask, b.target_in)[0].flatten(0, 1), b.target_out.flatten(),
+                        ignore_index=PAD_ID, reduction="sum")
+        for b in batches
+    )  # fmt: skip
+    (total / tokens).backward()
+    for (name, ours), theirs in zip(trainer.model.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(ours.grad, theirs.grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_an_epoch_of_accumulated_updates_uses_every_batch_once(tmp_path, sample_splits, sample_vocabulary):
+    trainer = make_trainer(tmp_path, sample_vocabulary, sample_splits.train[:200], "sutskever", accumulate=2)
+    seen, updates = [], trainer.updates()
+    while trainer.epoch == 0:
+        batches, _, _, count = next(updates)
+        seen += [i for b in batches for i in b.indices.tolist()]
+        trainer.batch_in_epoch += count
+        if trainer.batch_in_epoch == trainer.batches_in_epoch:
+            break
+    assert sorted(seen) == sorted(i for b in trainer.sampler.batches() for i in b)
 
 
 def test_checkpoint_is_written_atomically_and_loads_safely(tmp_path):
@@ -208,6 +240,19 @@ def test_averaged_checkpoint_holds_the_mean_of_the_weights(tmp_path):
     checkpoint.save(other, tmp_path / "other.pt")
     with pytest.raises(UserError, match="other.pt: holds a different model"):
         checkpoint.average([tmp_path / "step1.pt", tmp_path / "other.pt"])
+
+
+@pytest.mark.slow
+def test_torchrun_trains_two_cpu_processes_with_identical_replicas(tmp_path):
+    run_dir = tmp_path / "run"
+    small_demo = ["experiment=demo", "data.sizes.train=300", "data.sizes.valid=20", "data.sizes.test=20",
+                  "trainer=debug", "trainer.valid_every=3", "trainer.progress=false", "trainer.max_steps=4",
+                  "trainer.device=cpu", f"data.spm_cache={tmp_path / 'spm'}", f"hydra.run.dir={run_dir}"]  # fmt: skip
+    launched = run("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "train.py", *small_demo)
+    assert launched.returncode == 0, launched.stderr[-3000:]
+    assert "all 2 replicas hold the same weights" in launched.stdout + launched.stderr
+    assert checkpoint.load(run_dir / "last.pt")["progress"]["step"] == 4
+    assert (run_dir / "results.json").is_file()
 
 
 @pytest.mark.parametrize(
