@@ -38,8 +38,26 @@ def vocabulary(data: DictConfig, splits: Splits) -> Vocabulary:
     )
 
 
+POSITIVE_MODEL_KEYS = ("size", "layers", "heads", "window", "d_model", "max_len")  # key names that end so
+
+
+def check_model_config(config: DictConfig, prefix: str = "model") -> None:
+    """Sizes must be positive whole numbers and dropouts in [0, 1): said before anything is built, naming the key."""
+    for key, value in config.items():
+        name = f"{prefix}.{key}"
+        if isinstance(value, DictConfig):
+            check_model_config(value, name)
+        elif str(key).endswith(POSITIVE_MODEL_KEYS) and (not isinstance(value, int) or isinstance(value, bool)):
+            raise UserError(f"{name}={value!r}: must be a whole number of at least 1")
+        elif str(key).endswith(POSITIVE_MODEL_KEYS) and value < 1:
+            raise UserError(f"{name}={value}: must be at least 1")
+        elif "dropout" in str(key) and not (isinstance(value, (int, float)) and 0 <= value < 1):
+            raise UserError(f"{name}={value!r}: a dropout probability must be in [0, 1)")
+
+
 def model(model_config: DictConfig | dict, vocab: Vocabulary) -> torch.nn.Module:
     config = OmegaConf.create(model_config) if isinstance(model_config, dict) else model_config
+    check_model_config(config)
     try:
         return instantiate(
             config, source_vocab_size=vocab.source_size, target_vocab_size=vocab.target_size, pad_id=PAD_ID

@@ -44,11 +44,18 @@ class Embedding(nn.Module):
             raise ValueError(f"model.positions={positions!r}: use sinusoidal or learned")
         self.dropout = nn.Dropout(dropout)
 
-    def position_vectors(self, positions: torch.Tensor) -> torch.Tensor:
-        return self.learned(positions) if self.learned is not None else self.table[positions]
+    def position_vectors(self, positions: torch.Tensor, length: int) -> torch.Tensor:
+        """Vectors of `positions`, all below `length` (known from shapes, so no host sync). Sinusoids extend to any
+        length; learned positions past the last one trained reuse it, so a sentence longer than `max_len` subwords
+        still translates (if poorly) rather than failing."""
+        if self.learned is not None:
+            return self.learned(positions.clamp(max=self.learned.num_embeddings - 1))
+        if length > len(self.table):
+            self.table = sinusoids(2 * length, self.table.shape[1]).to(self.table.device)
+        return self.table[positions]
 
-    def forward(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        return self.dropout(self.tokens(tokens) * self.scale + self.position_vectors(positions))
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, length: int) -> torch.Tensor:
+        return self.dropout(self.tokens(tokens) * self.scale + self.position_vectors(positions, length))
 
 
 class FeedForward(nn.Sequential):
@@ -194,7 +201,7 @@ class Transformer(nn.Module):
     def encode_memory(self, source: torch.Tensor, source_mask: torch.Tensor, need_weights: bool = False):
         """Encoder output (B, S, D) and the last layer's self-attention weights (B, h, S, S) when asked for."""
         positions = torch.arange(source.shape[1], device=source.device)[None, :]
-        x = self.source_embedding(source, positions)
+        x = self.source_embedding(source, positions, source.shape[1])
         mask = source_mask[:, None, None, :]  # (B, 1, 1, S)
         weights = None
         for i, layer in enumerate(self.encoder):
@@ -215,7 +222,8 @@ class Transformer(nn.Module):
 
     def decode_step(self, previous: torch.Tensor, state: State) -> tuple[torch.Tensor, State, torch.Tensor]:
         position = state["position"]  # (B,), the same for every row; indexing keeps the host out of the loop
-        x = self.target_embedding(previous[:, None], position[:, None])  # (B, 1, D)
+        length = state["self_keys_0"].shape[2] + 1  # positions so far, from the cache's shape
+        x = self.target_embedding(previous[:, None], position[:, None], length)  # (B, 1, D)
         mask = state["source_mask"][:, None, None, :]
         new_state = {**state, "position": position + 1}
         for i, layer in enumerate(self.decoder):
@@ -241,7 +249,7 @@ class Transformer(nn.Module):
         (averaged over heads) come back too; in training the fused attention kernel runs and they do not."""
         memory, _ = self.encode_memory(source, source_mask)
         positions = torch.arange(target_in.shape[1], device=target_in.device)[None, :]
-        x = self.target_embedding(target_in, positions)  # (B, T, D)
+        x = self.target_embedding(target_in, positions, target_in.shape[1])  # (B, T, D)
         mask = source_mask[:, None, None, :]
         for i, layer in enumerate(self.decoder):
             cross_keys, cross_values = layer.cross_attention.project_keys_values(memory, memory)
@@ -255,7 +263,7 @@ class Transformer(nn.Module):
         over heads, every head of the last layer, and the last encoder layer's self-attention (rows = source)."""
         memory, encoder_weights = self.encode_memory(source, source_mask, need_weights=True)
         positions = torch.arange(target_in.shape[1], device=target_in.device)[None, :]
-        x = self.target_embedding(target_in, positions)
+        x = self.target_embedding(target_in, positions, target_in.shape[1])
         mask = source_mask[:, None, None, :]
         maps = {}
         for i, layer in enumerate(self.decoder):

@@ -274,6 +274,10 @@ def test_torchrun_trains_two_cpu_processes_with_identical_replicas(tmp_path):
         (["data=sample", "data.max_tokens=4"], "data.max_tokens=4 is smaller"),
         (["data=sample", "data.src_lang=xx"], "data.src_lang"),
         (["model=nonexistent"], "Available options in 'model'"),
+        (["data=sample", "model.hidden_size=-5"], "model.hidden_size=-5: must be at least 1"),
+        (["data=sample", "model=transformer", "model.heads=2.5"], "model.heads=2.5: must be a whole number"),
+        (["data=sample", "model.dropout=1.5"], "model.dropout=1.5: a dropout probability"),
+        (["data=sample", "trainer.accumulate=0"], "trainer.accumulate=0"),
     ],
 )
 def test_user_errors_exit_nonzero_with_a_message_not_a_traceback(tmp_path, args, message):
