@@ -26,11 +26,17 @@ train: install
 demo: install
 	$(BIN)/python train.py data=sample model=bahdanau experiment=demo
 
-# The four families one after another on the same data and budget, then the report (multirun/compare/report.md).
-COMPARE_MINUTES ?= 30
+# The four families, then the Luong scores and local alignments, one after another on the same data and the same
+# CPU-sized budget; then the report (multirun/compare/report.md and its figures). About 80 minutes on 2 cores.
+COMPARE_MINUTES ?= 8
+COMPARE_ARGS = trainer.max_minutes=$(COMPARE_MINUTES) trainer.progress=false $(DATA_ARG)
 compare: install
-	$(BIN)/python train.py -m model=sutskever,bahdanau,luong,transformer trainer.max_minutes=$(COMPARE_MINUTES) \
-		trainer.progress=false hydra.sweep.dir=multirun/compare $(DATA_ARG)
+	$(BIN)/python train.py -m model=sutskever,bahdanau,luong,transformer \
+		hydra.sweep.dir=multirun/compare/families $(COMPARE_ARGS)
+	$(BIN)/python train.py -m model=luong model/attention=dot,concat \
+		hydra.sweep.dir=multirun/compare/luong_scores $(COMPARE_ARGS)
+	$(BIN)/python train.py -m model=luong model.alignment=local_m,local_p \
+		hydra.sweep.dir=multirun/compare/luong_local $(COMPARE_ARGS)
 	$(BIN)/python scripts/compare.py multirun/compare
 
 test: install

@@ -238,8 +238,14 @@ class Trainer:
         }
 
     def save(self, name: str) -> None:
-        if self.rank == 0:
-            checkpoint.save(self.state(), self.run_dir / name)
+        """Write a full checkpoint atomically. The `last.pt` it replaces stays as `previous.pt`, which resuming falls
+        back to should `last.pt` ever be unreadable (a disk error, a copy cut short)."""
+        if self.rank != 0:
+            return
+        path = self.run_dir / name
+        if name == "last.pt" and path.is_file():
+            path.replace(self.run_dir / "previous.pt")
+        checkpoint.save(self.state(), path)
 
     def save_weights(self) -> None:
         """The weights of this validation as `step<N>.pt` (no optimizer: for averaging), keeping the newest few."""
@@ -334,9 +340,12 @@ class Trainer:
                 for start in range(self.batch_in_epoch, self.batches_in_epoch, per_update)
             ]
             mine = [batch for group in groups for batch in group[self.rank :: self.world]]
-            loader = iter(
-                torch.utils.data.DataLoader(self.dataset, batch_sampler=mine, collate_fn=collate, pin_memory=pin)
+            # A generator of its own: a DataLoader otherwise draws its seed from the global RNG, which would shift
+            # the dropout masks of a resumed run against an uninterrupted one.
+            loader = torch.utils.data.DataLoader(
+                self.dataset, batch_sampler=mine, collate_fn=collate, pin_memory=pin, generator=torch.Generator()
             )
+            loader = iter(loader)
             for group in groups:
                 indices = group[self.rank :: self.world]
                 batches = [next(loader).to(self.device, non_blocking=pin) for _ in indices]
@@ -592,8 +601,8 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
     )
     resume = options.resume
     if resume is True or resume == "true":
-        if (run_dir / "last.pt").is_file():
-            trainer.restore(run_dir / "last.pt")
+        if (run_dir / "last.pt").is_file() or (run_dir / "previous.pt").is_file():
+            restore_latest_good(trainer, run_dir)
         else:
             log.info("trainer.resume=true but %s has no last.pt yet; starting a new run", run_dir)
     elif resume:
@@ -632,6 +641,17 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
     trainer.writer.add_hparams(hparams, {f"hparam/{k}": v for k, v in results.items()}, run_name=".")
     trainer.writer.close()
     return results
+
+
+def restore_latest_good(trainer: Trainer, run_dir: Path) -> None:
+    """Resume from `last.pt`, or from `previous.pt` (one validation older) when `last.pt` is missing or unreadable."""
+    try:
+        trainer.restore(run_dir / "last.pt")
+    except UserError as error:
+        if not (run_dir / "previous.pt").is_file():
+            raise
+        log.warning("%s; resuming from %s instead", error, run_dir / "previous.pt")
+        trainer.restore(run_dir / "previous.pt")
 
 
 def flatten(tree: dict, prefix: str = "") -> dict:

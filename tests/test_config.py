@@ -1,7 +1,11 @@
 """Hydra composes every option of every config group, and the command-line contract's keys exist."""
 
+import subprocess
+import sys
+
 import pytest
-from conftest import CONFIGS, MODELS, compose_config
+from conftest import CONFIGS, MODELS, ROOT, compose_config
+from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
@@ -62,3 +66,24 @@ def test_default_is_bahdanau_on_multi30k_de_en():
     cfg = compose_config()
     assert cfg.model._target_ == "nmt.rnn.BahdanauSeq2Seq"
     assert (cfg.data.corpus, cfg.data.src_lang, cfg.data.tgt_lang) == ("multi30k", "de", "en")
+
+
+def test_slurm_launcher_config_composes_with_the_submitit_plugin():
+    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
+        cfg = compose("train", overrides=["hydra/launcher=slurm"], return_hydra_config=True)
+    assert "SlurmLauncher" in cfg.hydra.launcher._target_
+    assert cfg.hydra.launcher.gpus_per_node == 1
+
+
+@pytest.mark.slow
+def test_optuna_sweep_runs_trials_and_reports_the_best(tmp_path):
+    sweep = subprocess.run(
+        [sys.executable, "train.py", "-m", "hydra/sweeper=lr_dropout", "hydra.sweeper.n_trials=2",
+         "experiment=demo", "data.sizes.train=100", "data.sizes.valid=10", "data.sizes.test=10", "trainer=debug",
+         "trainer.max_steps=2", "trainer.max_minutes=0", "trainer.progress=false", "trainer.test_at_end=false",
+         f"data.spm_cache={tmp_path / 'spm'}", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+        cwd=ROOT, capture_output=True, text=True,
+    )  # fmt: skip
+    assert sweep.returncode == 0, sweep.stderr[-3000:]
+    best = (tmp_path / "sweep" / "optimization_results.yaml").read_text()
+    assert "best_params" in best and "trainer.lr" in best

@@ -4,6 +4,7 @@ import copy
 import json
 import os
 import pickle
+import random
 import signal
 import subprocess
 import sys
@@ -23,8 +24,8 @@ from nmt.search import beam_search, greedy
 from nmt.trainer import Trainer, TrainerOptions, score, translate_pairs
 
 
-def make_trainer(tmp_path, vocabulary, train_pairs, model_name, **options):
-    cfg = compose_config(*tiny_model_overrides(model_name), "model.dropout=0.0")
+def make_trainer(tmp_path, vocabulary, train_pairs, model_name, dropout=0.0, **options):
+    cfg = compose_config(*tiny_model_overrides(model_name), f"model.dropout={dropout}")
     torch.manual_seed(0)
     model = build.model(cfg.model, vocabulary)
     defaults = dict(
@@ -83,12 +84,13 @@ def test_bf16_autocast_trains_on_cpu(tmp_path, sample_splits, sample_vocabulary)
 
 def test_resumed_run_equals_an_uninterrupted_one(tmp_path, sample_splits, sample_vocabulary):
     pairs = sample_splits.train[:60]
-    straight = make_trainer(tmp_path / "a", sample_vocabulary, pairs, "luong", max_steps=12, valid_every=5)
+    # With dropout, so the random state must be restored exactly too.
+    straight = make_trainer(tmp_path / "a", sample_vocabulary, pairs, "luong", 0.3, max_steps=12, valid_every=5)
     straight.train()
-    first = make_trainer(tmp_path / "b", sample_vocabulary, pairs, "luong", max_steps=5, valid_every=5)
+    first = make_trainer(tmp_path / "b", sample_vocabulary, pairs, "luong", 0.3, max_steps=5, valid_every=5)
     first.train()  # stops after step 5, mid-epoch, having saved last.pt
     torch.manual_seed(999)  # resuming must not depend on the process's RNG
-    second = make_trainer(tmp_path / "b", sample_vocabulary, pairs, "luong", max_steps=12, valid_every=5)
+    second = make_trainer(tmp_path / "b", sample_vocabulary, pairs, "luong", 0.3, max_steps=12, valid_every=5)
     second.restore(tmp_path / "b" / "last.pt")
     second.train()
     assert second.step == straight.step == 12
@@ -253,6 +255,50 @@ def test_torchrun_trains_two_cpu_processes_with_identical_replicas(tmp_path):
     assert "all 2 replicas hold the same weights" in launched.stdout + launched.stderr
     assert checkpoint.load(run_dir / "last.pt")["progress"]["step"] == 4
     assert (run_dir / "results.json").is_file()
+
+
+@pytest.mark.slow
+def test_kill_9_then_resume_ends_bit_for_bit_where_an_uninterrupted_run_ends(tmp_path):
+    def command(run_dir, *extra):
+        return ["train.py", "experiment=demo", "data.sizes.train=300", "data.sizes.valid=20", "data.sizes.test=20",
+                "trainer=debug", "trainer.max_steps=30", "trainer.max_minutes=0", "trainer.valid_every=5",
+                "trainer.progress=false", "trainer.device=cpu", f"data.spm_cache={tmp_path / 'spm'}",
+                f"hydra.run.dir={run_dir}", *extra]  # fmt: skip
+
+    straight = run(*command(tmp_path / "straight"))
+    assert straight.returncode == 0, straight.stderr
+    killed_dir = tmp_path / "killed"
+    process = subprocess.Popen([sys.executable, *command(killed_dir)], cwd=ROOT, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not (killed_dir / "last.pt").is_file() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(random.Random().uniform(0.0, 0.5))  # anywhere in the next stretch of steps
+    process.kill()  # SIGKILL: no handler runs
+    assert process.wait() == -signal.SIGKILL
+    at_kill = checkpoint.load(killed_dir / "last.pt")["progress"]["step"]
+    assert at_kill < 30
+    resumed = run(*command(killed_dir, "trainer.resume=true"))
+    assert resumed.returncode == 0, resumed.stderr
+    for name in ("last.pt", "best.pt"):
+        a, b = checkpoint.load(tmp_path / "straight" / name), checkpoint.load(killed_dir / name)
+        assert a["progress"]["step"] == b["progress"]["step"]
+        for key in a["model"]:
+            assert torch.equal(a["model"][key], b["model"][key]), (name, key)
+    results = [json.loads((d / "results.json").read_text()) for d in (tmp_path / "straight", killed_dir)]
+    assert results[0]["test/bleu"] == results[1]["test/bleu"]
+
+
+def test_resume_falls_back_to_the_previous_checkpoint_when_the_last_is_damaged(tmp_path, sample_splits,
+                                                                               sample_vocabulary):  # fmt: skip
+    pairs = sample_splits.train[:60]
+    make_trainer(tmp_path, sample_vocabulary, pairs, "sutskever", max_steps=6, valid_every=3).train()
+    assert checkpoint.load(tmp_path / "previous.pt")["progress"]["step"] == 3
+    damaged = (tmp_path / "last.pt").read_bytes()
+    (tmp_path / "last.pt").write_bytes(damaged[: len(damaged) // 2])  # a copy cut short
+    resumed = make_trainer(tmp_path, sample_vocabulary, pairs, "sutskever", max_steps=6, valid_every=3)
+    nmt.trainer.restore_latest_good(resumed, tmp_path)
+    assert resumed.step == 3
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,182 @@
+"""Speed of training and decoding, per model, on real Multi30k batches: a markdown table and JSON.
+
+python scripts/benchmark.py [--models bahdanau,transformer] [--checkpoints outputs/runs] [--precision bf16]
+                            [--threads 2] [--device auto] [--steps 8] [--windows 5] [--output bench]
+
+For each model at its default size: training target tokens/s (after warm-up, the median of --windows timed windows
+of --steps updates each), peak resident memory of a process that only trains it, and decoding sentences/s of greedy
+search and beam 5 over test2016 with a trained checkpoint (`<checkpoints>/<model>/best.pt`, when there is one; an
+untrained model decodes to its length limit, which says little). The harness also measures this machine's
+matrix-multiply peak in the chosen precision and reports the Transformer's model FLOP/s (6 x parameters x target
+tokens/s) against it. Each model runs in a fresh subprocess, so peak memory is its own. Timings on a shared machine
+are noisy: compare ratios taken in one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+from hydra import compose, initialize_config_dir  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
+
+from nmt import build  # noqa: E402
+from nmt.evaluate import Translator  # noqa: E402
+from nmt.trainer import Trainer, TrainerOptions  # noqa: E402
+
+
+def matmul_peak(dtype: torch.dtype, device: torch.device) -> float:
+    """Best FLOP/s of square matrix products of a few sizes in `dtype` (the machine's practical peak)."""
+    best = 0.0
+    for n in (1024, 2048, 4096):
+        a = torch.randn(n, n, device=device).to(dtype)
+        b = torch.randn(n, n, device=device).to(dtype)
+        for _ in range(2):
+            a @ b
+        synchronize(device)
+        repeats, started = 0, time.perf_counter()
+        while time.perf_counter() - started < 1.0:
+            a @ b
+            repeats += 1
+        synchronize(device)
+        best = max(best, 2 * n**3 * repeats / (time.perf_counter() - started))
+    return best
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def config(model: str, args) -> OmegaConf:
+    overrides = [f"model={model}", f"trainer.precision={args.precision}", f"trainer.device={args.device}"]
+    if args.data_dir:
+        overrides.append(f"data.dir={args.data_dir}")
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        return compose("train", overrides=overrides)
+
+
+def measure(model_name: str, args) -> dict:
+    """Train and decode one model in this process; returns its figures."""
+    torch.set_num_threads(args.threads)
+    cfg = config(model_name, args)
+    splits = build.load_corpus(cfg.data)
+    vocabulary = build.vocabulary(cfg.data, splits)
+    torch.manual_seed(0)
+    model = build.model(cfg.model, vocabulary)
+    parameters = sum(p.numel() for p in model.parameters())
+    options = TrainerOptions(**{**OmegaConf.to_container(cfg.trainer, resolve=True), "progress": False})
+    trainer = Trainer(model, vocabulary, splits.train, splits.valid[:8], "/tmp/nmt-benchmark", options,
+                      cfg.data.max_tokens, cfg.data.max_len, cfg.seed, {})  # fmt: skip
+    updates = trainer.updates()
+    for _ in range(3):  # warm-up: allocator, kernels, first batches
+        batches, tokens, _, _ = next(updates)
+        trainer.train_step(batches, tokens)
+    rates = []
+    for _ in range(args.windows):
+        synchronize(trainer.device)
+        started, window_tokens = time.perf_counter(), 0
+        for _ in range(args.steps):
+            batches, tokens, _, _ = next(updates)
+            trainer.train_step(batches, tokens)
+            window_tokens += tokens
+        synchronize(trainer.device)
+        rates.append(window_tokens / (time.perf_counter() - started))
+    result = {
+        "model": model_name,
+        "parameters": parameters,
+        "train_tokens_per_second": statistics.median(rates),
+        "train_windows": rates,
+        "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+        "model_flops_per_second": 6 * parameters * statistics.median(rates),
+    }
+    checkpoint_path = Path(args.checkpoints) / model_name / "best.pt" if args.checkpoints else None
+    result["decoded_with"] = str(checkpoint_path) if checkpoint_path and checkpoint_path.is_file() else "untrained"
+    sources = [s for s, _ in splits.test]
+    for beam in (1, 5):
+        if checkpoint_path and checkpoint_path.is_file():
+            translator = Translator.load(str(checkpoint_path), beam, 0.6, args.device, args.precision, 8000)
+        else:
+            config_dict = {"trainer": {"decode_ratio": options.decode_ratio, "decode_extra": options.decode_extra}}
+            translator = Translator(trainer.model.eval(), vocabulary, config_dict, trainer.device,
+                                    trainer.dtype, beam, 0.6, 8000)  # fmt: skip
+        translator.translate(sources[:20])  # warm-up
+        synchronize(trainer.device)
+        started = time.perf_counter()
+        translator.translate(sources)
+        synchronize(trainer.device)
+        result[f"decode_beam{beam}_sentences_per_second"] = len(sources) / (time.perf_counter() - started)
+    return result
+
+
+def table(results: list[dict], peak: float, machine: str) -> str:
+    lines = [
+        f"Machine: {machine}. Matrix-multiply peak measured here: {peak / 1e9:,.0f} GFLOP/s.",
+        "",
+        "| model | params | train tok/s (target) | model GFLOP/s (% of peak) | peak RSS training | "
+        "greedy sent/s | beam 5 sent/s |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        flops = r["model_flops_per_second"]
+        lines.append(
+            f"| {r['model']} | {r['parameters']:,} | {r['train_tokens_per_second']:,.0f} | "
+            f"{flops / 1e9:,.0f} ({100 * flops / peak:.0f}%) | {r['peak_rss_gib']:.2f} GiB | "
+            f"{r['decode_beam1_sentences_per_second']:,.1f} | {r['decode_beam5_sentences_per_second']:,.1f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", default="sutskever,bahdanau,luong,transformer")
+    parser.add_argument("--checkpoints", default="outputs/runs", help="folder of <model>/best.pt, for decoding")
+    parser.add_argument("--data-dir", default=os.environ.get("NMT_DATA_DIR"))
+    parser.add_argument("--precision", default="bf16")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--steps", type=int, default=8, help="updates per timed window")
+    parser.add_argument("--windows", type=int, default=5)
+    parser.add_argument("--output", default="bench", help="folder for benchmark.md and benchmark.json")
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: measure this model in this process
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(measure(args.one, args)))
+        return
+    device = build.device(args.device)
+    torch.set_num_threads(args.threads)
+    peak = matmul_peak(build.precision(args.precision), device)
+    results = []
+    for name in args.models.split(","):
+        command = [sys.executable, __file__, "--one", name, *sys.argv[1:]]
+        done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
+        if done.returncode:
+            sys.exit(f"error: benchmarking {name} failed:\n{done.stderr[-2000:]}")
+        results.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        print(f"{name}: {results[-1]['train_tokens_per_second']:,.0f} tok/s", file=sys.stderr)
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else "no GPU"
+    machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, {gpu}, torch {torch.__version__}, "
+    machine += f"{args.precision}, {args.threads} threads"
+    output = Path(args.output)
+    output.mkdir(parents=True, exist_ok=True)
+    markdown = table(results, peak, machine)
+    (output / "benchmark.md").write_text(markdown)
+    (output / "benchmark.json").write_text(json.dumps({"peak_flops": peak, "machine": machine, "results": results},
+                                                      indent=2) + "\n")  # fmt: skip
+    print(markdown)
+
+
+if __name__ == "__main__":
+    main()
