@@ -1,4 +1,4 @@
-# make install | train | demo | compare | test | tensorboard | lint
+# make install | train | demo | compare | bench | test | tensorboard | lint
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -7,7 +7,7 @@ TORCH ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo torch || echo tor
 DATA_DIR ?=
 DATA_ARG := $(if $(DATA_DIR),data.dir=$(abspath $(DATA_DIR)),)
 
-.PHONY: install train demo compare test tensorboard lint
+.PHONY: install train demo compare bench test tensorboard lint
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,11 @@ compare: install
 	$(BIN)/python train.py -m model=luong model.alignment=local_m,local_p \
 		hydra.sweep.dir=multirun/compare/luong_local $(COMPARE_ARGS)
 	$(BIN)/python scripts/compare.py multirun/compare
+
+# Training tokens/s, peak memory and decoding sentences/s of each model (bench/benchmark.md); decodes with the
+# checkpoints in outputs/runs/<model>/best.pt when they exist.
+bench: install
+	$(BIN)/python scripts/benchmark.py $(if $(DATA_DIR),--data-dir $(abspath $(DATA_DIR)),)
 
 test: install
 	$(BIN)/python -m pytest -q

@@ -167,7 +167,9 @@ def main() -> None:
         results.append(json.loads(done.stdout.strip().splitlines()[-1]))
         print(f"{name}: {results[-1]['train_tokens_per_second']:,.0f} tok/s", file=sys.stderr)
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else "no GPU"
-    machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, {gpu}, torch {torch.__version__}, "
+    machine = (
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, {gpu}, torch {torch.__version__}, "
+    )
     machine += f"{args.precision}, {args.threads} threads"
     output = Path(args.output)
     output.mkdir(parents=True, exist_ok=True)

@@ -11,18 +11,20 @@ encoding loses long sentences.
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 from pathlib import Path
 
 import sacrebleu
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from torch.utils.tensorboard import SummaryWriter
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from omegaconf import OmegaConf  # noqa: E402
 
 from nmt import UserError, build, checkpoint  # noqa: E402
-from nmt.evaluate import LENGTH_BUCKETS, bleu_by_length  # noqa: E402
+from nmt.evaluate import LENGTH_BUCKETS, Translator, bleu_by_length  # noqa: E402
 from nmt.plot import plt  # noqa: E402
 
 
@@ -37,7 +39,17 @@ def find_runs(folders: list[Path]) -> list[Path]:
     return runs
 
 
-def describe(run: Path, test_cache: dict) -> dict:
+def beam_hypotheses(run: Path, sources: list[str], beam: int) -> list[str]:
+    """The best checkpoint's beam-search test output: `best.test.beam<N>.hyp` (what evaluate.py writes), decoded
+    here once when it is not there yet."""
+    path = run / f"best.test.beam{beam}.hyp"
+    if not path.is_file():
+        translator = Translator.load(str(run / "best.pt"), beam, 0.6, "auto", None, 8000)
+        path.write_text("".join(h + "\n" for h in translator.translate(sources)), encoding="utf-8")
+    return path.read_text(encoding="utf-8").split("\n")[: len(sources)]
+
+
+def describe(run: Path, test_cache: dict, beam: int) -> dict:
     best, last = checkpoint.load(run / "best.pt"), checkpoint.load(run / "last.pt")
     config = best["config"]
     data = OmegaConf.create(config["data"])
@@ -53,6 +65,10 @@ def describe(run: Path, test_cache: dict) -> dict:
     if "attention" in model:
         name += f" ({model['attention']['_target_'].rsplit('.', 1)[-1].replace('Attention', '').lower()}"
         name += f", {model['alignment']})" if "alignment" in model else ")"
+    if model.get("input_feeding") is False:
+        name = name[:-1] + ", no feeding)"
+    sources = [s for s, _ in pairs]
+    beam_bleu = sacrebleu.corpus_bleu(beam_hypotheses(run, sources, beam), [references]).score if beam > 1 else None
     by_length = bleu_by_length([s for s, _ in pairs], hypotheses, references)
     return {
         "run": run,
@@ -64,6 +80,8 @@ def describe(run: Path, test_cache: dict) -> dict:
         "valid_bleu": best["progress"]["best_bleu"],
         "test_bleu": sacrebleu.corpus_bleu(hypotheses, [references]).score,
         "test_chrf": sacrebleu.corpus_chrf(hypotheses, [references]).score,
+        "test_bleu_beam": beam_bleu,
+        "seed": config.get("seed"),
         "by_length": by_length,
         "curve": valid_curve(run),
     }
@@ -80,7 +98,7 @@ def valid_curve(run: Path) -> list[tuple[float, float]]:
     return [((s.wall_time - start) / 60, s.value) for s in scalars]
 
 
-def line_figure(lines: dict[str, tuple[list, list]], xlabel: str, ylabel: str, title: str, path: Path) -> None:
+def line_figure(lines: dict[str, tuple[list, list]], xlabel: str, ylabel: str, title: str, path: Path):
     """One line per model: {name: (x values, y values)}."""
     figure, axes = plt.subplots(figsize=(6.5, 4), dpi=110)
     for name, (x, y) in lines.items():
@@ -92,6 +110,7 @@ def line_figure(lines: dict[str, tuple[list, list]], xlabel: str, ylabel: str, t
     axes.legend(fontsize=8)
     figure.tight_layout()
     figure.savefig(path)
+    return figure
 
 
 def figures(runs: list[dict], output: Path) -> None:
@@ -100,24 +119,49 @@ def figures(runs: list[dict], output: Path) -> None:
     for run in runs:
         kept = [i for i, bucket in enumerate(LENGTH_BUCKETS) if bucket in run["by_length"]]
         by_length[run["name"]] = ([labels[i] for i in kept], [run["by_length"][LENGTH_BUCKETS[i]][0] for i in kept])
-    line_figure(by_length, "source sentence length (words)", "test BLEU", "BLEU by source length",
-                output / "bleu_by_length.png")  # fmt: skip
+    length_figure = line_figure(by_length, "source sentence length (words)", "test BLEU", "BLEU by source length",
+                                output / "bleu_by_length.png")  # fmt: skip
     by_time = {run["name"]: tuple(zip(*run["curve"])) for run in runs if run["curve"]}
-    line_figure(by_time, "wall-clock minutes (training and validation)", "valid BLEU (greedy)",
-                "Valid BLEU against time", output / "bleu_by_time.png")  # fmt: skip
+    time_figure = line_figure(by_time, "wall-clock minutes (training and validation)", "valid BLEU (greedy)",
+                              "Valid BLEU against time", output / "bleu_by_time.png")  # fmt: skip
+    with SummaryWriter(str(output / "tensorboard")) as writer:  # the same figures in TensorBoard's IMAGES tab
+        writer.add_figure("compare/bleu_by_length", length_figure)
+        writer.add_figure("compare/bleu_by_time", time_figure)
 
 
-def report(runs: list[dict], output: Path) -> str:
+def seed_summary(runs: list[dict]) -> list[str]:
+    """Mean and standard deviation over runs of the same model that differ in seed (none when each ran once)."""
+    groups: dict[str, list[dict]] = {}
+    for run in runs:
+        groups.setdefault(run["name"], []).append(run)
+    repeated = {name: group for name, group in groups.items() if len(group) > 1}
+    if not repeated:
+        return []
+    lines = ["", "Over seeds (mean ± standard deviation):", "",
+             "| model | runs | valid BLEU | test BLEU greedy | test BLEU beam |", "|---|---|---|---|---|"]  # fmt: skip
+    for name, group in repeated.items():
+        cells = []
+        for key in ("valid_bleu", "test_bleu", "test_bleu_beam"):
+            values = [r[key] for r in group if r[key] is not None]
+            cells.append(f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}" if len(values) > 1 else "-")
+        lines.append(f"| {name} | {len(group)} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def report(runs: list[dict], output: Path, beam: int) -> str:
     lines = [
-        "| model | params | best step | train min | tok/s | valid BLEU | test BLEU | test chrF | run |",
-        "|---|---|---|---|---|---|---|---|---|",
+        f"| model | params | best step | train min | tok/s | valid BLEU | test BLEU | test BLEU beam {beam} | "
+        "test chrF | run |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in sorted(runs, key=lambda r: -r["test_bleu"]):
+    for r in sorted(runs, key=lambda r: -(r["test_bleu_beam"] or r["test_bleu"])):
+        beam_cell = f"{r['test_bleu_beam']:.2f}" if r["test_bleu_beam"] is not None else "-"
         lines.append(
             f"| {r['name']} | {r['parameters']:,} | {r['best_step']} | {r['minutes']:.1f} | "
-            f"{r['tokens_per_second']:,.0f} | {r['valid_bleu']:.2f} | {r['test_bleu']:.2f} | {r['test_chrf']:.2f} | "
-            f"`{r['run']}` |"
+            f"{r['tokens_per_second']:,.0f} | {r['valid_bleu']:.2f} | {r['test_bleu']:.2f} | {beam_cell} | "
+            f"{r['test_chrf']:.2f} | `{r['run']}` |"
         )
+    lines += seed_summary(runs)
     header = [f"{low}-{high}" if high < 1000 else f"{low}+" for low, high in LENGTH_BUCKETS]
     lines += ["", "Test BLEU by source length (words; sentences per bucket in brackets):", "",
               "| model | " + " | ".join(header) + " |", "|---|" + "---|" * len(header)]  # fmt: skip
@@ -126,7 +170,9 @@ def report(runs: list[dict], output: Path) -> str:
                  for b in LENGTH_BUCKETS]  # fmt: skip
         lines.append(f"| {r['name']} | " + " | ".join(cells) + " |")
     lines += ["", "![BLEU by source length](bleu_by_length.png)", "", "![valid BLEU against time](bleu_by_time.png)"]
-    text = "# Comparison\n\nTest BLEU and chrF: sacrebleu, best checkpoint, greedy.\n\n" + "\n".join(lines) + "\n"
+    intro = (f"Test BLEU and chrF: sacrebleu on detokenized output, best checkpoint; greedy unless marked beam "
+             f"(beam {beam}, length penalty alpha 0.6). Minutes are training time, validation excluded.")  # fmt: skip
+    text = f"# Comparison\n\n{intro}\n\n" + "\n".join(lines) + "\n"
     (output / "report.md").write_text(text, encoding="utf-8")
     return text
 
@@ -135,13 +181,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folders", nargs="+", type=Path)
     parser.add_argument("--output", type=Path, default=None)
+    parser.add_argument("--beam", type=int, default=5, help="beam size of the second test BLEU column; 1 skips it")
     arguments = parser.parse_args()
     output = arguments.output or arguments.folders[0]
     output.mkdir(parents=True, exist_ok=True)
     cache: dict = {}
-    runs = [describe(run, cache) for run in find_runs(arguments.folders)]
+    runs = [describe(run, cache, arguments.beam) for run in find_runs(arguments.folders)]
     figures(runs, output)
-    print(report(runs, output))
+    print(report(runs, output, arguments.beam))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,35 @@
+"""The report's arithmetic: scripts are loaded as modules, their pure parts tested without training anything."""
+
+import importlib.util
+
+from conftest import ROOT
+
+
+def load_script(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_runs_that_differ_only_in_seed_get_mean_and_spread():
+    compare = load_script("compare")
+    runs = [
+        {"name": "bahdanau (additive)", "valid_bleu": 30.0, "test_bleu": 31.0, "test_bleu_beam": 32.0},
+        {"name": "bahdanau (additive)", "valid_bleu": 32.0, "test_bleu": 33.0, "test_bleu_beam": 34.0},
+        {"name": "sutskever", "valid_bleu": 15.0, "test_bleu": 16.0, "test_bleu_beam": None},
+    ]
+    lines = compare.seed_summary(runs)
+    rows = [line for line in lines if line.startswith("| bahdanau")]
+    assert rows == ["| bahdanau (additive) | 2 | 31.00 ± 1.41 | 32.00 ± 1.41 | 33.00 ± 1.41 |"]
+    assert not any(line.startswith("| sutskever") for line in lines)  # one run: no spread to show
+    assert compare.seed_summary(runs[2:]) == []
+
+
+def test_benchmark_table_reports_flops_against_the_measured_peak():
+    benchmark = load_script("benchmark")
+    result = {"model": "transformer", "parameters": 1_000_000, "train_tokens_per_second": 2000.0,
+              "model_flops_per_second": 12e9, "peak_rss_gib": 1.5, "decode_beam1_sentences_per_second": 100.0,
+              "decode_beam5_sentences_per_second": 40.0}  # fmt: skip
+    text = benchmark.table([result], peak=400e9, machine="test")
+    assert "| transformer | 1,000,000 | 2,000 | 12 (3%) | 1.50 GiB | 100.0 | 40.0 |" in text
