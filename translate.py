@@ -22,6 +22,7 @@ def main(cfg: DictConfig) -> None:
             device=cfg.device,
             precision=cfg.precision,
             max_tokens=cfg.max_tokens,
+            attention=cfg.attention,
         )
     except (UserError, OmegaConfBaseException) as error:
         sys.exit(f"error: {error}")

@@ -13,6 +13,8 @@ from omegaconf import OmegaConf
 
 from nmt import UserError, build, checkpoint
 from nmt.data import Pairs, Vocabulary, read_lines, read_parallel
+from nmt.plot import attention_figure, plt
+from nmt.search import Hypothesis
 from nmt.trainer import translate_pairs
 
 log = logging.getLogger(__name__)
@@ -64,10 +66,14 @@ class Translator:
         return cls(model, vocabulary, config, target_device, dtype, beam, alpha, max_tokens)
 
     def translate(self, lines: list[str]) -> list[str]:
+        return self.search(lines)[0]
+
+    def search(self, lines: list[str]) -> tuple[list[str], list[Hypothesis]]:
+        """Translations and the hypotheses behind them (tokens, score, attention weights)."""
         if not lines:
-            return []
+            return [], []
         trainer = self.config["trainer"]
-        hypotheses, _ = translate_pairs(
+        return translate_pairs(
             self.model,
             self.vocabulary,
             lines,
@@ -79,7 +85,16 @@ class Translator:
             beam_size=self.beam,
             alpha=self.alpha,
         )
-        return hypotheses
+
+    def alignment_figure(self, text: str, translation: str, hypothesis: Hypothesis):
+        """The heatmap of one translation's attention (source subwords across, output subwords down), or None for a
+        model without attention."""
+        if hypothesis.attention is None:
+            return None
+        weights = hypothesis.attention.float().numpy()  # (generated + eos, source)
+        source = self.vocabulary.source.encode(text, out_type=str) or ["</s>"]
+        target = [self.vocabulary.target.id_to_piece(t) for t in hypothesis.tokens] + ["</s>"]
+        return attention_figure(weights, source, target[: weights.shape[0]], title=translation)
 
 
 def pairs_to_score(config: dict, split: str, source: str | None, reference: str | None, data_dir: str | None) -> Pairs:
@@ -142,8 +157,10 @@ def translate_file(
     device: str = "auto",
     precision: str | None = None,
     max_tokens: int = 8000,
+    attention: str | None = None,
 ) -> list[str]:
-    """Translate the lines of `source` (stdin when None) and write them to `output` (stdout when None)."""
+    """Translate the lines of `source` (stdin when None) and write them to `output` (stdout when None); with
+    `attention=DIR`, also the heatmap of each line's attention as DIR/line<N>.png."""
     translator = Translator.load(checkpoint_path, beam, alpha, device, precision, max_tokens)
     if source:
         lines = read_lines(source)
@@ -154,7 +171,17 @@ def translate_file(
             raise UserError("standard input is not valid UTF-8 text") from None
         if lines and lines[-1] == "":
             lines.pop()
-    translations = translator.translate(lines)
+    translations, hypotheses = translator.search(lines)
+    if attention:
+        folder = Path(attention)
+        folder.mkdir(parents=True, exist_ok=True)
+        for number, (line, translation, hypothesis) in enumerate(zip(lines, translations, hypotheses), 1):
+            figure = translator.alignment_figure(line, translation, hypothesis) if line else None
+            if figure is None and line:
+                raise UserError(f"{checkpoint_path}: this model has no attention to plot; leave out attention=")
+            if figure is not None:
+                figure.savefig(folder / f"line{number}.png")
+                plt.close(figure)
     text = "".join(t + "\n" for t in translations)
     if output:
         Path(output).write_text(text, encoding="utf-8")

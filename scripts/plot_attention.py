@@ -8,14 +8,10 @@ Arguments are key=value like the other commands, but the text is taken as it is 
 import sys
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from nmt import UserError, build  # noqa: E402
-from nmt.evaluate import load_model  # noqa: E402
-from nmt.plot import attention_figure  # noqa: E402
-from nmt.trainer import translate_pairs  # noqa: E402
+from nmt import UserError  # noqa: E402
+from nmt.evaluate import Translator  # noqa: E402
 
 OPTIONS = {"checkpoint": None, "text": None, "output": "attention.png", "device": "auto"}
 
@@ -35,17 +31,12 @@ def parse(arguments: list[str]) -> dict[str, str]:
 
 def main(arguments: list[str]) -> None:
     options = parse(arguments)
-    device = build.device(options["device"])
-    model, vocabulary, _ = load_model(options["checkpoint"], device)
-    translations, hypotheses = translate_pairs(
-        model, vocabulary, [options["text"]], device, torch.float32, 8000, 1.5, 10
-    )
-    if hypotheses[0].attention is None:
+    translator = Translator.load(options["checkpoint"], 1, 0.6, options["device"], "fp32", 8000)
+    translations, hypotheses = translator.search([options["text"]])
+    figure = translator.alignment_figure(options["text"], translations[0], hypotheses[0])
+    if figure is None:
         raise UserError(f"{options['checkpoint']}: this model has no attention to plot")
-    weights = hypotheses[0].attention.numpy()  # (generated + eos, source)
-    source = vocabulary.source.encode(options["text"], out_type=str) or ["</s>"]
-    target = ([vocabulary.target.id_to_piece(t) for t in hypotheses[0].tokens] + ["</s>"])[: weights.shape[0]]
-    attention_figure(weights, source, target, title=translations[0]).savefig(options["output"])
+    figure.savefig(options["output"])
     print(f"{translations[0]}\nattention heatmap written to {options['output']}")
 
 

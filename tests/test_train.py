@@ -209,11 +209,15 @@ def test_train_and_evaluate_command_lines_end_to_end(tmp_path, monkeypatch):
     monkeypatch.setattr(nmt.trainer, "beam_search", lambda *a, **k: searched.append(a[3]) or beam_search(*a, **k))
     evaluate_checkpoint(str(run_dir / "best.pt"), split="valid", beam=3, device="cpu")
     assert searched and set(searched) == {3}  # beam=3 really decodes with a beam of 3
-    translate = run("translate.py", f"checkpoint={run_dir / 'best.pt'}", "beam=3",
+    translate = run("translate.py", f"checkpoint={run_dir / 'best.pt'}", "beam=3", f"attention={tmp_path / 'maps'}",
                     stdin="Der Hund läuft.\n\nDie Frau liest ein Buch, weil das Kind schläft.\n")  # fmt: skip
     assert translate.returncode == 0, translate.stderr
     lines = translate.stdout.split("\n")
     assert len(lines) == 4 and lines[1] == "" and lines[0] and lines[2]  # line for line, an empty line stays empty
+    assert sorted(p.name for p in (tmp_path / "maps").iterdir()) == ["line1.png", "line3.png"]
+    plotted = run("scripts/plot_attention.py", f"checkpoint={run_dir / 'best.pt'}", "text=Der Hund, der läuft.",
+                  f"output={tmp_path / 'a.png'}")  # fmt: skip
+    assert plotted.returncode == 0 and (tmp_path / "a.png").stat().st_size > 1000, plotted.stderr
     compare = run("scripts/compare.py", str(run_dir), "--output", str(tmp_path / "report"))
     assert compare.returncode == 0, compare.stderr
     assert "| bahdanau (additive) |" in (tmp_path / "report" / "report.md").read_text()
