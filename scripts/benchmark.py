@@ -1,7 +1,11 @@
 """Speed of training and decoding, per model, on real Multi30k batches: a markdown table and JSON.
 
-python scripts/benchmark.py [--models bahdanau,transformer] [--checkpoints outputs/runs] [--precision bf16]
-                            [--threads 2] [--device auto] [--steps 8] [--windows 5] [--output bench]
+python scripts/benchmark.py [--models "sutskever;bahdanau;luong;transformer"] [--checkpoints outputs/runs]
+                            [--precision bf16] [--threads 2] [--device auto] [--steps 8] [--windows 5]
+                            [--train-only] [--output bench]
+
+A model is a name with optional config overrides: `--models "luong model/attention=dot;luong model.alignment=local_p"`
+compares attention variants (their decoding needs a checkpoint of that variant, so use --train-only there).
 
 For each model at its default size: training target tokens/s (after warm-up, the median of --windows timed windows
 of --steps updates each), peak resident memory of a process that only trains it, and decoding sentences/s of greedy
@@ -60,8 +64,9 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def config(model: str, args) -> OmegaConf:
-    overrides = [f"model={model}", f"trainer.precision={args.precision}", f"trainer.device={args.device}"]
+def config(spec: str, args) -> OmegaConf:
+    model, *extra = spec.split()
+    overrides = [f"model={model}", *extra, f"trainer.precision={args.precision}", f"trainer.device={args.device}"]
     if args.data_dir:
         overrides.append(f"data.dir={args.data_dir}")
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
@@ -102,7 +107,10 @@ def measure(model_name: str, args) -> dict:
         "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
         "model_flops_per_second": 6 * parameters * statistics.median(rates),
     }
-    checkpoint_path = Path(args.checkpoints) / model_name / "best.pt" if args.checkpoints else None
+    if args.train_only:
+        return result
+    plain = len(model_name.split()) == 1  # a checkpoint folder is named after the model alone
+    checkpoint_path = Path(args.checkpoints) / model_name / "best.pt" if args.checkpoints and plain else None
     result["decoded_with"] = str(checkpoint_path) if checkpoint_path and checkpoint_path.is_file() else "untrained"
     sources = [s for s, _ in splits.test]
     for beam in (1, 5):
@@ -131,17 +139,19 @@ def table(results: list[dict], peak: float, machine: str) -> str:
     ]
     for r in results:
         flops = r["model_flops_per_second"]
+        greedy, beam = (f"{r[k]:,.1f}" if k in r else "-" for k in ("decode_beam1_sentences_per_second",
+                                                                      "decode_beam5_sentences_per_second"))  # fmt: skip
         lines.append(
             f"| {r['model']} | {r['parameters']:,} | {r['train_tokens_per_second']:,.0f} | "
-            f"{flops / 1e9:,.0f} ({100 * flops / peak:.0f}%) | {r['peak_rss_gib']:.2f} GiB | "
-            f"{r['decode_beam1_sentences_per_second']:,.1f} | {r['decode_beam5_sentences_per_second']:,.1f} |"
+            f"{flops / 1e9:,.0f} ({100 * flops / peak:.0f}%) | {r['peak_rss_gib']:.2f} GiB | {greedy} | {beam} |"
         )
     return "\n".join(lines) + "\n"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", default="sutskever,bahdanau,luong,transformer")
+    parser.add_argument("--models", default="sutskever;bahdanau;luong;transformer", help="';'-separated")
+    parser.add_argument("--train-only", action="store_true", help="skip decoding")
     parser.add_argument("--checkpoints", default="outputs/runs", help="folder of <model>/best.pt, for decoding")
     parser.add_argument("--data-dir", default=os.environ.get("NMT_DATA_DIR"))
     parser.add_argument("--precision", default="bf16")
@@ -159,7 +169,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     peak = matmul_peak(build.precision(args.precision), device)
     results = []
-    for name in args.models.split(","):
+    for name in [spec.strip() for spec in args.models.split(";") if spec.strip()]:
         command = [sys.executable, __file__, "--one", name, *sys.argv[1:]]
         done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
         if done.returncode:
