@@ -2,16 +2,19 @@
 UserError; never a traceback from deep inside, never a changed file on disk."""
 
 import dataclasses
+import io
+import sys
 
 import pytest
 import torch
 from conftest import compose_config, tiny_model_overrides
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from omegaconf import OmegaConf
 
-from nmt import UserError, build
+from nmt import UserError, build, checkpoint
 from nmt.data import read_lines, read_parallel
-from nmt.evaluate import Translator
+from nmt.evaluate import Translator, translate_file
 from nmt.transformer import Embedding, sinusoids
 
 SETTINGS = settings(
@@ -90,3 +93,34 @@ def test_positions_past_the_table_extend_or_reuse_the_last(positions):
     assert beyond.shape == (1, 3, 8) and torch.isfinite(beyond).all()
     if positions == "sinusoidal":
         torch.testing.assert_close(embedding.table[:10], sinusoids(10, 8))
+
+
+@pytest.fixture(scope="module")
+def saved_checkpoint(tmp_path_factory, sample_vocabulary):
+    cfg = compose_config(*tiny_model_overrides("bahdanau"), "data=sample")
+    torch.manual_seed(0)
+    model = build.model(cfg.model, sample_vocabulary)
+    path = tmp_path_factory.mktemp("checkpoint") / "model.pt"
+    trainer = {"precision": "fp32", "decode_ratio": 1.5, "decode_extra": 5}
+    vocabulary = {"source": sample_vocabulary.source_model, "target": sample_vocabulary.target_model}
+    payload = {"model": model.state_dict(), "config": {"model": OmegaConf.to_container(cfg.model), "trainer": trainer},
+               "vocabulary": vocabulary}  # fmt: skip
+    checkpoint.save(payload, path)
+    return path
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
+@given(data=st.binary(max_size=200))
+def test_translate_reads_any_bytes_on_stdin_or_says_they_are_not_text(saved_checkpoint, monkeypatch, data):
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8"))
+    output = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", output)
+    try:
+        translations = translate_file(str(saved_checkpoint), beam=1, device="cpu")
+    except UserError as error:
+        assert "standard input is not valid UTF-8" in str(error)
+    else:
+        text = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8").read()  # as a terminal or pipe reads it
+        assert len(translations) == len(text.split("\n")) - (1 if text.endswith("\n") or not text else 0)
+        assert output.getvalue().count("\n") == len(translations)
