@@ -79,7 +79,7 @@ def test_slurm_launcher_config_composes_with_the_submitit_plugin():
 def test_optuna_sweep_runs_trials_and_reports_the_best(tmp_path):
     sweep = subprocess.run(
         [sys.executable, "train.py", "-m", "hydra/sweeper=lr_dropout", "hydra.sweeper.n_trials=2",
-         "experiment=demo", "data.sizes.train=100", "data.sizes.valid=10", "data.sizes.test=10", "trainer=debug",
+         "experiment=demo", "data.sizes.train=300", "data.sizes.valid=10", "data.sizes.test=10", "trainer=debug",
          "trainer.max_steps=2", "trainer.max_minutes=0", "trainer.progress=false", "trainer.test_at_end=false",
          f"data.spm_cache={tmp_path / 'spm'}", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
         cwd=ROOT, capture_output=True, text=True,
