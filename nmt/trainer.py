@@ -10,6 +10,8 @@ import contextlib
 import json
 import logging
 import math
+import signal
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -368,8 +370,20 @@ class Trainer:
             unit="step",
             dynamic_ncols=True,
         )
+        self.interrupted = False
+        default_handler = signal.getsignal(signal.SIGINT)
+
+        def request_stop(signum, frame):  # the first Ctrl-C asks to stop and save; a second one stops at once
+            self.interrupted = True
+            signal.signal(signal.SIGINT, default_handler)
+
+        in_main_thread = threading.current_thread() is threading.main_thread()
+        if in_main_thread:
+            signal.signal(signal.SIGINT, request_stop)
         try:
             for batches, tokens, local_tokens, count in self.updates() if reason is None else ():
+                if self.interrupted:  # Ctrl-C lands between updates, never inside a checkpoint write
+                    raise KeyboardInterrupt
                 loss_sum, norm = self.train_step(batches, tokens)
                 self.step += 1
                 self.batch_in_epoch += count
@@ -390,6 +404,8 @@ class Trainer:
                 if reason:
                     break
         except KeyboardInterrupt:
+            if in_main_thread:
+                signal.signal(signal.SIGINT, default_handler)
             self.train_seconds += time.perf_counter() - started
             self.save("last.pt")
             bar.close()
@@ -400,11 +416,15 @@ class Trainer:
             )
             return "interrupted"
         except NonFiniteLoss as error:
+            if in_main_thread:
+                signal.signal(signal.SIGINT, default_handler)
             bar.close()
             raise UserError(
                 f"{error}. Training stopped; the last good checkpoint is {self.run_dir / 'last.pt'}. "
                 "Lower trainer.lr or use trainer.precision=fp32."
             ) from None
+        if in_main_thread:
+            signal.signal(signal.SIGINT, default_handler)
         bar.close()
         self.train_seconds += time.perf_counter() - started
         if self.last_metrics.get("step") != self.step:
