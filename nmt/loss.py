@@ -67,7 +67,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         features_dtype, weight_dtype, bias_dtype = ctx.dtypes
         scale = grad_total.float()
         return (
-            (grad_x.float() * scale).to(features_dtype),
+            (grad_x * scale).to(features_dtype),  # grad_x is fp32 already
             (grad_w * scale).to(weight_dtype),
             (grad_b * scale).to(bias_dtype) if grad_b is not None else None,
             None,

@@ -357,6 +357,26 @@ class Trainer:
             self.epoch += 1
             self.batch_in_epoch = 0
 
+    @contextlib.contextmanager
+    def ctrl_c_between_updates(self):
+        """While training, the first Ctrl-C only sets `self.interrupted`, which the loop checks between updates (so it
+        never lands inside a checkpoint write, nor gets lost inside a library call); a second one stops at once."""
+        self.interrupted = False
+        if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
+            yield
+            return
+        default_handler = signal.getsignal(signal.SIGINT)
+
+        def request_stop(signum, frame):
+            self.interrupted = True
+            signal.signal(signal.SIGINT, default_handler)
+
+        signal.signal(signal.SIGINT, request_stop)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, default_handler)
+
     def train(self) -> str:
         """Train until a stop condition; returns the reason. Ctrl-C saves `last.pt` and returns."""
         self.writer = SummaryWriter(str(self.run_dir)) if self.rank == 0 else NoWriter()
@@ -370,45 +390,33 @@ class Trainer:
             unit="step",
             dynamic_ncols=True,
         )
-        self.interrupted = False
-        default_handler = signal.getsignal(signal.SIGINT)
-
-        def request_stop(signum, frame):  # the first Ctrl-C asks to stop and save; a second one stops at once
-            self.interrupted = True
-            signal.signal(signal.SIGINT, default_handler)
-
-        in_main_thread = threading.current_thread() is threading.main_thread()
-        if in_main_thread:
-            signal.signal(signal.SIGINT, request_stop)
         try:
-            for batches, tokens, local_tokens, count in self.updates() if reason is None else ():
-                if self.interrupted:  # Ctrl-C lands between updates, never inside a checkpoint write
-                    raise KeyboardInterrupt
-                loss_sum, norm = self.train_step(batches, tokens)
-                self.step += 1
-                self.batch_in_epoch += count
-                window_loss += loss_sum
-                window_tokens += local_tokens
-                self.tokens_trained += tokens
-                bar.update(1)
-                if self.step % self.options.log_every == 0:
-                    self.log_train(window_loss, window_tokens, time.perf_counter() - window_start, norm, bar)
-                    window_loss.zero_()
-                    window_tokens, window_start = 0, time.perf_counter()
-                if self.should_validate():
-                    self.train_seconds += time.perf_counter() - started
-                    self.validate_and_save()
-                    started = time.perf_counter()
-                    window_start = started
-                reason = distributed.share(self.finished(started))  # rank 0's clock and patience decide for all
-                if reason:
-                    break
+            with self.ctrl_c_between_updates():
+                for batches, tokens, local_tokens, count in self.updates() if reason is None else ():
+                    if self.interrupted:
+                        raise KeyboardInterrupt
+                    loss_sum, norm = self.train_step(batches, tokens)
+                    self.step += 1
+                    self.batch_in_epoch += count
+                    window_loss += loss_sum
+                    window_tokens += local_tokens
+                    self.tokens_trained += tokens
+                    bar.update(1)
+                    if self.step % self.options.log_every == 0:
+                        self.log_train(window_loss, window_tokens, time.perf_counter() - window_start, norm, bar)
+                        window_loss.zero_()
+                        window_tokens, window_start = 0, time.perf_counter()
+                    if self.should_validate():
+                        self.train_seconds += time.perf_counter() - started
+                        self.validate_and_save()
+                        started = time.perf_counter()
+                        window_start = started
+                    reason = distributed.share(self.finished(started))  # rank 0's clock and patience decide for all
+                    if reason:
+                        break
         except KeyboardInterrupt:
-            if in_main_thread:
-                signal.signal(signal.SIGINT, default_handler)
             self.train_seconds += time.perf_counter() - started
             self.save("last.pt")
-            bar.close()
             log.info(
                 "interrupted at step %d; saved %s. Continue with trainer.resume=true.",
                 self.step,
@@ -416,16 +424,12 @@ class Trainer:
             )
             return "interrupted"
         except NonFiniteLoss as error:
-            if in_main_thread:
-                signal.signal(signal.SIGINT, default_handler)
-            bar.close()
             raise UserError(
                 f"{error}. Training stopped; the last good checkpoint is {self.run_dir / 'last.pt'}. "
                 "Lower trainer.lr or use trainer.precision=fp32."
             ) from None
-        if in_main_thread:
-            signal.signal(signal.SIGINT, default_handler)
-        bar.close()
+        finally:
+            bar.close()
         self.train_seconds += time.perf_counter() - started
         if self.last_metrics.get("step") != self.step:
             self.validate_and_save()
