@@ -32,6 +32,16 @@ def reverse_padded(tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return tokens.gather(1, reversed_positions)
 
 
+def uniform_init(model: nn.Module, init_range: float) -> None:
+    """Every parameter from U(-init_range, init_range), as Sutskever et al. (0.08) and Luong et al. (0.1) do; the
+    padding embeddings stay zero."""
+    for parameter in model.parameters():
+        nn.init.uniform_(parameter, -init_range, init_range)
+    for module in model.modules():
+        if isinstance(module, nn.Embedding) and module.padding_idx is not None:
+            module.weight.data[module.padding_idx].zero_()
+
+
 class Encoder(nn.Module):
     """Embedding and a (bidirectional) multi-layer RNN over the real tokens only (packed sequences)."""
 
@@ -102,6 +112,7 @@ class SutskeverSeq2Seq(nn.Module):
         layers: int = 2,
         dropout: float = 0.3,
         reverse_source: bool = True,
+        init_range: float = 0.0,
     ):
         super().__init__()
         self.reverse_source = reverse_source
@@ -112,6 +123,8 @@ class SutskeverSeq2Seq(nn.Module):
         )
         self.dropout = nn.Dropout(dropout)
         self.output = nn.Linear(hidden_size, target_vocab_size)
+        if init_range:
+            uniform_init(self, init_range)
 
     def encode(self, source: torch.Tensor, source_mask: torch.Tensor) -> State:
         if self.reverse_source:  # section 3.3: reversing the source makes the first words' dependencies short
@@ -257,6 +270,7 @@ class LuongSeq2Seq(AlignmentMaps, nn.Module):
         alignment: str = "global",
         window: int = 10,
         reverse_source: bool = False,
+        init_range: float = 0.1,
     ):
         super().__init__()
         if alignment not in ("global", "local_m", "local_p"):
@@ -276,6 +290,8 @@ class LuongSeq2Seq(AlignmentMaps, nn.Module):
         self.combine = nn.Linear(2 * hidden_size, hidden_size, bias=False)  # W_c
         self.dropout = nn.Dropout(dropout)
         self.output = nn.Linear(hidden_size, target_vocab_size)  # W_s
+        if init_range:
+            uniform_init(self, init_range)
 
     def encode(self, source: torch.Tensor, source_mask: torch.Tensor) -> State:
         if self.reverse_source:

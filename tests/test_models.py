@@ -109,3 +109,12 @@ def test_attention_maps_are_distributions_over_the_real_source(sample_vocabulary
         assert weights.dim() == 4 and weights.shape[0] == 3 and weights.shape[-1] == source.shape[1], name
         torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[:-1]))
         assert (weights.masked_select(~mask[:, None, None, :].expand_as(weights)) == 0).all()
+
+
+def test_luong_parameters_start_uniform_in_the_papers_range_with_zero_padding(sample_vocabulary):
+    model = make_model(sample_vocabulary, ["luong", "model.init_range=0.1"])
+    values = torch.cat([p.detach().flatten() for p in model.parameters()])
+    assert values.abs().max() <= 0.1 and values.abs().max() > 0.09  # uniform over the whole range, not a default
+    assert not model.embedding.weight[PAD_ID].any() and not model.encoder.embedding.weight[PAD_ID].any()
+    default = make_model(sample_vocabulary, ["luong", "model.init_range=0"])
+    assert torch.cat([p.detach().flatten() for p in default.parameters()]).abs().max() > 0.5  # N(0, 1) embeddings
