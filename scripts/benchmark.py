@@ -2,7 +2,7 @@
 
 python scripts/benchmark.py [--models "sutskever;bahdanau;luong;transformer"] [--checkpoints outputs/runs]
                             [--precision bf16] [--threads 2] [--device auto] [--steps 8] [--windows 5]
-                            [--train-only] [--output bench]
+                            [--train-only] [--profile N] [--output bench]
 
 A model is a name with optional config overrides: `--models "luong model/attention=dot;luong model.alignment=local_p"`
 compares attention variants (their decoding needs a checkpoint of that variant, so use --train-only there).
@@ -99,6 +99,8 @@ def measure(model_name: str, args) -> dict:
             window_tokens += tokens
         synchronize(trainer.device)
         rates.append(window_tokens / (time.perf_counter() - started))
+    if args.profile:
+        write_profile(trainer, updates, model_name, args)
     result = {
         "model": model_name,
         "parameters": parameters,
@@ -127,6 +129,23 @@ def measure(model_name: str, args) -> dict:
         synchronize(trainer.device)
         result[f"decode_beam{beam}_sentences_per_second"] = len(sources) / (time.perf_counter() - started)
     return result
+
+
+def write_profile(trainer: Trainer, updates, model_name: str, args) -> None:
+    """The operators that take the training step's time (torch.profiler, self time) over --profile updates."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if trainer.device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as profiler:
+        for _ in range(args.profile):
+            batches, tokens, _, _ = next(updates)
+            trainer.train_step(batches, tokens)
+        synchronize(trainer.device)
+    sort = "self_cuda_time_total" if trainer.device.type == "cuda" else "self_cpu_time_total"
+    output = Path(args.output)
+    output.mkdir(parents=True, exist_ok=True)
+    path = output / f"profile_{model_name.replace(' ', '_').replace('/', '-')}.txt"
+    path.write_text(profiler.key_averages().table(sort_by=sort, row_limit=25) + "\n")
 
 
 def table(results: list[dict], peak: float, machine: str) -> str:
@@ -159,6 +178,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--steps", type=int, default=8, help="updates per timed window")
     parser.add_argument("--windows", type=int, default=5)
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="also profile N training updates: <output>/profile_<model>.txt")  # fmt: skip
     parser.add_argument("--output", default="bench", help="folder for benchmark.md and benchmark.json")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: measure this model in this process
     args = parser.parse_args()

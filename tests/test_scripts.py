@@ -33,3 +33,16 @@ def test_benchmark_table_reports_flops_against_the_measured_peak():
               "decode_beam5_sentences_per_second": 40.0}  # fmt: skip
     text = benchmark.table([result], peak=400e9, machine="test")
     assert "| transformer | 1,000,000 | 2,000 | 12 (3%) | 1.50 GiB | 100.0 | 40.0 |" in text
+
+
+def test_benchmark_measures_and_profiles_a_small_model_on_the_sample_corpus(tmp_path, monkeypatch):
+    benchmark = load_script("benchmark")
+    monkeypatch.chdir(tmp_path)  # the sample vocabulary is cached under data/spm of the working folder
+    spec = "sutskever data=sample model.embedding_size=16 model.hidden_size=24 data.max_tokens=256"
+    args = benchmark.argparse.Namespace(threads=1, precision="fp32", device="cpu", data_dir=None, steps=2,
+                                        windows=2, profile=2, train_only=True, output=str(tmp_path / "bench"))  # fmt: skip
+    result = benchmark.measure(spec, args)
+    assert result["train_tokens_per_second"] > 0 and len(result["train_windows"]) == 2
+    profile = (tmp_path / "bench" / "profile_sutskever_data=sample_model.embedding_size=16_model.hidden_size=24_"
+               "data.max_tokens=256.txt").read_text()  # fmt: skip
+    assert "Self CPU" in profile and "aten::" in profile
