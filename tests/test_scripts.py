@@ -29,10 +29,10 @@ def test_runs_that_differ_only_in_seed_get_mean_and_spread():
 def test_benchmark_table_reports_flops_against_the_measured_peak():
     benchmark = load_script("benchmark")
     result = {"model": "transformer", "parameters": 1_000_000, "train_tokens_per_second": 2000.0,
-              "model_flops_per_second": 12e9, "peak_rss_gib": 1.5, "decode_beam1_sentences_per_second": 100.0,
+              "flops_per_token": 6e6, "model_flops_per_second": 12e9, "peak_rss_gib": 1.5, "decode_beam1_sentences_per_second": 100.0,
               "decode_beam5_sentences_per_second": 40.0}  # fmt: skip
     text = benchmark.table([result], peak=400e9, machine="test")
-    assert "| transformer | 1,000,000 | 2,000 | 12 (3%) | 1.50 GiB | 100.0 | 40.0 |" in text
+    assert "| transformer | 1,000,000 | 2,000 | 6 | 12 (3%) | 1.50 GiB | 100.0 | 40.0 |" in text
 
 
 def test_benchmark_measures_and_profiles_a_small_model_on_the_sample_corpus(tmp_path, monkeypatch):
@@ -43,6 +43,24 @@ def test_benchmark_measures_and_profiles_a_small_model_on_the_sample_corpus(tmp_
                                         windows=2, profile=2, train_only=True, output=str(tmp_path / "bench"))  # fmt: skip
     result = benchmark.measure(spec, args)
     assert result["train_tokens_per_second"] > 0 and len(result["train_windows"]) == 2
+    # Counted products of a training step: at least the output layer's forward and two backward products per token.
+    vocabulary = result["target_vocab_size"]
+    assert result["flops_per_token"] > 3 * 2 * 24 * vocabulary
     profile = (tmp_path / "bench" / "profile_sutskever_data=sample_model.embedding_size=16_model.hidden_size=24_"
                "data.max_tokens=256.txt").read_text()  # fmt: skip
     assert "Self CPU" in profile and "aten::" in profile
+
+
+def test_flop_count_includes_the_cpu_lstm_kernel():
+    benchmark = load_script("benchmark")
+    torch = benchmark.torch
+    lstm = torch.nn.LSTM(64, 128, 2, batch_first=True)
+    inputs = torch.randn(4, 10, 64)
+
+    def step():
+        with torch.autocast("cpu", torch.bfloat16):
+            outputs, _ = lstm(inputs)
+        outputs.float().sum().backward()
+
+    forward = 2 * 40 * 512 * (64 + 128) + 2 * 40 * 512 * (128 + 128)  # two layers, 40 tokens, 4 gates of 128
+    assert benchmark.counted_flops(step) == 3 * forward  # forward, and backward twice that
