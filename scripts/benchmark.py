@@ -14,8 +14,8 @@ untrained model decodes to its length limit, which says little). The harness als
 matrix-multiply peak in the chosen precision and reports each model's FLOP/s against it: the floating-point operations
 of one training update counted by torch.utils.flop_counter (matrix products forward and backward, exactly; the
 elementwise work is not counted), per target token, times tokens/s. 6 x parameters x tokens/s, the usual estimate,
-is in the JSON too; it overstates the RNNs (embeddings do no products) and understates attention. Each model runs in a fresh subprocess, so peak memory is its own. Timings on a shared machine
-are noisy: compare ratios taken in one run.
+is in the JSON too; it overstates the RNNs (embeddings do no products) and understates attention. Each model runs in
+a fresh subprocess, so peak memory is its own. Timings on a shared machine are noisy: compare ratios taken in one run.
 """
 
 from __future__ import annotations
@@ -193,7 +193,8 @@ def table(results: list[dict], peak: float, machine: str) -> str:
                                                                       "decode_beam5_sentences_per_second"))  # fmt: skip
         lines.append(
             f"| {r['model']} | {r['parameters']:,} | {r['train_tokens_per_second']:,.0f} | "
-            f"{r['flops_per_token'] / 1e6:,.0f} | {flops / 1e9:,.0f} ({100 * flops / peak:.0f}%) | {r['peak_rss_gib']:.2f} GiB | {greedy} | {beam} |"
+            f"{r['flops_per_token'] / 1e6:,.0f} | {flops / 1e9:,.0f} ({100 * flops / peak:.0f}%) | "
+            f"{r['peak_rss_gib']:.2f} GiB | {greedy} | {beam} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -29,8 +29,8 @@ def test_runs_that_differ_only_in_seed_get_mean_and_spread():
 def test_benchmark_table_reports_flops_against_the_measured_peak():
     benchmark = load_script("benchmark")
     result = {"model": "transformer", "parameters": 1_000_000, "train_tokens_per_second": 2000.0,
-              "flops_per_token": 6e6, "model_flops_per_second": 12e9, "peak_rss_gib": 1.5, "decode_beam1_sentences_per_second": 100.0,
-              "decode_beam5_sentences_per_second": 40.0}  # fmt: skip
+              "flops_per_token": 6e6, "model_flops_per_second": 12e9, "peak_rss_gib": 1.5,
+              "decode_beam1_sentences_per_second": 100.0, "decode_beam5_sentences_per_second": 40.0}  # fmt: skip
     text = benchmark.table([result], peak=400e9, machine="test")
     assert "| transformer | 1,000,000 | 2,000 | 6 | 12 (3%) | 1.50 GiB | 100.0 | 40.0 |" in text
 
@@ -39,8 +39,8 @@ def test_benchmark_measures_and_profiles_a_small_model_on_the_sample_corpus(tmp_
     benchmark = load_script("benchmark")
     monkeypatch.chdir(tmp_path)  # the sample vocabulary is cached under data/spm of the working folder
     spec = "sutskever data=sample model.embedding_size=16 model.hidden_size=24 data.max_tokens=256"
-    args = benchmark.argparse.Namespace(threads=1, precision="fp32", device="cpu", data_dir=None, steps=2,
-                                        windows=2, profile=2, train_only=True, output=str(tmp_path / "bench"))  # fmt: skip
+    args = benchmark.argparse.Namespace(threads=1, precision="fp32", device="cpu", data_dir=None, steps=2, windows=2,
+                                        profile=2, train_only=True, output=str(tmp_path / "bench"))  # fmt: skip
     result = benchmark.measure(spec, args)
     assert result["train_tokens_per_second"] > 0 and len(result["train_windows"]) == 2
     # Counted products of a training step: at least the output layer's forward and two backward products per token.
