@@ -55,6 +55,12 @@ def greedy(model, source: torch.Tensor, source_mask: torch.Tensor, ratio: float 
     return hypotheses
 
 
+# Decoding-state entries computed from the source alone (encoder annotations, attention keys, the Transformer's
+# cross-attention cache, the mask). A hypothesis only ever extends a hypothesis of its own sentence, so these are the
+# same for every beam of a sentence and beam search does not copy them at each step.
+SOURCE_SIDE = ("memory", "keys", "source_mask", "cross_keys_", "cross_values_")
+
+
 def length_penalty(length: torch.Tensor, alpha: float) -> torch.Tensor:
     """GNMT (Wu et al. 2016, eq. 14): lp(Y) = ((5 + |Y|) / 6)^alpha; alpha = 0 ranks by raw log-probability."""
     return ((5.0 + length.float()) / 6.0) ** alpha
@@ -100,7 +106,7 @@ def beam_search(
         scores, flat = candidates.topk(beam_size, dim=-1)  # (B, K)
         origin = (flat // vocabulary + offsets).view(-1)  # which hypothesis each new one extends, (B * K,)
         previous = (flat % vocabulary).view(-1)
-        state = {k: v.index_select(0, origin) for k, v in state.items()}
+        state = {k: v if k.startswith(SOURCE_SIDE) else v.index_select(0, origin) for k, v in state.items()}
         was_finished = finished.index_select(0, origin)
         lengths = lengths.index_select(0, origin) + (~was_finished).long()
         finished = was_finished | (previous == EOS_ID)

@@ -6,7 +6,7 @@ from conftest import MODELS, compose_config, tiny_model_overrides
 
 from nmt import build
 from nmt.data import EOS_ID, PAD_ID
-from nmt.search import beam_search, greedy
+from nmt.search import SOURCE_SIDE, beam_search, greedy
 
 
 def model_with_likely_eos(sample_vocabulary, name):
@@ -72,3 +72,16 @@ def test_finished_hypotheses_stop_growing_and_n_best_is_sorted(sample_vocabulary
             assert h.attention.shape[0] in (len(h.tokens), len(h.tokens) + 1)
     lengths = {len(h.tokens) for hs in results for h in hs}
     assert len(lengths) > 1  # hypotheses ended at different steps and kept their length
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_state_that_beam_search_does_not_reorder_is_never_changed_by_a_step(sample_vocabulary, name):
+    model = model_with_likely_eos(sample_vocabulary, name)
+    source, mask = sources()
+    with torch.no_grad():
+        state = model.encode(source, mask)
+        _, stepped, _ = model.decode_step(torch.full((4,), EOS_ID), state)
+    source_side = [key for key in state if key.startswith(SOURCE_SIDE)]
+    assert source_side or name == "sutskever"  # every attention model has some
+    for key in source_side:
+        assert stepped[key] is state[key], key
