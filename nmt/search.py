@@ -33,8 +33,9 @@ def greedy(model, source: torch.Tensor, source_mask: torch.Tensor, ratio: float 
     tokens, scores, weights = [], torch.zeros(batch, device=source.device), []
     for _ in range(max_output_length(source_mask, ratio, extra)):
         logits, state, step_weights = model.decode_step(previous, state)
-        log_probs = torch.log_softmax(logits.float(), dim=-1)  # (B, V)
-        best_score, previous = log_probs.max(-1)  # (B,)
+        logits = logits.float()  # (B, V)
+        best_logit, previous = logits.max(-1)  # (B,)
+        best_score = best_logit - torch.logsumexp(logits, dim=-1)  # its log-probability
         scores += best_score.masked_fill(finished, 0.0)
         previous = previous.masked_fill(finished, EOS_ID)
         tokens.append(previous)
@@ -81,7 +82,10 @@ def beam_search(
 
     A finished hypothesis keeps its score and stops growing (it can only be followed by eos at no cost); hypotheses
     are ranked by log-probability / lp(length) at the end. The state of any model is reordered with index_select, so
-    RNN states and Transformer caches are handled alike. Returns the n best hypotheses of each sentence, best first.
+    RNN states and Transformer caches are handled alike. Two things keep the per-step work small: the best
+    `beam_size` continuations of a sentence are among the `beam_size` best tokens of each of its hypotheses, so only
+    those (beam_size^2 candidates, not beam_size x vocabulary) are scored; and a sentence whose hypotheses have all
+    ended leaves the batch. Returns the n best hypotheses of each sentence, best first.
     """
     batch, device = source.shape[0], source.device
     state = model.encode(source, source_mask)
@@ -93,41 +97,80 @@ def beam_search(
     lengths = torch.zeros(batch * beam_size, dtype=torch.long, device=device)
     history = torch.zeros(batch * beam_size, 0, dtype=torch.long, device=device)
     attention = None
-    offsets = (torch.arange(batch, device=device) * beam_size)[:, None]  # (B, 1)
+    alive = torch.arange(batch, device=device)  # the sentences still in the batch
+    results: dict[int, list[Hypothesis]] = {}
+    source_lengths = source_mask.sum(1)
     for _ in range(max_output_length(source_mask, ratio, extra)):
         logits, state, weights = model.decode_step(previous, state)
-        log_probs = torch.log_softmax(logits.float(), dim=-1)  # (B * K, V)
-        vocabulary = log_probs.shape[-1]
+        logits = logits.float()  # (N * K, V), N sentences alive
+        width = min(beam_size, logits.shape[-1])
+        best_logits, best_tokens = logits.topk(width, dim=-1)  # (N * K, W)
+        best = best_logits - torch.logsumexp(logits, dim=-1, keepdim=True)  # their log-probabilities
         # A finished hypothesis may only continue with eos, at no cost: it keeps its score and its length.
-        done_row = torch.full_like(log_probs[0], float("-inf"))
-        done_row[EOS_ID] = 0.0
-        log_probs = torch.where(finished[:, None], done_row, log_probs)
-        candidates = (scores[:, :, None] + log_probs.view(batch, beam_size, vocabulary)).view(batch, -1)
-        scores, flat = candidates.topk(beam_size, dim=-1)  # (B, K)
-        origin = (flat // vocabulary + offsets).view(-1)  # which hypothesis each new one extends, (B * K,)
-        previous = (flat % vocabulary).view(-1)
-        state = {k: v if k.startswith(SOURCE_SIDE) else v.index_select(0, origin) for k, v in state.items()}
+        best = best.masked_fill(finished[:, None], float("-inf"))
+        best[:, 0].masked_fill_(finished, 0.0)
+        best_tokens[:, 0].masked_fill_(finished, EOS_ID)
+        alive_count = alive.shape[0]
+        candidates = (scores[:, :, None] + best.view(alive_count, beam_size, width)).view(alive_count, -1)
+        scores, flat = candidates.topk(beam_size, dim=-1)  # (N, K), over the K x W candidates
+        offsets = (torch.arange(alive_count, device=device) * beam_size)[:, None]
+        origin = (flat // width + offsets).view(-1)  # which hypothesis each new one extends, (N * K,)
+        previous = best_tokens.view(alive_count, -1).gather(1, flat).view(-1)
         was_finished = finished.index_select(0, origin)
         lengths = lengths.index_select(0, origin) + (~was_finished).long()
         finished = was_finished | (previous == EOS_ID)
         history = torch.cat([history.index_select(0, origin), previous[:, None]], 1)
         if weights is not None:
-            step = weights.float()[:, None, :]  # (B * K, 1, S)
+            step = weights.float()[:, None, :]  # (N * K, 1, S)
             attention = step if attention is None else torch.cat([attention.index_select(0, origin), step], 1)
-        if finished.all():
-            break
-    normalised = scores / length_penalty(lengths.view(batch, beam_size), alpha)  # (B, K)
-    order = normalised.argsort(dim=-1, descending=True)[:, :n_best]
-    source_lengths = source_mask.sum(1).tolist()
-    results = []
-    for row in range(batch):
-        hypotheses = []
-        for beam in order[row].tolist():
-            index = row * beam_size + beam
-            length = int(lengths[index])
-            tokens = history[index].tolist()
-            tokens = tokens[: length - 1] if finished[index] else tokens[:length]  # without eos
-            weights_kept = attention[index, :length, : source_lengths[row]].cpu() if attention is not None else None
-            hypotheses.append(Hypothesis(tokens, float(scores[row, beam]), weights_kept))
-        results.append(hypotheses)
-    return results
+        done = finished.view(alive_count, beam_size).all(1)  # (N,)
+        kept_rows = None
+        if done.any():
+            results.update(collect(done, alive, source_lengths, scores, lengths, finished, history, attention,
+                                   alpha, n_best))  # fmt: skip
+            kept = (~done).nonzero().squeeze(1)
+            if kept.numel() == 0:
+                break
+            kept_rows = (kept[:, None] * beam_size + torch.arange(beam_size, device=device)).view(-1)
+            alive, scores = alive.index_select(0, kept), scores.index_select(0, kept)
+            previous, finished = previous.index_select(0, kept_rows), finished.index_select(0, kept_rows)
+            lengths, history = lengths.index_select(0, kept_rows), history.index_select(0, kept_rows)
+            attention = attention.index_select(0, kept_rows) if attention is not None else None
+            origin = origin.index_select(0, kept_rows)
+        state = {
+            k: (v if kept_rows is None else v.index_select(0, kept_rows))
+            if k.startswith(SOURCE_SIDE)
+            else v.index_select(0, origin)
+            for k, v in state.items()
+        }
+    else:  # the length limit ended the search: the sentences still alive keep what they have
+        everything = torch.ones(alive.shape[0], dtype=torch.bool, device=device)
+        results.update(collect(everything, alive, source_lengths, scores, lengths, finished, history, attention,
+                               alpha, n_best))  # fmt: skip
+    return [results[sentence] for sentence in range(batch)]
+
+
+def collect(chosen, alive, source_lengths, scores, lengths, finished, history, attention, alpha, n_best):
+    """{sentence: its n best hypotheses, best first} for the `chosen` sentences (N,) of those `alive` (N,).
+
+    Hypotheses are ranked by log-probability / lp(length); rows of the hypothesis tensors are sentence-major, K each.
+    """
+    beam_size = scores.shape[1]
+    rows = (chosen.nonzero()[:, None] * beam_size + torch.arange(beam_size, device=chosen.device)).view(-1)
+    sentence_scores = scores[chosen]  # (C, K)
+    normalised = sentence_scores / length_penalty(lengths.index_select(0, rows).view(-1, beam_size), alpha)
+    order = normalised.argsort(dim=-1, descending=True)[:, :n_best]  # (C, n)
+    picked = rows.view(-1, beam_size).gather(1, order).view(-1)  # (C * n,)
+    picked_attention = attention.index_select(0, picked).cpu() if attention is not None else None
+    sentences = alive[chosen].tolist()
+    real_lengths = source_lengths.index_select(0, alive[chosen]).repeat_interleave(order.shape[1]).tolist()
+    hypotheses = []
+    for i, (score, length, ended, tokens) in enumerate(zip(
+        sentence_scores.gather(1, order).view(-1).tolist(), lengths.index_select(0, picked).tolist(),
+        finished.index_select(0, picked).tolist(), history.index_select(0, picked).tolist(),
+    )):  # fmt: skip
+        tokens = tokens[: length - 1] if ended else tokens[:length]  # without eos
+        weights = picked_attention[i, :length, : real_lengths[i]] if picked_attention is not None else None
+        hypotheses.append(Hypothesis(tokens, score, weights))
+    n = order.shape[1]
+    return {sentence: hypotheses[i * n : (i + 1) * n] for i, sentence in enumerate(sentences)}

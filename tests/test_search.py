@@ -5,8 +5,8 @@ import torch
 from conftest import MODELS, compose_config, tiny_model_overrides
 
 from nmt import build
-from nmt.data import EOS_ID, PAD_ID
-from nmt.search import SOURCE_SIDE, beam_search, greedy
+from nmt.data import BOS_ID, EOS_ID, PAD_ID
+from nmt.search import SOURCE_SIDE, beam_search, greedy, length_penalty, max_output_length
 
 
 def model_with_likely_eos(sample_vocabulary, name):
@@ -85,3 +85,45 @@ def test_state_that_beam_search_does_not_reorder_is_never_changed_by_a_step(samp
     assert source_side or name == "sutskever"  # every attention model has some
     for key in source_side:
         assert stepped[key] is state[key], key
+
+
+def reference_beam_search(model, source, mask, beam_size, alpha, limit):
+    """Beam search for one sentence, written plainly: every hypothesis x every token of the vocabulary."""
+    state = model.encode(source, mask)
+    beams = [([], 0.0, False, state)]  # tokens (eos included once ended), log-probability, ended, state
+    for _ in range(limit):
+        candidates = []
+        for tokens, score, ended, state in beams:
+            if ended:
+                candidates.append((tokens, score, True, state))
+                continue
+            previous = torch.tensor([tokens[-1] if tokens else BOS_ID])
+            logits, new_state, _ = model.decode_step(previous, state)
+            log_probs = torch.log_softmax(logits[0].float(), -1)
+            for token, log_prob in enumerate(log_probs.tolist()):
+                candidates.append((tokens + [token], score + log_prob, token == EOS_ID, new_state))
+        beams = sorted(candidates, key=lambda c: -c[1])[:beam_size]
+        if all(ended for _, _, ended, _ in beams):
+            break
+
+    def normalised(beam):
+        return beam[1] / length_penalty(torch.tensor(len(beam[0])), alpha).item()
+
+    return [(tokens[:-1] if ended else tokens, score) for tokens, score, ended, _ in sorted(beams, key=normalised,
+                                                                                             reverse=True)]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_beam_search_finds_what_the_plain_search_over_the_whole_vocabulary_finds(sample_vocabulary, name):
+    # The batched search scores only each hypothesis's best tokens and drops sentences once they have all ended.
+    model = model_with_likely_eos(sample_vocabulary, name)
+    source, mask = sources()
+    with torch.no_grad():
+        batched = beam_search(model, source, mask, beam_size=3, alpha=0.6, n_best=3)
+        limit = max_output_length(mask, 1.5, 10)  # one length limit for the batch, from its longest source
+        for row in range(source.shape[0]):
+            length = int(mask[row].sum())
+            expected = reference_beam_search(model, source[row : row + 1, :length], mask[row : row + 1, :length], 3,
+                                             0.6, limit)  # fmt: skip
+            assert [h.tokens for h in batched[row]] == [tokens for tokens, _ in expected]
+            assert [h.score for h in batched[row]] == pytest.approx([score for _, score in expected], abs=1e-4)
