@@ -76,6 +76,10 @@ class Encoder(nn.Module):
         packed = pack_padded_sequence(embedded, lengths, batch_first=True, enforce_sorted=False)
         outputs, final = self.rnn(packed)
         outputs, _ = pad_packed_sequence(outputs, batch_first=True, total_length=source.shape[1])
+        if torch.is_autocast_enabled(outputs.device.type):
+            # Autocast runs nn.GRU in fp32 (it covers nn.LSTM only). Cast its annotations once here; left in fp32,
+            # every decoder step's attention product would cast (and keep for backward) a copy of its own.
+            outputs = outputs.to(torch.get_autocast_dtype(outputs.device.type))
         return outputs, final
 
 
