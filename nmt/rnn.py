@@ -19,6 +19,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from nmt.attention import Attention, LocalAttention
+from nmt.dropout import Dropout
 
 State = dict[str, torch.Tensor]
 AttentionFactory = Callable[..., Attention]
@@ -58,7 +59,7 @@ class Encoder(nn.Module):
     ):
         super().__init__()
         self.embedding = nn.Embedding(vocab_size, embedding_size, padding_idx=pad_id)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         rnn_class = {"lstm": nn.LSTM, "gru": nn.GRU}[cell]
         self.rnn = rnn_class(
             embedding_size,
@@ -125,7 +126,7 @@ class SutskeverSeq2Seq(nn.Module):
         self.decoder = nn.LSTM(
             embedding_size, hidden_size, layers, batch_first=True, dropout=dropout if layers > 1 else 0.0
         )
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.output = nn.Linear(hidden_size, target_vocab_size)
         if init_range:
             uniform_init(self, init_range)
@@ -199,7 +200,7 @@ class BahdanauSeq2Seq(AlignmentMaps, nn.Module):
         cell_class = {"gru": nn.GRUCell, "lstm": nn.LSTMCell}[cell]
         self.decoder = cell_class(embedding_size + 2 * hidden_size, hidden_size)
         self.readout = nn.Linear(hidden_size + 2 * hidden_size + embedding_size, 2 * readout_size)  # U_o, C_o, V_o
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.output = nn.Linear(readout_size, target_vocab_size)  # W_o
 
     def encode(self, source: torch.Tensor, source_mask: torch.Tensor) -> State:
@@ -292,7 +293,7 @@ class LuongSeq2Seq(AlignmentMaps, nn.Module):
             input_size, hidden_size, layers, batch_first=True, dropout=dropout if layers > 1 else 0.0
         )
         self.combine = nn.Linear(2 * hidden_size, hidden_size, bias=False)  # W_c
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.output = nn.Linear(hidden_size, target_vocab_size)  # W_s
         if init_range:
             uniform_init(self, init_range)

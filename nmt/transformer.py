@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from nmt.attention import MultiHeadAttention
+from nmt.dropout import Dropout
 
 State = dict[str, torch.Tensor]
 
@@ -42,7 +43,7 @@ class Embedding(nn.Module):
             self.learned = nn.Embedding(max_len, model_size)
         else:
             raise ValueError(f"model.positions={positions!r}: use sinusoidal or learned")
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def position_vectors(self, positions: torch.Tensor, length: int) -> torch.Tensor:
         """Vectors of `positions`, all below `length` (known from shapes, so no host sync). Sinusoids extend to any
@@ -66,7 +67,7 @@ class FeedForward(nn.Sequential):
         super().__init__(
             nn.Linear(model_size, hidden_size),
             nn.ReLU(),
-            nn.Dropout(dropout) if dropout else nn.Identity(),
+            Dropout(dropout) if dropout else nn.Identity(),
             nn.Linear(hidden_size, model_size),
         )
 
@@ -78,7 +79,7 @@ class ResidualLayer(nn.Module):
     def __init__(self, model_size: int, sublayers: int, dropout: float, pre_norm: bool):
         super().__init__()
         self.norms = nn.ModuleList(nn.LayerNorm(model_size) for _ in range(sublayers))
-        self.dropout, self.pre_norm = nn.Dropout(dropout), pre_norm
+        self.dropout, self.pre_norm = Dropout(dropout), pre_norm
 
     def sublayer_input(self, index: int, x: torch.Tensor) -> torch.Tensor:
         return self.norms[index](x) if self.pre_norm else x
