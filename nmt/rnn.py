@@ -7,7 +7,10 @@ All three speak the one model interface that the trainer and the search use:
     encode(source, source_mask)             -> state: dict of batch-first tensors
     decode_step(previous, state)            -> logits (B, V), state, attention (B, S) or None
 A decoding state is a flat dict of tensors whose first dimension is the batch, so beam search can reorder any of them
-with `index_select(0, ...)`. Recurrent states are kept batch-first there, (B, layers, H), and transposed for nn.LSTM.
+with `index_select(0, ...)`. Entries named `source_*` depend on the source sentence alone (annotations, attention keys,
+the mask): `encode` makes them and `decode_step` passes them on untouched, so beam search keeps one copy per sentence
+instead of reordering them at each step. Recurrent states are kept batch-first, (B, layers, H), and transposed for
+nn.LSTM.
 """
 
 from __future__ import annotations
@@ -35,12 +38,15 @@ def reverse_padded(tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 def uniform_init(model: nn.Module, init_range: float) -> None:
     """Every parameter from U(-init_range, init_range), as Sutskever et al. (0.08) and Luong et al. (0.1) do; the
-    padding embeddings stay zero."""
+    padding embeddings stay zero. init_range 0 keeps PyTorch's default initialisation."""
+    if not init_range:
+        return
     for parameter in model.parameters():
         nn.init.uniform_(parameter, -init_range, init_range)
     for module in model.modules():
         if isinstance(module, nn.Embedding) and module.padding_idx is not None:
-            module.weight.data[module.padding_idx].zero_()
+            with torch.no_grad():
+                module.weight[module.padding_idx].zero_()
 
 
 class Encoder(nn.Module):
@@ -128,8 +134,7 @@ class SutskeverSeq2Seq(nn.Module):
         )
         self.dropout = Dropout(dropout)
         self.output = nn.Linear(hidden_size, target_vocab_size)
-        if init_range:
-            uniform_init(self, init_range)
+        uniform_init(self, init_range)
 
     def encode(self, source: torch.Tensor, source_mask: torch.Tensor) -> State:
         if self.reverse_source:  # section 3.3: reversing the source makes the first words' dependencies short
@@ -207,7 +212,12 @@ class BahdanauSeq2Seq(AlignmentMaps, nn.Module):
         memory, final = self.encoder(source, source_mask)  # (B, S, 2H)
         final_hidden = final[0] if isinstance(final, tuple) else final  # (layers * 2, B, H); [-1] = top backward
         hidden = torch.tanh(self.initial(final_hidden[-1]))  # s_0, (B, H)
-        state = {"hidden": hidden, "memory": memory, "keys": self.attention.prepare(memory), "source_mask": source_mask}
+        state = {
+            "hidden": hidden,
+            "source_memory": memory,
+            "source_keys": self.attention.prepare(memory),
+            "source_mask": source_mask,
+        }
         if self.cell_type == "lstm":
             state["cell"] = torch.zeros_like(hidden)
         return state
@@ -215,7 +225,7 @@ class BahdanauSeq2Seq(AlignmentMaps, nn.Module):
     def recur(self, embedded: torch.Tensor, state: State) -> tuple[torch.Tensor, State, torch.Tensor]:
         """One decoder step from E y_{t-1} (B, E): context (B, 2H), the new state, weights (B, S)."""
         query = state["hidden"][:, None, :]  # s_{t-1}, (B, 1, H)
-        context, weights = self.attention(query, state["keys"], state["memory"], state["source_mask"])
+        context, weights = self.attention(query, state["source_keys"], state["source_memory"], state["source_mask"])
         context = context[:, 0]  # (B, 2H)
         rnn_input = torch.cat([embedded, context], dim=-1)
         if self.cell_type == "lstm":
@@ -295,8 +305,7 @@ class LuongSeq2Seq(AlignmentMaps, nn.Module):
         self.combine = nn.Linear(2 * hidden_size, hidden_size, bias=False)  # W_c
         self.dropout = Dropout(dropout)
         self.output = nn.Linear(hidden_size, target_vocab_size)  # W_s
-        if init_range:
-            uniform_init(self, init_range)
+        uniform_init(self, init_range)
 
     def encode(self, source: torch.Tensor, source_mask: torch.Tensor) -> State:
         if self.reverse_source:
@@ -306,8 +315,8 @@ class LuongSeq2Seq(AlignmentMaps, nn.Module):
         return {
             "hidden": batch_first(hidden),  # (B, layers, H)
             "cell": batch_first(cell),
-            "memory": memory,
-            "keys": self.attention.prepare(memory),
+            "source_memory": memory,
+            "source_keys": self.attention.prepare(memory),
             "source_mask": source_mask,
             "attentional": memory.new_zeros(batch, memory.shape[-1]),  # h~_0 for input feeding
             "position": torch.zeros(batch, dtype=torch.long, device=source.device),  # t, for local-m
@@ -315,7 +324,9 @@ class LuongSeq2Seq(AlignmentMaps, nn.Module):
 
     def attend(self, top: torch.Tensor, state: State, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Attentional states h~ (B, T, H) and weights (B, T, S) for top-layer states (B, T, H)."""
-        context, weights = self.attention(top, state["keys"], state["memory"], state["source_mask"], positions)
+        context, weights = self.attention(
+            top, state["source_keys"], state["source_memory"], state["source_mask"], positions
+        )
         attentional = torch.tanh(self.combine(torch.cat([context, top], dim=-1)))  # eq. 5
         return attentional, weights
 

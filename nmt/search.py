@@ -56,10 +56,10 @@ def greedy(model, source: torch.Tensor, source_mask: torch.Tensor, ratio: float 
     return hypotheses
 
 
-# Decoding-state entries computed from the source alone (encoder annotations, attention keys, the Transformer's
-# cross-attention cache, the mask). A hypothesis only ever extends a hypothesis of its own sentence, so these are the
-# same for every beam of a sentence and beam search does not copy them at each step.
-SOURCE_SIDE = ("memory", "keys", "source_mask", "cross_keys_", "cross_values_")
+# Models name the decoding-state entries computed from the source alone `source_*` (encoder annotations, attention
+# keys, the Transformer's cross-attention cache, the mask). A hypothesis only ever extends a hypothesis of its own
+# sentence, so these are the same for every beam of a sentence and beam search does not copy them at each step.
+SOURCE_SIDE = "source_"
 
 
 def length_penalty(length: torch.Tensor, alpha: float) -> torch.Tensor:

@@ -2,7 +2,8 @@
 
 Speaks the one model interface (forward / encode / decode_step). Incremental decoding keeps, for every decoder layer,
 the projected keys and values of the tokens generated so far (self-attention) and of the source (cross-attention) in
-the state dict, so each step costs one position instead of the whole prefix.
+the state dict, so each step costs one position instead of the whole prefix. The source's keys and values are named
+`source_keys_<layer>` / `source_values_<layer>`: `source_*` entries never change during decoding (see nmt/rnn.py).
 """
 
 from __future__ import annotations
@@ -216,7 +217,7 @@ class Transformer(nn.Module):
         state = {"source_mask": source_mask, "position": torch.zeros(batch, dtype=torch.long, device=source.device)}
         for i, layer in enumerate(self.decoder):
             keys, values = layer.cross_attention.project_keys_values(memory, memory)  # (B, h, S, d_k), once
-            state[f"cross_keys_{i}"], state[f"cross_values_{i}"] = keys, values
+            state[f"source_keys_{i}"], state[f"source_values_{i}"] = keys, values
             empty = memory.new_zeros(batch, heads, 0, head_size)
             state[f"self_keys_{i}"], state[f"self_values_{i}"] = empty, empty
         return state
@@ -231,8 +232,8 @@ class Transformer(nn.Module):
             cache = (state[f"self_keys_{i}"], state[f"self_values_{i}"])
             x, weights, (keys, values) = layer(
                 x,
-                state[f"cross_keys_{i}"],
-                state[f"cross_values_{i}"],
+                state[f"source_keys_{i}"],
+                state[f"source_values_{i}"],
                 mask,
                 cache,
                 need_weights=i == len(self.decoder) - 1,
