@@ -17,6 +17,8 @@ import math
 import torch
 from torch import nn
 
+from nmt.dropout import Dropout
+
 
 class Attention(nn.Module):
     """Softmax attention over the source; subclasses supply `score` and, optionally, `prepare`."""
@@ -164,6 +166,7 @@ class MultiHeadAttention(nn.Module):
         if model_size % heads:
             raise ValueError(f"model size {model_size} is not divisible by {heads} heads")
         self.heads, self.head_size, self.dropout = heads, model_size // heads, dropout
+        self.weight_dropout = Dropout(dropout)  # the explicit path's; the fused one takes dropout_p
         self.query_projection = nn.Linear(model_size, model_size)  # W^Q for all heads
         self.key_projection = nn.Linear(model_size, model_size)  # W^K
         self.value_projection = nn.Linear(model_size, model_size)  # W^V
@@ -196,7 +199,7 @@ class MultiHeadAttention(nn.Module):
             if mask is not None:
                 scores = scores.float().masked_fill(~mask, float("-inf"))
             weights = torch.softmax(scores.float(), dim=-1)
-            heads = nn.functional.dropout(weights, dropout, self.training).to(values.dtype) @ values
+            heads = self.weight_dropout(weights).to(values.dtype) @ values
             weights = weights if need_weights else None
         else:
             weights = None

@@ -17,14 +17,13 @@ from torch import nn
 LEVELS = 1 << 16  # values an int16 lane takes
 
 
-def keep_mask(shape: torch.Size, drop_probability: float, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Bool mask (shape), True with probability 1 - round(p * 2^16) / 2^16, from the CPU generator."""
+def keep_mask(shape: torch.Size, dropped_levels: int) -> torch.Tensor:
+    """Bool mask (shape) from the CPU generator, True with probability 1 - dropped_levels / 2^16."""
     count = shape.numel()
     words = torch.empty((count + 3) // 4, dtype=torch.int64)
-    words.random_(torch.iinfo(torch.int64).min, None, generator=generator)  # the full 64-bit range: every bit fair
+    words.random_(torch.iinfo(torch.int64).min, None)  # the full 64-bit range: every bit fair
     lanes = words.view(torch.int16)[:count].view(shape)  # uniform on [-2^15, 2^15)
-    threshold = round(drop_probability * LEVELS) - LEVELS // 2
-    return lanes >= threshold
+    return lanes >= dropped_levels - LEVELS // 2
 
 
 class Dropout(nn.Module):
@@ -35,17 +34,17 @@ class Dropout(nn.Module):
         if not 0 <= p < 1:
             raise ValueError(f"dropout probability must be in [0, 1), got {p}")
         self.p = p
+        self.dropped_levels = round(p * LEVELS)  # lane values dropped; 0 for p below 2^-17
+        self.scale = LEVELS / (LEVELS - self.dropped_levels)  # 1 / the exact keep probability
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.training or self.p == 0:
             return x
         if x.device.type != "cpu":
             return nn.functional.dropout(x, self.p, training=True)
-        dropped = round(self.p * LEVELS)
-        if dropped == 0:  # p below 2^-17: nothing to drop at this resolution
+        if self.dropped_levels == 0:
             return x
-        scale = LEVELS / (LEVELS - dropped)
-        return torch.where(keep_mask(x.shape, self.p), x * scale, 0)
+        return torch.where(keep_mask(x.shape, self.dropped_levels), x * self.scale, 0)
 
     def extra_repr(self) -> str:
         return f"p={self.p}"

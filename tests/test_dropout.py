@@ -9,8 +9,9 @@ from nmt.dropout import LEVELS, Dropout, keep_mask
 @pytest.mark.parametrize("p", [0.1, 0.3, 0.6])
 def test_every_lane_of_the_random_words_keeps_at_the_configured_rate(p):
     torch.manual_seed(0)
-    keep = keep_mask(torch.Size([400_000]), p).view(-1, 4).float()  # column j: lane j of each 64-bit word
-    expected = 1 - round(p * LEVELS) / LEVELS
+    dropped_levels = round(p * LEVELS)
+    keep = keep_mask(torch.Size([400_000]), dropped_levels).view(-1, 4).float()  # column j: lane j of each 64-bit word
+    expected = 1 - dropped_levels / LEVELS
     tolerance = 5 * (expected * (1 - expected) / 100_000) ** 0.5
     assert torch.allclose(keep.mean(0), torch.full((4,), expected), atol=tolerance)
 
