@@ -9,9 +9,11 @@ from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from nmt import UserError, distributed
-from nmt.trainer import train
+from nmt.config import register
+from nmt.experiment import train
 
 log = logging.getLogger("nmt")
+register()  # the dataclasses of nmt/config.py, which configs/*.yaml fill in
 
 
 @hydra.main(config_path="configs", config_name="train", version_base="1.3")

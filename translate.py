@@ -7,7 +7,10 @@ from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from nmt import UserError
+from nmt.config import register
 from nmt.evaluate import translate_file
+
+register()  # the dataclasses of nmt/config.py, which configs/*.yaml fill in
 
 
 @hydra.main(config_path="configs", config_name="translate", version_base="1.3")

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
 
 import torch
 from hydra.errors import InstantiationException
@@ -13,16 +13,18 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from nmt import UserError
+from nmt.config import DataConfig
 from nmt.data import PAD_ID, Splits, Vocabulary, build_vocabulary, load_files, load_multi30k
 from nmt.sample import generate
 
 CORPORA = ("multi30k", "sample", "files")
-PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def load_corpus(data: DictConfig) -> Splits:
+def load_corpus(data: DataConfig | DictConfig) -> Splits:
+    """The corpus a data config names (one of the dataclasses of nmt/config.py, or the same as a DictConfig)."""
     if data.corpus == "multi30k":
-        return load_multi30k(data.src_lang, data.tgt_lang, data.dir or None, data.url, data.cache)
+        folder = data.dir or os.environ.get("NMT_DATA_DIR") or None
+        return load_multi30k(data.src_lang, data.tgt_lang, folder, data.url, data.cache)
     if data.corpus == "sample":
         if (data.src_lang, data.tgt_lang) != ("de", "en"):
             raise UserError(f"data.src_lang/tgt_lang={data.src_lang}/{data.tgt_lang}: the sample corpus is de -> en")
@@ -32,7 +34,7 @@ def load_corpus(data: DictConfig) -> Splits:
     raise UserError(f"data.corpus={data.corpus!r}: use one of {', '.join(CORPORA)}")
 
 
-def vocabulary(data: DictConfig, splits: Splits) -> Vocabulary:
+def vocabulary(data: DataConfig | DictConfig, splits: Splits) -> Vocabulary:
     return build_vocabulary(
         splits.train, data.vocab_size, data.joint_vocab, data.subword, data.character_coverage, data.spm_cache
     )
@@ -64,23 +66,3 @@ def model(model_config: DictConfig | dict, vocab: Vocabulary) -> torch.nn.Module
         )
     except InstantiationException as error:
         raise UserError(f"model: cannot build {config.get('_target_')}: {error}") from None
-
-
-def device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name not in ("cpu", "cuda") and not name.startswith("cuda:"):
-        raise UserError(f"trainer.device={name!r}: use auto, cpu or cuda")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise UserError(f"trainer.device={name}: no CUDA device is available here; use trainer.device=auto or cpu")
-    return torch.device(name)
-
-
-def precision(name: str) -> torch.dtype:
-    if name not in PRECISIONS:
-        raise UserError(f"trainer.precision={name!r}: use one of {', '.join(PRECISIONS)}")
-    return PRECISIONS[name]
-
-
-def resolve_path(path: str | None) -> str | None:
-    return str(Path(path).expanduser()) if path else None

@@ -1,10 +1,11 @@
-"""Checkpoints that are never half-written and never run code when loaded."""
+"""Checkpoints that are never half-written and never run code when loaded, and the training state they hold."""
 
 from __future__ import annotations
 
 import os
 import pickle
 import zipfile
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import torch
@@ -73,3 +74,58 @@ def average(paths: list[str | Path]) -> dict:
         "vocabulary": newest["vocabulary"],
         "progress": {**newest.get("progress", {}), "averaged_steps": steps},
     }
+
+
+# --- a training run's state ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Progress:
+    """Where a run stands: every counter the trainer keeps, saved in each checkpoint and restored on resume."""
+
+    step: int = 0  # updates done
+    epoch: int = 0  # epochs finished
+    batch_in_epoch: int = 0  # batches of the current epoch already used
+    best_bleu: float = -1.0  # best valid BLEU so far
+    bad_validations: int = 0  # validations since the best (early stopping)
+    train_seconds: float = 0.0  # wall-clock training time, validation excluded
+    tokens_trained: int = 0  # target tokens of every update (all processes)
+
+    @classmethod
+    def of(cls, saved: dict) -> Progress:
+        """From a checkpoint's `progress` entry (averaged checkpoints carry extra keys, which are left out)."""
+        return cls(**{f.name: saved[f.name] for f in fields(cls) if f.name in saved})
+
+
+def training_state(model, optimizer, schedule, scaler, progress: Progress, metrics: dict, config: dict, vocabulary):
+    """Everything a run needs to continue exactly where it is: weights, optimizer, schedule, gradient scaler,
+    counters, the last validation's metrics, the random state, the resolved config and the sentencepiece models."""
+    return {
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "schedule": schedule.state_dict(),
+        "scaler": scaler.state_dict(),
+        "progress": asdict(progress),
+        "metrics": dict(metrics),
+        "rng": {
+            "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        },
+        "config": config,
+        "vocabulary": {"source": vocabulary.source_model, "target": vocabulary.target_model},
+    }
+
+
+WEIGHTS_ONLY = ("model", "progress", "config", "vocabulary")  # what step<N>.pt keeps: enough to decode or average
+
+
+def restore_training(payload: dict, model, optimizer, schedule, scaler) -> tuple[Progress, dict]:
+    """Load a `training_state` into the given objects and the random state; returns its progress and metrics."""
+    model.load_state_dict(payload["model"])
+    optimizer.load_state_dict(payload["optimizer"])
+    schedule.load_state_dict(payload["schedule"])
+    scaler.load_state_dict(payload["scaler"])
+    torch.set_rng_state(payload["rng"]["torch"])
+    if payload["rng"]["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(payload["rng"]["cuda"])
+    return Progress.of(payload["progress"]), dict(payload.get("metrics", {}))

@@ -29,7 +29,6 @@ log = logging.getLogger(__name__)
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 
-MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw"
 MULTI30K_LANGS = ("de", "en", "fr", "cs")
 MULTI30K_SPLITS = {"train": "train", "valid": "val", "test": "test_2016_flickr"}
 # sha256 of the files the public dataset repository serves.
@@ -179,15 +178,15 @@ def load_multi30k(src_lang: str, tgt_lang: str, folder: str | None, url: str, ca
     return Splits(drop_empty(pairs["train"]), pairs["valid"], pairs["test"])
 
 
-def load_files(train: dict, valid: dict, test: dict) -> Splits:
-    """The user's own corpus: each of train/valid/test is {"src": path, "tgt": path}."""
+def load_files(train, valid, test) -> Splits:
+    """The user's own corpus: each of train/valid/test has `src` and `tgt` paths (nmt.config.FilePair)."""
     splits = {}
     for name, paths in (("train", train), ("valid", valid), ("test", test)):
-        if not paths.get("src") or not paths.get("tgt"):
+        if any(path in (None, "", "???") for path in (paths.src, paths.tgt)):
             raise UserError(f"data.{name}.src and data.{name}.tgt must both name files (data=files)")
-        splits[name] = read_parallel(paths["src"], paths["tgt"])
+        splits[name] = read_parallel(paths.src, paths.tgt)
     if not drop_empty(splits["train"]):
-        raise UserError(f"{train['src']}: the training corpus has no pair with text on both sides")
+        raise UserError(f"{train.src}: the training corpus has no pair with text on both sides")
     return Splits(drop_empty(splits["train"]), splits["valid"], splits["test"])
 
 
@@ -404,18 +403,6 @@ class TokenBatchSampler(torch.utils.data.Sampler):
 
     def __len__(self) -> int:
         return len(self.batches())
-
-
-def make_loader(
-    dataset: ParallelDataset,
-    max_tokens: int,
-    shuffle: bool,
-    seed: int = 0,
-    max_len: int | None = None,
-    pin_memory: bool = False,
-) -> torch.utils.data.DataLoader:
-    sampler = TokenBatchSampler(dataset, max_tokens, shuffle, seed, max_len)
-    return torch.utils.data.DataLoader(dataset, batch_sampler=sampler, collate_fn=collate, pin_memory=pin_memory)
 
 
 def copy_corpus(folder: str | Path, splits: Splits, src_lang: str, tgt_lang: str) -> None:

@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import logging
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import sacrebleu
-import torch
 from omegaconf import OmegaConf
 
-from nmt import UserError, build, checkpoint
-from nmt.data import Pairs, Vocabulary, read_lines, read_parallel
-from nmt.plot import attention_figure, plt
-from nmt.search import Hypothesis
-from nmt.trainer import translate_pairs
+from nmt import UserError, build
+from nmt.data import Pairs, read_lines, read_parallel
+from nmt.decoding import Translator
+from nmt.plot import plt
 
 log = logging.getLogger(__name__)
 
@@ -32,69 +29,6 @@ def bleu_by_length(sources: list[str], hypotheses: list[str], references: list[s
             bleu = sacrebleu.corpus_bleu([hypotheses[i] for i in chosen], [[references[i] for i in chosen]])
             buckets[(low, high)] = (bleu.score, len(chosen))
     return buckets
-
-
-def load_model(path: str | Path, device: torch.device) -> tuple[torch.nn.Module, Vocabulary, dict]:
-    """Rebuild the model a checkpoint holds, with the vocabulary and config it was trained with."""
-    payload = checkpoint.load(path)
-    vocabulary = Vocabulary(payload["vocabulary"]["source"], payload["vocabulary"]["target"])
-    model = build.model(payload["config"]["model"], vocabulary)
-    model.load_state_dict(payload["model"])
-    return model.to(device).eval(), vocabulary, payload["config"]
-
-
-@dataclass
-class Translator:
-    """A checkpoint ready to decode: `translate(lines)` with the search settings it was made with."""
-
-    model: torch.nn.Module
-    vocabulary: Vocabulary
-    config: dict
-    device: torch.device
-    dtype: torch.dtype
-    beam: int
-    alpha: float
-    max_tokens: int
-
-    @classmethod
-    def load(cls, path: str, beam: int, alpha: float, device: str, precision: str | None, max_tokens: int):
-        if beam < 1:
-            raise UserError(f"beam={beam}: the beam size must be 1 (greedy) or more")
-        target_device = build.device(device)
-        model, vocabulary, config = load_model(path, target_device)
-        dtype = build.precision(precision or config["trainer"]["precision"])
-        return cls(model, vocabulary, config, target_device, dtype, beam, alpha, max_tokens)
-
-    def translate(self, lines: list[str]) -> list[str]:
-        return self.search(lines)[0]
-
-    def search(self, lines: list[str]) -> tuple[list[str], list[Hypothesis]]:
-        """Translations and the hypotheses behind them (tokens, score, attention weights)."""
-        if not lines:
-            return [], []
-        trainer = self.config["trainer"]
-        return translate_pairs(
-            self.model,
-            self.vocabulary,
-            lines,
-            self.device,
-            self.dtype,
-            self.max_tokens,
-            ratio=trainer["decode_ratio"],
-            extra=trainer["decode_extra"],
-            beam_size=self.beam,
-            alpha=self.alpha,
-        )
-
-    def alignment_figure(self, text: str, translation: str, hypothesis: Hypothesis):
-        """The heatmap of one translation's attention (source subwords across, output subwords down), or None for a
-        model without attention."""
-        if hypothesis.attention is None:
-            return None
-        weights = hypothesis.attention.float().numpy()  # (generated + eos, source)
-        source = self.vocabulary.source.encode(text, out_type=str) or ["</s>"]
-        target = [self.vocabulary.target.id_to_piece(t) for t in hypothesis.tokens] + ["</s>"]
-        return attention_figure(weights, source, target[: weights.shape[0]], title=translation)
 
 
 def pairs_to_score(config: dict, split: str, source: str | None, reference: str | None, data_dir: str | None) -> Pairs:
@@ -171,7 +105,7 @@ def translate_file(
             raise UserError("standard input is not valid UTF-8 text") from None
         if lines and lines[-1] == "":
             lines.pop()
-    translations, hypotheses = translator.search(lines)
+    translations, hypotheses = translator.search_lines(lines)
     if attention:
         folder = Path(attention)
         folder.mkdir(parents=True, exist_ok=True)

@@ -1,16 +1,8 @@
 """The recurrent encoder-decoders: Sutskever et al. 2014, Bahdanau et al. 2015 and Luong et al. 2015.
 
-All three speak the one model interface that the trainer and the search use:
-    forward(source, source_mask, target_in) -> logits (B, T, V), attention (B, T, S) or None
-    features(source, source_mask, target_in) -> what `output` reads (B, T, F), attention: forward without the output
-                                                layer, so the trainer can fuse that layer with the loss (nmt/loss.py)
-    encode(source, source_mask)             -> state: dict of batch-first tensors
-    decode_step(previous, state)            -> logits (B, V), state, attention (B, S) or None
-A decoding state is a flat dict of tensors whose first dimension is the batch, so beam search can reorder any of them
-with `index_select(0, ...)`. Entries named `source_*` depend on the source sentence alone (annotations, attention keys,
-the mask): `encode` makes them and `decode_step` passes them on untouched, so beam search keeps one copy per sentence
-instead of reordering them at each step. Recurrent states are kept batch-first, (B, layers, H), and transposed for
-nn.LSTM.
+All three keep the contract of `nmt.model.Seq2Seq` (forward, features, encode, decode_step, attention_maps and the
+`source_*` naming rule of the decoding state). Recurrent states are kept batch-first in the state, (B, layers, H),
+and transposed for nn.LSTM.
 """
 
 from __future__ import annotations
@@ -23,8 +15,8 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from nmt.attention import Attention, LocalAttention
 from nmt.dropout import Dropout
+from nmt.model import Seq2Seq, State
 
-State = dict[str, torch.Tensor]
 AttentionFactory = Callable[..., Attention]
 
 
@@ -107,7 +99,7 @@ class AlignmentMaps:
         return {"alignment": attention[:, None]}
 
 
-class SutskeverSeq2Seq(nn.Module):
+class SutskeverSeq2Seq(nn.Module, Seq2Seq):
     """Sutskever et al. 2014: a multi-layer LSTM reads the (reversed) source; its final states start the decoder.
 
     No attention: the whole sentence must pass through the fixed-size final state.
@@ -118,12 +110,13 @@ class SutskeverSeq2Seq(nn.Module):
         source_vocab_size: int,
         target_vocab_size: int,
         pad_id: int,
-        embedding_size: int = 256,
-        hidden_size: int = 512,
-        layers: int = 2,
-        dropout: float = 0.3,
-        reverse_source: bool = True,
-        init_range: float = 0.0,
+        *,
+        embedding_size: int,
+        hidden_size: int,
+        layers: int,
+        dropout: float,
+        reverse_source: bool,
+        init_range: float,
     ):
         super().__init__()
         self.reverse_source = reverse_source
@@ -163,7 +156,7 @@ class SutskeverSeq2Seq(nn.Module):
         return {}  # no attention: nothing to plot
 
 
-class BahdanauSeq2Seq(AlignmentMaps, nn.Module):
+class BahdanauSeq2Seq(AlignmentMaps, nn.Module, Seq2Seq):
     """Bahdanau, Cho and Bengio 2015 ("RNNsearch"), following its appendix A.
 
     Encoder: a bidirectional RNN; annotation h_i = [forward h_i; backward h_i].
@@ -177,13 +170,14 @@ class BahdanauSeq2Seq(AlignmentMaps, nn.Module):
         source_vocab_size: int,
         target_vocab_size: int,
         pad_id: int,
+        *,
         attention: AttentionFactory,
-        embedding_size: int = 256,
-        hidden_size: int = 512,
-        encoder_layers: int = 1,
-        readout_size: int = 512,
-        dropout: float = 0.3,
-        cell: str = "gru",
+        embedding_size: int,
+        hidden_size: int,
+        encoder_layers: int,
+        readout_size: int,
+        dropout: float,
+        cell: str,
     ):
         super().__init__()
         if cell not in ("gru", "lstm"):
@@ -263,7 +257,7 @@ class BahdanauSeq2Seq(AlignmentMaps, nn.Module):
         return self.output(features), weights  # (B, T, V), (B, T, S)
 
 
-class LuongSeq2Seq(AlignmentMaps, nn.Module):
+class LuongSeq2Seq(AlignmentMaps, nn.Module, Seq2Seq):
     """Luong, Pham and Manning 2015: stacked LSTMs with attention on the current top state h_t.
 
     c_t = sum_s a_t(s) h_s with a score from `attention` (dot, general or concat, eq. 8), global or local (section
@@ -276,16 +270,17 @@ class LuongSeq2Seq(AlignmentMaps, nn.Module):
         source_vocab_size: int,
         target_vocab_size: int,
         pad_id: int,
+        *,
         attention: AttentionFactory,
-        embedding_size: int = 256,
-        hidden_size: int = 512,
-        layers: int = 2,
-        dropout: float = 0.3,
-        input_feeding: bool = True,
-        alignment: str = "global",
-        window: int = 10,
-        reverse_source: bool = False,
-        init_range: float = 0.1,
+        embedding_size: int,
+        hidden_size: int,
+        layers: int,
+        dropout: float,
+        input_feeding: bool,
+        alignment: str,
+        window: int,
+        reverse_source: bool,
+        init_range: float,
     ):
         super().__init__()
         if alignment not in ("global", "local_m", "local_p"):

@@ -69,15 +69,9 @@ def length_penalty(length: torch.Tensor, alpha: float) -> torch.Tensor:
 
 @torch.no_grad()
 def beam_search(
-    model,
-    source: torch.Tensor,
-    source_mask: torch.Tensor,
-    beam_size: int = 5,
-    alpha: float = 0.6,
-    ratio: float = 1.5,
-    extra: int = 10,
-    n_best: int = 1,
-) -> list[list[Hypothesis]]:
+    model, source: torch.Tensor, source_mask: torch.Tensor, beam_size: int = 5, alpha: float = 0.6,
+    ratio: float = 1.5, extra: int = 10, n_best: int = 1,
+) -> list[list[Hypothesis]]:  # fmt: skip
     """Batched beam search: every sentence keeps `beam_size` hypotheses, all advanced in one decode_step call.
 
     A finished hypothesis keeps its score and stops growing (it can only be followed by eos at no cost); hypotheses
@@ -102,20 +96,8 @@ def beam_search(
     source_lengths = source_mask.sum(1)
     for _ in range(max_output_length(source_mask, ratio, extra)):
         logits, state, weights = model.decode_step(previous, state)
-        logits = logits.float()  # (N * K, V), N sentences alive
-        width = min(beam_size, logits.shape[-1])
-        best_logits, best_tokens = logits.topk(width, dim=-1)  # (N * K, W)
-        best = best_logits - torch.logsumexp(logits, dim=-1, keepdim=True)  # their log-probabilities
-        # A finished hypothesis may only continue with eos, at no cost: it keeps its score and its length.
-        best = best.masked_fill(finished[:, None], float("-inf"))
-        best[:, 0].masked_fill_(finished, 0.0)
-        best_tokens[:, 0].masked_fill_(finished, EOS_ID)
         alive_count = alive.shape[0]
-        candidates = (scores[:, :, None] + best.view(alive_count, beam_size, width)).view(alive_count, -1)
-        scores, flat = candidates.topk(beam_size, dim=-1)  # (N, K), over the K x W candidates
-        offsets = (torch.arange(alive_count, device=device) * beam_size)[:, None]
-        origin = (flat // width + offsets).view(-1)  # which hypothesis each new one extends, (N * K,)
-        previous = best_tokens.view(alive_count, -1).gather(1, flat).view(-1)
+        scores, origin, previous = best_continuations(logits.float(), scores, finished)
         was_finished = finished.index_select(0, origin)
         lengths = lengths.index_select(0, origin) + (~was_finished).long()
         finished = was_finished | (previous == EOS_ID)
@@ -137,17 +119,44 @@ def beam_search(
             lengths, history = lengths.index_select(0, kept_rows), history.index_select(0, kept_rows)
             attention = attention.index_select(0, kept_rows) if attention is not None else None
             origin = origin.index_select(0, kept_rows)
-        state = {
-            k: (v if kept_rows is None else v.index_select(0, kept_rows))
-            if k.startswith(SOURCE_SIDE)
-            else v.index_select(0, origin)
-            for k, v in state.items()
-        }
+        state = reorder(state, origin, kept_rows)
     else:  # the length limit ended the search: the sentences still alive keep what they have
         everything = torch.ones(alive.shape[0], dtype=torch.bool, device=device)
         results.update(collect(everything, alive, source_lengths, scores, lengths, finished, history, attention,
                                alpha, n_best))  # fmt: skip
     return [results[sentence] for sentence in range(batch)]
+
+
+def reorder(state: dict[str, torch.Tensor], origin: torch.Tensor, kept_rows: torch.Tensor | None):
+    """The decoding state of the new hypotheses: rows `origin` of the old one; `source_*` entries only lose the rows
+    of the sentences that left the batch (`kept_rows`, None when none left)."""
+    return {
+        k: (v if kept_rows is None else v.index_select(0, kept_rows)) if k.startswith(SOURCE_SIDE)
+        else v.index_select(0, origin)
+        for k, v in state.items()
+    }  # fmt: skip
+
+
+def best_continuations(logits: torch.Tensor, scores: torch.Tensor, finished: torch.Tensor):
+    """The K best extensions of each sentence's K hypotheses: (scores (N, K), the row each extends (N * K,), its
+    token (N * K,)). `logits` (N * K, V) of N sentences; `scores` (N, K) their hypotheses' log-probabilities.
+
+    The K best continuations of a sentence are among the K best tokens of each of its hypotheses, so only those
+    (K x K candidates, not K x V) are scored.
+    """
+    alive_count, beam_size = scores.shape
+    width = min(beam_size, logits.shape[-1])
+    best_logits, best_tokens = logits.topk(width, dim=-1)  # (N * K, W)
+    best = best_logits - torch.logsumexp(logits, dim=-1, keepdim=True)  # their log-probabilities
+    # A finished hypothesis may only continue with eos, at no cost: it keeps its score and its length.
+    best = best.masked_fill(finished[:, None], float("-inf"))
+    best[:, 0].masked_fill_(finished, 0.0)
+    best_tokens[:, 0].masked_fill_(finished, EOS_ID)
+    candidates = (scores[:, :, None] + best.view(alive_count, beam_size, width)).view(alive_count, -1)
+    scores, flat = candidates.topk(beam_size, dim=-1)  # (N, K), over the K x W candidates
+    offsets = (torch.arange(alive_count, device=logits.device) * beam_size)[:, None]
+    origin = (flat // width + offsets).view(-1)  # which hypothesis each new one extends, (N * K,)
+    return scores, origin, best_tokens.view(alive_count, -1).gather(1, flat).view(-1)
 
 
 def collect(chosen, alive, source_lengths, scores, lengths, finished, history, attention, alpha, n_best):

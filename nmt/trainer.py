@@ -1,147 +1,41 @@
-"""The one training loop for every model: optimisation, validation with BLEU, checkpoints and TensorBoard.
+"""The one training loop for every model: updates, validation with BLEU, checkpoints.
 
-`train(cfg)` is the entry point behind `python train.py`; `Trainer` itself takes named arguments and can be driven
-from a test or a REPL without Hydra.
+`Trainer` takes a model, a vocabulary, parallel text and a `TrainerConfig`, and needs no Hydra:
+
+    trainer = Trainer(model, vocabulary, train_pairs, valid_pairs, "runs/a", TrainerConfig(max_steps=100))
+    trainer.train()
+
+What it writes to TensorBoard goes through `nmt.runlog`, decoding and BLEU through `nmt.decoding`, the checkpoint
+payload through `nmt.checkpoint`; `nmt.experiment` builds everything from the command line's config.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
-import signal
-import threading
 import time
-from dataclasses import dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
-import sacrebleu
 import torch
-from omegaconf import DictConfig, OmegaConf
-from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
-from nmt import UserError, build, checkpoint, distributed
-from nmt.data import BOS_ID, EOS_ID, PAD_ID, Batch, Pairs, ParallelDataset, TokenBatchSampler, Vocabulary, collate
+from nmt import UserError, checkpoint, distributed
+from nmt.checkpoint import Progress
+from nmt.config import TrainerConfig
+from nmt.data import PAD_ID, Batch, Pairs, ParallelDataset, TokenBatchSampler, Vocabulary, collate
+from nmt.decoding import Search, decode_split
+from nmt.device import autocast
+from nmt.device import device as find_device
+from nmt.device import precision as find_precision
 from nmt.loss import linear_cross_entropy
-from nmt.plot import attention_figure, heads_figure
-from nmt.search import Hypothesis, beam_search, greedy
+from nmt.meters import Clock, ProgressBar, StopRequests, Window
+from nmt.optim import make_optimizer, make_schedule, steps_on_validation
+from nmt.runlog import RunLog
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class TrainerOptions:
-    """The `trainer` config group, typed. See configs/trainer/default.yaml for what each value means."""
-
-    optimizer: str = "adam"
-    lr: float = 1e-3
-    betas: tuple[float, float] = (0.9, 0.98)
-    weight_decay: float = 0.0
-    schedule: str = "plateau"
-    warmup_steps: int = 4000
-    plateau_factor: float = 0.5
-    plateau_patience: int = 1
-    min_lr: float = 1e-5
-    clip_norm: float = 1.0
-    label_smoothing: float = 0.1
-    max_epochs: int = 0
-    max_steps: int = 0
-    max_minutes: float = 0.0
-    valid_every: int = 0
-    patience: int = 0
-    precision: str = "fp32"
-    device: str = "auto"
-    resume: bool | str = False
-    log_every: int = 20
-    valid_max_tokens: int = 8000
-    decode_ratio: float = 1.5
-    decode_extra: int = 10
-    num_samples: int = 4
-    num_plots: int = 3
-    progress: bool = True
-    test_at_end: bool = True
-    keep_checkpoints: int = 5
-    accumulate: int = 1
-
-
-def autocast(device: torch.device, dtype: torch.dtype):
-    if dtype == torch.float32:
-        return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype=dtype)
-
-
-def make_optimizer(model: torch.nn.Module, options: TrainerOptions) -> torch.optim.Optimizer:
-    kinds = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
-    if options.optimizer not in kinds:
-        raise UserError(f"trainer.optimizer={options.optimizer!r}: use adam or adamw")
-    return kinds[options.optimizer](
-        model.parameters(), lr=options.lr, betas=tuple(options.betas), weight_decay=options.weight_decay
-    )
-
-
-def make_schedule(optimizer: torch.optim.Optimizer, options: TrainerOptions):
-    """constant; plateau (halve the rate when valid BLEU stops improving); inverse_sqrt (Vaswani et al. eq. 3 shape)."""
-    if options.schedule == "constant":
-        return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
-    if options.schedule == "plateau":
-        return torch.optim.lr_scheduler.ReduceLROnPlateau(
-            optimizer,
-            mode="max",
-            factor=options.plateau_factor,
-            patience=options.plateau_patience,
-            min_lr=options.min_lr,
-        )
-    if options.schedule == "inverse_sqrt":
-        warmup = max(1, options.warmup_steps)
-        return torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda step: min((step + 1) / warmup, math.sqrt(warmup / (step + 1)))
-        )
-    raise UserError(f"trainer.schedule={options.schedule!r}: use constant, plateau or inverse_sqrt")
-
-
-def translate_pairs(
-    model,
-    vocabulary: Vocabulary,
-    sources: list[str],
-    device: torch.device,
-    dtype: torch.dtype,
-    max_tokens: int,
-    ratio: float,
-    extra: int,
-    beam_size: int = 1,
-    alpha: float = 0.6,
-):
-    """Translations of raw sentences, in their order: (detokenized strings, hypotheses). Greedy for beam size 1.
-
-    Sentences are decoded in length-sorted batches of at most `max_tokens` source tokens times the beam size.
-    """
-    hypotheses = [Hypothesis([], 0.0, None) for _ in sources]  # an empty line translates to an empty line
-    texts = [i for i, s in enumerate(sources) if s.strip()]
-    if not texts:
-        return ["" for _ in sources], hypotheses
-    dataset = ParallelDataset([(sources[i], "") for i in texts], vocabulary)
-    budget = max(max_tokens // beam_size, int(dataset.source_lengths.max()) * 2)
-    sampler = TokenBatchSampler(dataset, budget, shuffle=False)
-    model.eval()
-    with torch.no_grad(), autocast(device, dtype):
-        for indices in sampler:
-            batch = collate([dataset[i] for i in indices]).to(device)
-            if beam_size == 1:
-                found = greedy(model, batch.source, batch.source_mask, ratio, extra)
-            else:
-                found = beam_search(model, batch.source, batch.source_mask, beam_size, alpha, ratio, extra)
-                found = [n_best[0] for n_best in found]
-            for index, hypothesis in zip(indices, found):
-                hypotheses[texts[index]] = hypothesis
-    return vocabulary.decode_target([h.tokens for h in hypotheses]), hypotheses
-
-
-def score(hypotheses: list[str], references: list[str]) -> tuple[sacrebleu.metrics.base.Score, ...]:
-    bleu, chrf = sacrebleu.metrics.BLEU(), sacrebleu.metrics.CHRF()
-    return bleu.corpus_score(hypotheses, [references]), chrf.corpus_score(hypotheses, [references]), bleu, chrf
 
 
 class NonFiniteLoss(Exception):
@@ -160,35 +54,27 @@ class Features(torch.nn.Module):
         return self.model.features(source, source_mask, target_in)
 
 
-class NoWriter:
-    """What processes other than rank 0 log to: nothing."""
-
-    def __getattr__(self, name):
-        return lambda *args, **kwargs: None
-
-
 class Trainer:
+    """Trains `model` on `train_pairs`, validating on `valid_pairs` and writing checkpoints into `run_dir`.
+
+    `progress` holds every counter (saved in each checkpoint); `last_metrics` the last validation's figures. Under
+    torchrun each process trains its share of every update and rank 0 alone validates and writes.
+    """
+
     def __init__(
-        self,
-        model: torch.nn.Module,
-        vocabulary: Vocabulary,
-        train_pairs: Pairs,
-        valid_pairs: Pairs,
-        run_dir: str | Path,
-        options: TrainerOptions,
-        max_tokens: int,
-        max_len: int,
-        seed: int,
-        config: dict,
-    ):
-        self.options, self.vocabulary, self.run_dir = options, vocabulary, Path(run_dir)
-        self.config, self.seed = config, seed
-        self.device = distributed.setup(build.device(options.device))
-        self.dtype = build.precision(options.precision)
+        self, model: torch.nn.Module, vocabulary: Vocabulary, train_pairs: Pairs, valid_pairs: Pairs,
+        run_dir: str | Path, config: TrainerConfig | None = None, max_tokens: int = 4096, max_len: int = 100,
+        seed: int = 1234, run_config: dict | None = None,
+    ):  # fmt: skip
+        self.config = config = config or TrainerConfig()
+        self.vocabulary, self.valid_pairs, self.run_dir, self.seed = vocabulary, valid_pairs, Path(run_dir), seed
+        self.run_config = run_config or {"trainer": asdict(config)}  # what checkpoints store as their config
+        self.device = distributed.setup(find_device(config.device))
+        self.dtype = find_precision(config.precision)
         if self.dtype == torch.float16 and self.device.type == "cpu":
             raise UserError("trainer.precision=fp16 needs a GPU; on a CPU use bf16")
-        if options.accumulate < 1:
-            raise UserError(f"trainer.accumulate={options.accumulate}: accumulate at least 1 batch per update")
+        if config.accumulate < 1:
+            raise UserError(f"trainer.accumulate={config.accumulate}: accumulate at least 1 batch per update")
         self.model = model.to(self.device)
         self.world, self.rank = distributed.world_size(), distributed.rank()
         self.features: torch.nn.Module = Features(self.model)
@@ -197,47 +83,36 @@ class Trainer:
                 self.features, device_ids=[self.device] if self.device.type == "cuda" else None, broadcast_buffers=False
             )
             torch.manual_seed(seed + self.rank)
-        self.valid_pairs = valid_pairs
         self.dataset = ParallelDataset(train_pairs, vocabulary)
         self.sampler = TokenBatchSampler(self.dataset, max_tokens, shuffle=True, seed=seed, max_len=max_len)
         if self.sampler.dropped:
             log.info("dropped %d training pairs longer than data.max_len=%d subwords", self.sampler.dropped, max_len)
         self.valid_dataset = ParallelDataset(valid_pairs, vocabulary)
-        self.optimizer = make_optimizer(self.model, options)
-        self.schedule = make_schedule(self.optimizer, options)
+        self.search = Search(1, 0.6, config.decode_ratio, config.decode_extra, config.valid_max_tokens)
+        self.optimizer = make_optimizer(self.model, config)
+        self.schedule = make_schedule(self.optimizer, config)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.dtype == torch.float16)
-        self.step = self.epoch = self.batch_in_epoch = 0
+        self.progress = Progress()
         self.batches_in_epoch = 0  # set when an epoch's batches are drawn, so no step re-sorts the corpus
-        self.best_bleu, self.bad_validations, self.train_seconds, self.tokens_trained = -1.0, 0, 0.0, 0
         self.last_metrics: dict[str, float] = {}
-        self.writer: SummaryWriter | None = None
-        self.logged_signature = False
+        self.log = RunLog(None)  # opened on the run directory when training starts (rank 0)
+
+    @property
+    def step(self) -> int:
+        return self.progress.step
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Target tokens (eos included, padding not) per second of training, validation time excluded."""
+        return self.progress.tokens_trained / max(self.progress.train_seconds, 1e-9)
 
     # --- checkpoints ------------------------------------------------------------------------------------------
 
     def state(self) -> dict:
-        return {
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "schedule": self.schedule.state_dict(),
-            "scaler": self.scaler.state_dict(),
-            "progress": {
-                "step": self.step,
-                "epoch": self.epoch,
-                "batch_in_epoch": self.batch_in_epoch,
-                "best_bleu": self.best_bleu,
-                "bad_validations": self.bad_validations,
-                "train_seconds": self.train_seconds,
-                "tokens_trained": self.tokens_trained,
-            },
-            "metrics": dict(self.last_metrics),
-            "rng": {
-                "torch": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-            },
-            "config": self.config,
-            "vocabulary": {"source": self.vocabulary.source_model, "target": self.vocabulary.target_model},
-        }
+        return checkpoint.training_state(
+            self.model, self.optimizer, self.schedule, self.scaler, self.progress, self.last_metrics,
+            self.run_config, self.vocabulary,
+        )  # fmt: skip
 
     def save(self, name: str) -> None:
         """Write a full checkpoint atomically. The `last.pt` it replaces stays as `previous.pt`, which resuming falls
@@ -251,31 +126,22 @@ class Trainer:
 
     def save_weights(self) -> None:
         """The weights of this validation as `step<N>.pt` (no optimizer: for averaging), keeping the newest few."""
-        keep = self.options.keep_checkpoints
+        keep = self.config.keep_checkpoints
         if keep <= 0 or self.rank != 0:
             return
-        state = {k: v for k, v in self.state().items() if k in ("model", "progress", "config", "vocabulary")}
-        checkpoint.save(state, self.run_dir / f"step{self.step:08d}.pt")
+        state = {k: v for k, v in self.state().items() if k in checkpoint.WEIGHTS_ONLY}
+        checkpoint.save(state, self.run_dir / f"step{self.progress.step:08d}.pt")
         for old in sorted(self.run_dir.glob("step*.pt"))[:-keep]:
             old.unlink()
 
     def restore(self, path: str | Path) -> None:
         payload = checkpoint.load(path)
-        self.model.load_state_dict(payload["model"])
-        self.optimizer.load_state_dict(payload["optimizer"])
-        self.schedule.load_state_dict(payload["schedule"])
-        self.scaler.load_state_dict(payload["scaler"])
-        progress = payload["progress"]
-        self.step, self.epoch, self.batch_in_epoch = progress["step"], progress["epoch"], progress["batch_in_epoch"]
-        self.best_bleu, self.bad_validations = progress["best_bleu"], progress["bad_validations"]
-        self.train_seconds, self.tokens_trained = progress["train_seconds"], progress["tokens_trained"]
-        self.last_metrics = dict(payload.get("metrics", {}))
-        torch.set_rng_state(payload["rng"]["torch"])
-        if payload["rng"]["cuda"] and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(payload["rng"]["cuda"])
-        log.info("resumed from %s at step %d (epoch %d)", path, self.step, self.epoch + 1)
+        self.progress, self.last_metrics = checkpoint.restore_training(
+            payload, self.model, self.optimizer, self.schedule, self.scaler
+        )
+        log.info("resumed from %s at step %d (epoch %d)", path, self.progress.step, self.progress.epoch + 1)
 
-    # --- training ---------------------------------------------------------------------------------------------
+    # --- one update -------------------------------------------------------------------------------------------
 
     def train_step(self, batches: list[Batch], tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
         """One update from this process's `batches`; `tokens` counts the target tokens of the whole update (all
@@ -288,14 +154,14 @@ class Trainer:
         for i, batch in enumerate(batches):
             last = i == len(batches) - 1
             with self.features.no_sync() if self.world > 1 and not last else contextlib.nullcontext():
-                loss_sum = self.loss(batch, self.options.label_smoothing, train=True)
+                loss_sum = self.loss(batch, self.config.label_smoothing, train=True)
                 self.scaler.scale(loss_sum * scale).backward()
             loss_total += loss_sum.detach()
         self.scaler.unscale_(self.optimizer)
-        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.options.clip_norm or float("inf"))
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip_norm or float("inf"))
         self.scaler.step(self.optimizer)
         self.scaler.update()
-        if not isinstance(self.schedule, torch.optim.lr_scheduler.ReduceLROnPlateau):
+        if not steps_on_validation(self.schedule):
             self.schedule.step()
         return loss_total, norm.detach()
 
@@ -312,34 +178,21 @@ class Trainer:
             features[real], output.weight, output.bias, batch.target_out[real], smoothing, self.dtype
         )
 
-    def finished(self, started: float) -> str | None:
-        """Why training stops now, or None."""
-        o = self.options
-        if o.max_steps and self.step >= o.max_steps:
-            return f"reached trainer.max_steps={o.max_steps}"
-        if o.max_epochs and self.epoch >= o.max_epochs:
-            return f"reached trainer.max_epochs={o.max_epochs}"
-        if o.max_minutes and self.train_seconds + time.perf_counter() - started >= o.max_minutes * 60:
-            return f"reached trainer.max_minutes={o.max_minutes:g}"
-        if o.patience and self.bad_validations >= o.patience:
-            return f"valid BLEU did not improve in {o.patience} validations (trainer.patience)"
-        return None
-
     def updates(self):
         """(this process's batches, target tokens of the update, of this process's part, batches in the update) from
         where training stands, epoch after epoch. An update takes `accumulate` x processes batches of the epoch's
         order; process r gets every r-th. Token counts come from the corpus lengths, not from the tensors (no sync)."""
-        pin = self.device.type == "cuda"
-        per_update = self.options.accumulate * self.world
+        pin, progress = self.device.type == "cuda", self.progress
+        per_update = self.config.accumulate * self.world
         lengths = self.dataset.target_lengths  # eos included
         while True:
-            self.sampler.set_epoch(self.epoch)
+            self.sampler.set_epoch(progress.epoch)
             epoch_batches = self.sampler.batches()
             rest = len(epoch_batches) % per_update
             self.batches_in_epoch = len(epoch_batches) - (rest if rest < self.world else 0)  # none may go empty
             groups = [
                 epoch_batches[start : start + per_update]
-                for start in range(self.batch_in_epoch, self.batches_in_epoch, per_update)
+                for start in range(progress.batch_in_epoch, self.batches_in_epoch, per_update)
             ]
             mine = [batch for group in groups for batch in group[self.rank :: self.world]]
             # A generator of its own: a DataLoader otherwise draws its seed from the global RNG, which would shift
@@ -354,74 +207,45 @@ class Trainer:
                 tokens = int(sum(lengths[i].sum() for i in map(np.asarray, group)))
                 local = int(sum(lengths[i].sum() for i in map(np.asarray, indices)))
                 yield batches, tokens, local, len(group)
-            self.epoch += 1
-            self.batch_in_epoch = 0
+            progress.epoch += 1
+            progress.batch_in_epoch = 0
 
-    @contextlib.contextmanager
-    def ctrl_c_between_updates(self):
-        """While training, the first Ctrl-C only sets `self.interrupted`, which the loop checks between updates (so it
-        never lands inside a checkpoint write, nor gets lost inside a library call); a second one stops at once."""
-        self.interrupted = False
-        if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
-            yield
-            return
-        default_handler = signal.getsignal(signal.SIGINT)
-
-        def request_stop(signum, frame):
-            self.interrupted = True
-            signal.signal(signal.SIGINT, default_handler)
-
-        signal.signal(signal.SIGINT, request_stop)
-        try:
-            yield
-        finally:
-            signal.signal(signal.SIGINT, default_handler)
+    # --- the loop ---------------------------------------------------------------------------------------------
 
     def train(self) -> str:
-        """Train until a stop condition; returns the reason. Ctrl-C saves `last.pt` and returns."""
-        self.writer = SummaryWriter(str(self.run_dir)) if self.rank == 0 else NoWriter()
-        started = time.perf_counter()
-        reason = distributed.share(self.finished(started))
-        window_loss, window_tokens, window_start = torch.zeros((), device=self.device), 0, time.perf_counter()
-        bar = tqdm(
-            total=self.options.max_steps or None,
-            initial=self.step,
-            disable=not self.options.progress or self.rank != 0,
-            unit="step",
-            dynamic_ncols=True,
-        )
+        """Train until a stop condition; returns the reason. Ctrl-C saves `last.pt` and returns "interrupted"."""
+        if self.rank == 0 and self.log.writer is None:
+            self.log = RunLog(self.run_dir)
+        clock = Clock(self.progress)
+        reason = distributed.share(self.finished(clock))
+        window = Window(self.device)
+        bar = ProgressBar(self.config, self.progress, enabled=self.config.progress and self.rank == 0)
         try:
-            with self.ctrl_c_between_updates():
+            with StopRequests() as stop:
                 for batches, tokens, local_tokens, count in self.updates() if reason is None else ():
-                    if self.interrupted:
+                    if stop.requested:
                         raise KeyboardInterrupt
                     loss_sum, norm = self.train_step(batches, tokens)
-                    self.step += 1
-                    self.batch_in_epoch += count
-                    window_loss += loss_sum
-                    window_tokens += local_tokens
-                    self.tokens_trained += tokens
-                    bar.update(1)
-                    if self.step % self.options.log_every == 0:
-                        self.log_train(window_loss, window_tokens, time.perf_counter() - window_start, norm, bar)
-                        window_loss.zero_()
-                        window_tokens, window_start = 0, time.perf_counter()
+                    self.progress.step += 1
+                    self.progress.batch_in_epoch += count
+                    self.progress.tokens_trained += tokens
+                    window.add(loss_sum, local_tokens)
+                    if self.progress.step % self.config.log_every == 0:
+                        self.log_train(window, norm, bar)
                     if self.should_validate():
-                        self.train_seconds += time.perf_counter() - started
-                        self.validate_and_save()
-                        started = time.perf_counter()
-                        window_start = started
-                    reason = distributed.share(self.finished(started))  # rank 0's clock and patience decide for all
+                        with clock.paused():
+                            self.validate_and_save()
+                        window.restart()
+                        bar.valid_bleu = self.last_metrics["bleu"]
+                    reason = distributed.share(self.finished(clock))  # rank 0's clock and patience decide for all
+                    bar.show(self.batches_in_epoch, clock)
                     if reason:
                         break
         except KeyboardInterrupt:
-            self.train_seconds += time.perf_counter() - started
+            clock.stop()
             self.save("last.pt")
-            log.info(
-                "interrupted at step %d; saved %s. Continue with trainer.resume=true.",
-                self.step,
-                self.run_dir / "last.pt",
-            )
+            log.info("interrupted at step %d; saved %s. Continue with trainer.resume=true.", self.step,
+                     self.run_dir / "last.pt")  # fmt: skip
             return "interrupted"
         except NonFiniteLoss as error:
             raise UserError(
@@ -430,48 +254,47 @@ class Trainer:
             ) from None
         finally:
             bar.close()
-        self.train_seconds += time.perf_counter() - started
+        clock.stop()
         if self.last_metrics.get("step") != self.step:
             self.validate_and_save()
         log.info("stopped: %s", reason)
         return reason or "done"
 
-    @property
-    def tokens_per_second(self) -> float:
-        """Target tokens (eos included, padding not) per second of training, validation time excluded."""
-        return self.tokens_trained / max(self.train_seconds, 1e-9)
+    def finished(self, clock: Clock) -> str | None:
+        """Why training stops now, or None."""
+        c, p = self.config, self.progress
+        if c.max_steps and p.step >= c.max_steps:
+            return f"reached trainer.max_steps={c.max_steps}"
+        if c.max_epochs and p.epoch >= c.max_epochs:
+            return f"reached trainer.max_epochs={c.max_epochs}"
+        if c.max_minutes and clock.seconds() >= c.max_minutes * 60:
+            return f"reached trainer.max_minutes={c.max_minutes:g}"
+        if c.patience and p.bad_validations >= c.patience:
+            return f"valid BLEU did not improve in {c.patience} validations (trainer.patience)"
+        return None
 
     def should_validate(self) -> bool:
-        if self.options.valid_every:
-            return self.step % self.options.valid_every == 0
-        return self.batch_in_epoch == self.batches_in_epoch  # the end of an epoch
+        if self.config.valid_every:
+            return self.progress.step % self.config.valid_every == 0
+        return self.progress.batch_in_epoch == self.batches_in_epoch  # the end of an epoch
 
-    def log_train(self, loss_sum, tokens: int, seconds: float, norm, bar) -> None:
-        loss = loss_sum.item() / max(tokens, 1)
+    def log_train(self, window: Window, norm: torch.Tensor, bar: ProgressBar) -> None:
+        loss, speed = window.take()
         if not math.isfinite(loss):
             raise NonFiniteLoss(f"the training loss became {loss} by step {self.step}")
-        speed = tokens / max(seconds, 1e-9)
         lr = self.optimizer.param_groups[0]["lr"]
-        for tag, value in (
-            ("train/loss", loss),
-            ("train/lr", lr),
-            ("train/grad_norm", float(norm)),
-            ("train/tokens_per_second", speed),
-            ("train/epoch", self.epoch + 1),
-        ):
-            self.writer.add_scalar(tag, value, self.step)
-        bar.set_postfix(epoch=self.epoch + 1, loss=f"{loss:.3f}", tok_s=f"{speed:,.0f}", lr=f"{lr:.2g}")
+        scalars = {"train/loss": loss, "train/lr": lr, "train/grad_norm": float(norm), "train/tokens_per_second": speed}
+        self.log.scalars({**scalars, "train/epoch": self.progress.epoch + 1}, self.step)
+        bar.loss, bar.speed, bar.lr = loss, speed, lr
 
     # --- validation -------------------------------------------------------------------------------------------
 
     @torch.no_grad()
     def valid_loss(self) -> float:
+        """Mean cross-entropy per target token of the validation pairs (no label smoothing)."""
         self.model.eval()
-        sampler = TokenBatchSampler(
-            self.valid_dataset,
-            max(self.options.valid_max_tokens, 2 * int(self.valid_dataset.target_lengths.max())),
-            shuffle=False,
-        )
+        longest = int(self.valid_dataset.target_lengths.max()) if len(self.valid_dataset) else 1
+        sampler = TokenBatchSampler(self.valid_dataset, max(self.config.valid_max_tokens, 2 * longest), shuffle=False)
         total, tokens = 0.0, 0
         for indices in sampler:
             batch = collate([self.valid_dataset[i] for i in indices]).to(self.device)
@@ -480,213 +303,41 @@ class Trainer:
         return total / max(tokens, 1)
 
     def validate(self) -> dict[str, float]:
-        started = time.perf_counter()
+        """Valid loss, then greedy decoding with BLEU and chrF; logs them with samples and heatmaps."""
+        started, step = time.perf_counter(), self.step
         loss = self.valid_loss()
-        sources = [s for s, _ in self.valid_pairs]
-        references = [t for _, t in self.valid_pairs]
-        hypotheses, decoded = translate_pairs(
-            self.model,
-            self.vocabulary,
-            sources,
-            self.device,
-            self.dtype,
-            self.options.valid_max_tokens,
-            self.options.decode_ratio,
-            self.options.decode_extra,
+        texts, hypotheses, scores = decode_split(
+            self.model, self.vocabulary, self.valid_pairs, self.search, self.device, self.dtype
         )
-        bleu, chrf, bleu_metric, chrf_metric = score(hypotheses, references)
-        if not self.logged_signature:
-            log.info(
-                "sacrebleu signatures: BLEU %s | chrF %s", bleu_metric.get_signature(), chrf_metric.get_signature()
-            )
-            self.writer.add_text(
-                "valid/signature",
-                f"BLEU `{bleu_metric.get_signature()}`, chrF `{chrf_metric.get_signature()}`",
-                self.step,
-            )
-            self.logged_signature = True
-        metrics = {
-            "step": self.step,
-            "loss": loss,
-            "perplexity": math.exp(min(loss, 50)),
-            "bleu": bleu.score,
-            "chrf": chrf.score,
-            "seconds": time.perf_counter() - started,
-        }
-        for name in ("loss", "perplexity", "bleu", "chrf"):
-            self.writer.add_scalar(f"valid/{name}", metrics[name], self.step)
-        self.log_samples(sources, references, hypotheses)
-        self.log_attention(sources, decoded)
+        if not self.log.signatures_logged:
+            log.info("sacrebleu signatures: BLEU %s | chrF %s", scores.bleu_signature, scores.chrf_signature)
+        self.log.signatures(scores, step)
+        metrics = {"step": step, "loss": loss, "perplexity": math.exp(min(loss, 50)), "bleu": scores.bleu,
+                   "chrf": scores.chrf, "seconds": time.perf_counter() - started}  # fmt: skip
+        self.log.scalars({f"valid/{k}": metrics[k] for k in ("loss", "perplexity", "bleu", "chrf")}, step)
+        sources, references = [s for s, _ in self.valid_pairs], [t for _, t in self.valid_pairs]
+        self.log.samples(sources, references, texts, self.config.num_samples, step)
+        self.log.attention(self.model, self.vocabulary, sources, hypotheses, self.config.num_plots, self.device,
+                           self.dtype, step)  # fmt: skip
         return metrics
-
-    def log_samples(self, sources: list[str], references: list[str], hypotheses: list[str]) -> None:
-        rows = ["| source | reference | hypothesis |", "|---|---|---|"]
-        for i in range(min(self.options.num_samples, len(sources))):
-            rows.append(f"| {sources[i]} | {references[i]} | {hypotheses[i]} |".replace("\n", " "))
-        self.writer.add_text("valid/samples", "\n".join(rows), self.step)
-
-    def log_attention(self, sources: list[str], decoded) -> None:
-        """Heatmaps for the first few validation sentences, the same ones at every validation: whatever the model's
-        `attention_maps` returns for its own greedy output (nothing for a model without attention)."""
-        self.model.eval()
-        for i in range(min(self.options.num_plots, len(sources))):
-            source_ids = self.vocabulary.encode_source([sources[i]])[0] or [EOS_ID]
-            source = torch.tensor([source_ids], device=self.device)
-            target_in = torch.tensor([[BOS_ID, *decoded[i].tokens]], device=self.device)
-            with autocast(self.device, self.dtype):
-                maps = self.model.attention_maps(source, source != PAD_ID, target_in)
-            source_pieces = [self.vocabulary.source.id_to_piece(t) for t in source_ids]
-            target_pieces = [self.vocabulary.target.id_to_piece(t) for t in decoded[i].tokens] + ["</s>"]
-            for name, weights in maps.items():
-                weights = weights[0].float().cpu().numpy()  # (heads or 1, rows, S)
-                rows = source_pieces if name.startswith("encoder_self") else target_pieces
-                if weights.shape[0] == 1:
-                    figure = attention_figure(weights[0], source_pieces, rows, title=name)
-                else:
-                    figure = heads_figure(weights, source_pieces, rows, title=name)
-                self.writer.add_figure(f"valid/attention/{name}/{i}", figure, self.step)
 
     def validate_and_save(self) -> None:
         metrics = distributed.share(self.validate() if self.rank == 0 else None)  # every replica steps the schedule
-        self.last_metrics = metrics
-        improved = metrics["bleu"] > self.best_bleu
-        if isinstance(self.schedule, torch.optim.lr_scheduler.ReduceLROnPlateau):
+        self.last_metrics, progress = metrics, self.progress
+        improved = metrics["bleu"] > progress.best_bleu
+        if steps_on_validation(self.schedule):
             self.schedule.step(metrics["bleu"])
         if improved:
-            self.best_bleu, self.bad_validations = metrics["bleu"], 0
+            progress.best_bleu, progress.bad_validations = metrics["bleu"], 0
             self.save("best.pt")
         else:
-            self.bad_validations += 1
+            progress.bad_validations += 1
         self.save_weights()
         self.save("last.pt")
-        mark = " *" if improved else ""
         tqdm.write(
-            f"step {self.step:>6} epoch {self.epoch + 1:>3} | valid loss {metrics['loss']:.3f} "
+            f"step {self.step:>6} epoch {progress.epoch + 1:>3} | valid loss {metrics['loss']:.3f} "
             f"ppl {metrics['perplexity']:.2f} BLEU {metrics['bleu']:.2f} chrF {metrics['chrf']:.2f} "
-            f"| {self.train_seconds / 60:.1f} min trained, {self.tokens_per_second:,.0f} tok/s{mark}"
+            f"| {progress.train_seconds / 60:.1f} min trained, {self.tokens_per_second:,.0f} tok/s"
+            + (" *" if improved else "")
         )
         log.info("validation at step %d: %s", self.step, {k: round(v, 4) for k, v in metrics.items()})
-
-
-def evaluate_split(model, vocabulary: Vocabulary, pairs: Pairs, device, dtype, options: TrainerOptions):
-    sources, references = [s for s, _ in pairs], [t for _, t in pairs]
-    hypotheses, _ = translate_pairs(
-        model, vocabulary, sources, device, dtype, options.valid_max_tokens, options.decode_ratio, options.decode_extra
-    )
-    return hypotheses, score(hypotheses, references)
-
-
-def set_seed(seed: int) -> None:
-    torch.manual_seed(seed)
-    np.random.seed(seed)
-
-
-def parameter_count(model: torch.nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())
-
-
-def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
-    """Build everything from the composed config, train, and report test BLEU of the best checkpoint."""
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    options = TrainerOptions(**OmegaConf.to_container(cfg.trainer, resolve=True))
-    set_seed(cfg.seed)
-    distributed.setup(build.device(options.device))
-    run_dir = Path(distributed.share(str(run_dir)))  # under torchrun, every process works in rank 0's run directory
-    if not distributed.is_main():
-        distributed.barrier()  # rank 0 downloads the corpus and trains the subword models first; the rest reuse them
-    splits = build.load_corpus(cfg.data)
-    vocabulary = build.vocabulary(cfg.data, splits)
-    if distributed.is_main():
-        vocabulary.save(run_dir)
-        distributed.barrier()
-    log.info(
-        "corpus: %d train / %d valid / %d test pairs; vocabulary %d source / %d target subwords",
-        len(splits.train),
-        len(splits.valid),
-        len(splits.test),
-        vocabulary.source_size,
-        vocabulary.target_size,
-    )
-    model = build.model(cfg.model, vocabulary)
-    log.info("model %s: %s parameters", cfg.model._target_, f"{parameter_count(model):,}")
-    config = OmegaConf.to_container(cfg, resolve=True)
-    trainer = Trainer(
-        model,
-        vocabulary,
-        splits.train,
-        splits.valid,
-        run_dir,
-        options,
-        cfg.data.max_tokens,
-        cfg.data.max_len,
-        cfg.seed,
-        config,
-    )
-    resume = options.resume
-    if resume is True or resume == "true":
-        if (run_dir / "last.pt").is_file() or (run_dir / "previous.pt").is_file():
-            restore_latest_good(trainer, run_dir)
-        else:
-            log.info("trainer.resume=true but %s has no last.pt yet; starting a new run", run_dir)
-    elif resume:
-        trainer.restore(build.resolve_path(str(resume)))
-    reason = trainer.train()
-    if trainer.world > 1:
-        if not distributed.replicas_agree(model):
-            raise RuntimeError("the data-parallel replicas ended with different weights")
-        log.info("all %d replicas hold the same weights", trainer.world)
-        if not distributed.is_main():
-            return {}
-    results = {
-        "valid/best_bleu": trainer.best_bleu,
-        "train/minutes": trainer.train_seconds / 60,
-        "train/steps": trainer.step,
-        "train/tokens_per_second": trainer.tokens_per_second,
-        "parameters": parameter_count(model),
-    }
-    if reason == "interrupted" or not options.test_at_end:
-        trainer.writer.close()
-        return results
-    best = checkpoint.load(run_dir / "best.pt")
-    trainer.model.load_state_dict(best["model"])
-    hypotheses, (bleu, chrf, bleu_metric, _) = evaluate_split(
-        trainer.model, vocabulary, splits.test, trainer.device, trainer.dtype, options
-    )
-    (run_dir / "best.test.hyp").write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
-    results.update({"test/bleu": bleu.score, "test/chrf": chrf.score, "best/step": best["progress"]["step"]})
-    summary = {**results, "model": cfg.model._target_, "signature": str(bleu_metric.get_signature())}
-    (run_dir / "results.json").write_text(json.dumps(summary, indent=2) + "\n")
-    log.info(
-        "test (best checkpoint, greedy): BLEU %.2f chrF %.2f  [%s]", bleu.score, chrf.score, bleu_metric.get_signature()
-    )
-    print(f"test BLEU {bleu.score:.2f} chrF {chrf.score:.2f} (best checkpoint, greedy; {bleu_metric.get_signature()})")
-    hparams = {k: v for k, v in flatten({"model": config["model"], "trainer": config["trainer"]}).items()}
-    trainer.writer.add_hparams(hparams, {f"hparam/{k}": v for k, v in results.items()}, run_name=".")
-    trainer.writer.close()
-    return results
-
-
-def restore_latest_good(trainer: Trainer, run_dir: Path) -> None:
-    """Resume from `last.pt`, or from `previous.pt` (one validation older) when `last.pt` is missing or unreadable."""
-    try:
-        trainer.restore(run_dir / "last.pt")
-    except UserError as error:
-        if not (run_dir / "previous.pt").is_file():
-            raise
-        log.warning("%s; resuming from %s instead", error, run_dir / "previous.pt")
-        trainer.restore(run_dir / "previous.pt")
-
-
-def flatten(tree: dict, prefix: str = "") -> dict:
-    """{'model': {'hidden_size': 512}} -> {'model.hidden_size': 512}, with values TensorBoard's hparams accept."""
-    flat = {}
-    for key, value in tree.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            flat.update(flatten(value, f"{name}."))
-        elif isinstance(value, (int, float, str, bool)):
-            flat[name] = value
-        else:
-            flat[name] = str(value)
-    return flat

@@ -3,7 +3,7 @@
 Speaks the one model interface (forward / encode / decode_step). Incremental decoding keeps, for every decoder layer,
 the projected keys and values of the tokens generated so far (self-attention) and of the source (cross-attention) in
 the state dict, so each step costs one position instead of the whole prefix. The source's keys and values are named
-`source_keys_<layer>` / `source_values_<layer>`: `source_*` entries never change during decoding (see nmt/rnn.py).
+`source_keys_<layer>` / `source_values_<layer>`: `source_*` entries never change during decoding (nmt.model).
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ from torch import nn
 
 from nmt.attention import MultiHeadAttention
 from nmt.dropout import Dropout
-
-State = dict[str, torch.Tensor]
+from nmt.model import Seq2Seq, State
 
 
 def sinusoids(length: int, size: int) -> torch.Tensor:
@@ -155,7 +154,7 @@ class DecoderLayer(ResidualLayer):
         return x, weights, (keys, values)
 
 
-class Transformer(nn.Module):
+class Transformer(nn.Module, Seq2Seq):
     """Encoder and decoder stacks (section 3.1). With a joint vocabulary, source and target embeddings can be one
     matrix, and the output layer can share it (section 3.4)."""
 
@@ -164,18 +163,19 @@ class Transformer(nn.Module):
         source_vocab_size: int,
         target_vocab_size: int,
         pad_id: int,
-        d_model: int = 256,
-        heads: int = 4,
-        feedforward_size: int = 1024,
-        encoder_layers: int = 3,
-        decoder_layers: int = 3,
-        dropout: float = 0.1,
-        attention_dropout: float = 0.0,
-        activation_dropout: float = 0.0,
-        pre_norm: bool = True,
-        positions: str = "sinusoidal",
-        share_embeddings: bool = True,
-        tie_output: bool = True,
+        *,
+        d_model: int,
+        heads: int,
+        feedforward_size: int,
+        encoder_layers: int,
+        decoder_layers: int,
+        dropout: float,
+        attention_dropout: float,
+        activation_dropout: float,
+        pre_norm: bool,
+        positions: str,
+        share_embeddings: bool,
+        tie_output: bool,
         max_len: int = 1024,
     ):
         super().__init__()

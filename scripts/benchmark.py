@@ -29,6 +29,7 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,8 +41,11 @@ from omegaconf import OmegaConf  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 from nmt import build  # noqa: E402
-from nmt.evaluate import Translator  # noqa: E402
-from nmt.trainer import Trainer, TrainerOptions  # noqa: E402
+from nmt.config import TrainConfig, register  # noqa: E402
+from nmt.decoding import Translator  # noqa: E402
+from nmt.device import device as find_device  # noqa: E402
+from nmt.device import precision as find_precision  # noqa: E402
+from nmt.trainer import Trainer  # noqa: E402
 
 
 def matmul_peak(dtype: torch.dtype, device: torch.device) -> float:
@@ -90,13 +94,15 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def config(spec: str, args) -> OmegaConf:
+def config(spec: str, args) -> TrainConfig:
+    """The train.py config of a model spec such as "luong model/attention=dot", typed."""
+    register()
     model, *extra = spec.split()
     overrides = [f"model={model}", *extra, f"trainer.precision={args.precision}", f"trainer.device={args.device}"]
     if args.data_dir:
         overrides.append(f"data.dir={args.data_dir}")
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
-        return compose("train", overrides=overrides)
+        return OmegaConf.to_object(compose("train", overrides=overrides))
 
 
 def measure(model_name: str, args) -> dict:
@@ -108,9 +114,9 @@ def measure(model_name: str, args) -> dict:
     torch.manual_seed(0)
     model = build.model(cfg.model, vocabulary)
     parameters = sum(p.numel() for p in model.parameters())
-    options = TrainerOptions(**{**OmegaConf.to_container(cfg.trainer, resolve=True), "progress": False})
+    options = replace(cfg.trainer, progress=False)
     trainer = Trainer(model, vocabulary, splits.train, splits.valid[:8], "/tmp/nmt-benchmark", options,
-                      cfg.data.max_tokens, cfg.data.max_len, cfg.seed, {})  # fmt: skip
+                      cfg.data.max_tokens, cfg.data.max_len, cfg.seed)  # fmt: skip
     updates = trainer.updates()
     for _ in range(3):  # warm-up: allocator, kernels, first batches
         batches, tokens, _, _ = next(updates)
@@ -148,11 +154,10 @@ def measure(model_name: str, args) -> dict:
     sources = [s for s, _ in splits.test]
     for beam in (1, 5):
         if checkpoint_path and checkpoint_path.is_file():
-            translator = Translator.load(str(checkpoint_path), beam, 0.6, args.device, args.precision, 8000)
+            translator = Translator.load(checkpoint_path, beam, device=args.device, precision=args.precision)
         else:
-            config_dict = {"trainer": {"decode_ratio": options.decode_ratio, "decode_extra": options.decode_extra}}
-            translator = Translator(trainer.model.eval(), vocabulary, config_dict, trainer.device,
-                                    trainer.dtype, beam, 0.6, 8000)  # fmt: skip
+            translator = Translator(trainer.model.eval(), vocabulary, trainer.device, trainer.dtype,
+                                    replace(trainer.search, beam=beam, max_tokens=8000))  # fmt: skip
         translator.translate(sources[:20])  # warm-up
         synchronize(trainer.device)
         started = time.perf_counter()
@@ -218,9 +223,9 @@ def main() -> None:
     if args.one:
         print(json.dumps(measure(args.one, args)))
         return
-    device = build.device(args.device)
+    where = find_device(args.device)
     torch.set_num_threads(args.threads)
-    peak = matmul_peak(build.precision(args.precision), device)
+    peak = matmul_peak(find_precision(args.precision), where)
     results = []
     for name in [spec.strip() for spec in args.models.split(";") if spec.strip()]:
         command = [sys.executable, __file__, "--one", name, *sys.argv[1:]]
@@ -229,7 +234,7 @@ def main() -> None:
             sys.exit(f"error: benchmarking {name} failed:\n{done.stderr[-2000:]}")
         results.append(json.loads(done.stdout.strip().splitlines()[-1]))
         print(f"{name}: {results[-1]['train_tokens_per_second']:,.0f} tok/s", file=sys.stderr)
-    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else "no GPU"
+    gpu = torch.cuda.get_device_name(where) if where.type == "cuda" else "no GPU"
     machine = (
         f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, {gpu}, torch {torch.__version__}, "
     )

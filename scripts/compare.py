@@ -24,7 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from omegaconf import OmegaConf  # noqa: E402
 
 from nmt import UserError, build, checkpoint  # noqa: E402
-from nmt.evaluate import LENGTH_BUCKETS, Translator, bleu_by_length  # noqa: E402
+from nmt.decoding import Translator  # noqa: E402
+from nmt.evaluate import LENGTH_BUCKETS, bleu_by_length  # noqa: E402
 from nmt.plot import plt  # noqa: E402
 
 
@@ -44,7 +45,7 @@ def beam_hypotheses(run: Path, sources: list[str], beam: int) -> list[str]:
     here once when it is not there yet."""
     path = run / f"best.test.beam{beam}.hyp"
     if not path.is_file():
-        translator = Translator.load(str(run / "best.pt"), beam, 0.6, "auto", None, 8000)
+        translator = Translator.load(run / "best.pt", beam=beam)
         path.write_text("".join(h + "\n" for h in translator.translate(sources)), encoding="utf-8")
     return path.read_text(encoding="utf-8").split("\n")[: len(sources)]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from nmt import UserError  # noqa: E402
-from nmt.evaluate import Translator  # noqa: E402
+from nmt.decoding import Translator  # noqa: E402
 
 OPTIONS = {"checkpoint": None, "text": None, "output": "attention.png", "device": "auto"}
 
@@ -31,8 +31,8 @@ def parse(arguments: list[str]) -> dict[str, str]:
 
 def main(arguments: list[str]) -> None:
     options = parse(arguments)
-    translator = Translator.load(options["checkpoint"], 1, 0.6, options["device"], "fp32", 8000)
-    translations, hypotheses = translator.search([options["text"]])
+    translator = Translator.load(options["checkpoint"], device=options["device"], precision="fp32")
+    translations, hypotheses = translator.search_lines([options["text"]])
     figure = translator.alignment_figure(options["text"], translations[0], hypotheses[0])
     if figure is None:
         raise UserError(f"{options['checkpoint']}: this model has no attention to plot")

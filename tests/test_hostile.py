@@ -14,7 +14,8 @@ from omegaconf import OmegaConf
 
 from nmt import UserError, build, checkpoint
 from nmt.data import read_lines, read_parallel
-from nmt.evaluate import Translator, translate_file
+from nmt.decoding import Search, Translator
+from nmt.evaluate import translate_file
 from nmt.transformer import Embedding, sinusoids
 
 SETTINGS = settings(
@@ -67,8 +68,7 @@ def translator(request, sample_vocabulary):
     cfg = compose_config(*tiny_model_overrides(request.param), "data=sample")
     torch.manual_seed(0)
     model = build.model(cfg.model, sample_vocabulary).eval()
-    config = {"trainer": {"decode_ratio": 1.5, "decode_extra": 10}}
-    return Translator(model, sample_vocabulary, config, torch.device("cpu"), torch.float32, 2, 0.6, 2000)
+    return Translator(model, sample_vocabulary, torch.device("cpu"), torch.float32, Search(beam=2, max_tokens=2000))
 
 
 @SETTINGS
@@ -82,7 +82,7 @@ def test_awkward_lines_translate_line_for_line(translator, lines):
 
 def test_a_line_longer_than_any_position_the_model_knows_still_translates(translator):
     enormous = " ".join(["Hund"] * 1500)  # > 1,024 subword positions, the Transformer's table
-    short_output = dataclasses.replace(translator, config={"trainer": {"decode_ratio": 0.0, "decode_extra": 5}})
+    short_output = dataclasses.replace(translator, search=dataclasses.replace(translator.search, ratio=0.0, extra=5))
     assert len(short_output.translate([enormous, "Der Hund läuft."])) == 2
 
 

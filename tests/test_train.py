@@ -14,14 +14,16 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import MODELS, ROOT, compose_config, tiny_model_overrides
-from omegaconf import OmegaConf
 
-import nmt.trainer
+import nmt.decoding
 from nmt import UserError, build, checkpoint
+from nmt.config import TrainerConfig
 from nmt.data import PAD_ID
+from nmt.decoding import Search, score, translate
 from nmt.evaluate import evaluate as evaluate_checkpoint
-from nmt.search import beam_search, greedy
-from nmt.trainer import Trainer, TrainerOptions, score, translate_pairs
+from nmt.experiment import restore_latest_good
+from nmt.search import beam_search
+from nmt.trainer import Trainer
 
 
 def make_trainer(tmp_path, vocabulary, train_pairs, model_name, dropout=0.0, **options):
@@ -40,20 +42,8 @@ def make_trainer(tmp_path, vocabulary, train_pairs, model_name, dropout=0.0, **o
         progress=False,
         num_plots=1,
     )
-    trainer_options = TrainerOptions(**{**defaults, **options})
-    config = {"model": OmegaConf.to_container(cfg.model), "trainer": vars(trainer_options)}
-    return Trainer(
-        model,
-        vocabulary,
-        train_pairs,
-        train_pairs[:4],
-        tmp_path,
-        trainer_options,
-        max_tokens=400,
-        max_len=100,
-        seed=1,
-        config=config,
-    )
+    return Trainer(model, vocabulary, train_pairs, train_pairs[:4], tmp_path, TrainerConfig(**{**defaults, **options}),
+                   max_tokens=400, max_len=100, seed=1)  # fmt: skip
 
 
 @pytest.mark.slow
@@ -65,8 +55,8 @@ def test_training_learns_a_few_sentences_and_translates_them_back(
     trainer = make_trainer(tmp_path, sample_vocabulary, pairs, model_name, max_steps=300, valid_every=300)
     trainer.train()
     assert trainer.last_metrics["loss"] < 0.05
-    hypotheses, _ = translate_pairs(
-        trainer.model, sample_vocabulary, [s for s, _ in pairs], trainer.device, torch.float32, 1000, 1.5, 10
+    hypotheses, _ = translate(
+        trainer.model, sample_vocabulary, [s for s, _ in pairs], Search(max_tokens=1000), trainer.device, torch.float32
     )
     assert hypotheses == [t for _, t in pairs]
     assert trainer.last_metrics["bleu"] == pytest.approx(100.0)
@@ -119,11 +109,11 @@ def test_accumulated_update_has_the_gradient_of_one_large_batch(tmp_path, sample
 def test_an_epoch_of_accumulated_updates_uses_every_batch_once(tmp_path, sample_splits, sample_vocabulary):
     trainer = make_trainer(tmp_path, sample_vocabulary, sample_splits.train[:200], "sutskever", accumulate=2)
     seen, updates = [], trainer.updates()
-    while trainer.epoch == 0:
+    while trainer.progress.epoch == 0:
         batches, _, _, count = next(updates)
         seen += [i for b in batches for i in b.indices.tolist()]
-        trainer.batch_in_epoch += count
-        if trainer.batch_in_epoch == trainer.batches_in_epoch:
+        trainer.progress.batch_in_epoch += count
+        if trainer.progress.batch_in_epoch == trainer.batches_in_epoch:
             break
     assert sorted(seen) == sorted(i for b in trainer.sampler.batches() for i in b)
 
@@ -162,7 +152,7 @@ def test_our_bleu_equals_the_sacrebleu_command_line(tmp_path):
     hypotheses = ["the small dog runs in the park .", "a woman reads a blue book", "two cats sleep"]
     references = ["The small dog runs in the park.", "A woman reads the blue book.", "Two cats are sleeping."]
     (tmp_path / "ref").write_text("\n".join(references) + "\n")
-    bleu, chrf, _, _ = score(hypotheses, references)
+    scores = score(hypotheses, references)
     result = subprocess.run(
         [sys.executable, "-m", "sacrebleu", str(tmp_path / "ref"), "-b", "-w", "4", "-m", "bleu", "chrf"],
         input="\n".join(hypotheses) + "\n",
@@ -171,15 +161,8 @@ def test_our_bleu_equals_the_sacrebleu_command_line(tmp_path):
         check=True,
     )
     cli_bleu, cli_chrf = json.loads(result.stdout)
-    assert round(bleu.score, 4) == cli_bleu and round(chrf.score, 4) == cli_chrf
-
-
-def test_greedy_stops_at_the_length_limit(sample_vocabulary):
-    cfg = compose_config(*tiny_model_overrides("sutskever"))
-    model = build.model(cfg.model, sample_vocabulary).eval()
-    source = torch.tensor([[5, 6, 7]])
-    hypotheses = greedy(model, source, source != 0, ratio=1.0, extra=2)
-    assert len(hypotheses[0].tokens) <= 5
+    assert round(scores.bleu, 4) == cli_bleu and round(scores.chrf, 4) == cli_chrf
+    assert scores.bleu_signature.startswith("nrefs:1|case:mixed")
 
 
 def run(*args, cwd=ROOT, stdin=None):
@@ -206,7 +189,7 @@ def test_train_and_evaluate_command_lines_end_to_end(tmp_path, monkeypatch):
     assert "TER" in evaluate.stdout and "BLEU by source length (words): 1-10:" in evaluate.stdout
     assert len((run_dir / "best.valid.beam1.hyp").read_text().splitlines()) == 20
     searched = []
-    monkeypatch.setattr(nmt.trainer, "beam_search", lambda *a, **k: searched.append(a[3]) or beam_search(*a, **k))
+    monkeypatch.setattr(nmt.decoding, "beam_search", lambda *a, **k: searched.append(a[3]) or beam_search(*a, **k))
     evaluate_checkpoint(str(run_dir / "best.pt"), split="valid", beam=3, device="cpu")
     assert searched and set(searched) == {3}  # beam=3 really decodes with a beam of 3
     translate = run("translate.py", f"checkpoint={run_dir / 'best.pt'}", "beam=3", f"attention={tmp_path / 'maps'}",
@@ -301,7 +284,7 @@ def test_resume_falls_back_to_the_previous_checkpoint_when_the_last_is_damaged(t
     damaged = (tmp_path / "last.pt").read_bytes()
     (tmp_path / "last.pt").write_bytes(damaged[: len(damaged) // 2])  # a copy cut short
     resumed = make_trainer(tmp_path, sample_vocabulary, pairs, "sutskever", max_steps=6, valid_every=3)
-    nmt.trainer.restore_latest_good(resumed, tmp_path)
+    restore_latest_good(resumed, tmp_path)
     assert resumed.step == 3
 
 

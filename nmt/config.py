@@ -1,0 +1,180 @@
+"""Every option of every command, its type and its default: the one place they are defined.
+
+The YAML files under `configs/` choose among these (a corpus, a model, a trainer recipe) and override a few values;
+Hydra validates them against these dataclasses, so a wrong type (`trainer.lr=abc`) or an unknown key
+(`trainer.lrr=1`) stops before anything is built, naming the key. The defaults are the tuned values: a command with no
+overrides reproduces the README's figures.
+
+Without Hydra, build the same objects in Python: `TrainerConfig(max_steps=100)`, `SampleConfig(vocab_size=150)`.
+Model options are the model classes' own constructor arguments (see `configs/model/*.yaml`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import MISSING
+
+MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw"
+
+
+# --- data (the `data` group) -------------------------------------------------------------------------------------
+
+
+@dataclass
+class DataConfig:
+    """What every corpus shares: the language pair, the subword vocabulary and the batches."""
+
+    corpus: str = "multi30k"
+    src_lang: str = "de"
+    tgt_lang: str = "en"
+    vocab_size: int = 8000  # sentencepiece pieces (per side when joint_vocab is false)
+    subword: str = "unigram"  # unigram or bpe
+    joint_vocab: bool = True  # one sentencepiece model for both languages
+    character_coverage: float = 1.0
+    spm_cache: str | None = "data/spm"  # trained sentencepiece models, reused for the same settings; null: none
+    max_tokens: int = 4096  # padded tokens per training batch (batch size x longest sentence on either side)
+    max_len: int = 100  # training pairs longer than this (subwords, either side) are left out
+
+
+@dataclass
+class Multi30kConfig(DataConfig):
+    """Multi30k task 1 (raw text): train 29,000 / valid (val) 1,014 / test (test_2016_flickr) 1,000 pairs."""
+
+    dir: str | None = None  # a folder that holds the *.gz files (offline machines); null: $NMT_DATA_DIR or download
+    url: str = MULTI30K_URL  # file:// works too
+    cache: str = "data/multi30k"  # where downloads go
+
+
+@dataclass
+class SampleSizes:
+    train: int = 4000
+    valid: int = 300
+    test: int = 300
+
+
+@dataclass
+class SampleConfig(DataConfig):
+    """The built-in German-English sample corpus (nmt/sample.py): offline, generated from a small grammar."""
+
+    corpus: str = "sample"
+    sizes: SampleSizes = field(default_factory=SampleSizes)
+    sample_seed: int = 1234
+    vocab_size: int = 250
+    max_tokens: int = 2048
+
+
+@dataclass
+class FilePair:
+    src: str = MISSING  # one sentence per line; line i of src translates line i of tgt (UTF-8, .gz allowed)
+    tgt: str = MISSING
+
+
+@dataclass
+class FilesConfig(DataConfig):
+    """Your own parallel text."""
+
+    corpus: str = "files"
+    src_lang: str = "src"
+    tgt_lang: str = "tgt"
+    train: FilePair = field(default_factory=FilePair)
+    valid: FilePair = field(default_factory=FilePair)
+    test: FilePair = field(default_factory=FilePair)
+
+
+# --- training (the `trainer` group) ------------------------------------------------------------------------------
+
+
+@dataclass
+class TrainerConfig:
+    """Optimiser, schedule, precision, budget, validation and checkpoints: the tuned values for the RNN models on
+    Multi30k on a small CPU (`configs/trainer/transformer.yaml` changes the schedule for the Transformer)."""
+
+    optimizer: str = "adam"  # adam or adamw
+    lr: float = 1e-3
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
+    weight_decay: float = 0.0
+    schedule: str = "plateau"  # constant, plateau (on valid BLEU) or inverse_sqrt (with warmup_steps)
+    warmup_steps: int = 4000
+    plateau_factor: float = 0.5
+    plateau_patience: int = 1  # validations without a better BLEU before the rate is cut
+    min_lr: float = 1e-5
+    clip_norm: float = 1.0  # 0 turns clipping off
+    label_smoothing: float = 0.1
+    max_epochs: int = 0  # 0: no limit (another limit must stop training)
+    max_steps: int = 0
+    max_minutes: float = 40.0  # wall-clock budget of training (validation excluded)
+    valid_every: int = 0  # steps between validations; 0: at the end of each epoch
+    patience: int = 5  # early stopping: validations without a better BLEU; 0 turns it off
+    precision: str = "bf16"  # fp32, bf16 (CPU or GPU) or fp16 (GPU)
+    device: str = "auto"  # auto (CUDA when present), cpu or cuda
+    resume: Any = False  # true: continue from this run directory's last.pt; or a checkpoint path
+    log_every: int = 20  # steps between training-loss logs
+    valid_max_tokens: int = 8000  # padded tokens per validation/decoding batch
+    decode_ratio: float = 1.5  # greedy decoding stops at decode_ratio x source length + decode_extra
+    decode_extra: int = 10
+    num_samples: int = 4  # validation translations shown in TensorBoard's TEXT tab
+    num_plots: int = 3  # validation sentences whose attention is plotted at every validation
+    progress: bool = True  # the progress bar
+    test_at_end: bool = True  # decode the test split with the best checkpoint when training ends
+    keep_checkpoints: int = 5  # weights of the last N validations, as step<N>.pt, for scripts/average_checkpoints.py
+    accumulate: int = 1  # batches whose gradients are summed into one update
+
+
+# --- the commands ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class TrainConfig:
+    """`python train.py`: a corpus (`data=`), a model (`model=`), a trainer recipe (`trainer=`) and a seed."""
+
+    data: Any = MISSING  # one of the data dataclasses above, chosen by configs/data/<name>.yaml
+    model: Any = MISSING  # _target_ (the model class) and its constructor arguments: configs/model/<name>.yaml
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    seed: int = 1234
+
+
+@dataclass
+class SearchOptions:
+    """How evaluate.py and translate.py decode."""
+
+    checkpoint: str = MISSING  # a best.pt, last.pt or averaged.pt written by train.py or the scripts
+    beam: int = 1  # 1: greedy; more: beam search with that many hypotheses
+    alpha: float = 0.6  # GNMT length penalty of beam search; 0 ranks by log-probability alone
+    device: str = "auto"
+    precision: str | None = None  # null: the precision the model was trained with
+    max_tokens: int = 8000  # padded source tokens (times the beam) per decoding batch
+
+
+@dataclass
+class EvaluateConfig(SearchOptions):
+    """`python evaluate.py`: BLEU, chrF and TER of a checkpoint on a split or on your own files."""
+
+    split: str = "test"  # valid or test of the corpus the model was trained on
+    source: str | None = None  # or your own source file ...
+    reference: str | None = None  # ... and its reference translations (one sentence per line)
+    data_dir: str | None = None  # where the corpus lies, if not where it was when training ($NMT_DATA_DIR)
+    output: str | None = None  # hypotheses file; null: beside the checkpoint, <checkpoint>.<split>.beam<N>.hyp
+
+
+@dataclass
+class TranslateConfig(SearchOptions):
+    """`python translate.py`: translate stdin or a file line for line."""
+
+    beam: int = 5
+    input: str | None = None  # a file with one sentence per line; null reads stdin
+    output: str | None = None  # null writes to stdout
+    attention: str | None = None  # a folder: also write each line's attention heatmap there as line<N>.png
+
+
+def register() -> None:
+    """Put the dataclasses in Hydra's ConfigStore, where the YAML files' defaults lists find them as `/schema/...`."""
+    from hydra.core.config_store import ConfigStore
+
+    store = ConfigStore.instance()
+    store.store(group="schema", name="train", node=TrainConfig)
+    store.store(group="schema", name="evaluate", node=EvaluateConfig)
+    store.store(group="schema", name="translate", node=TranslateConfig)
+    for name, node in (("multi30k", Multi30kConfig), ("sample", SampleConfig), ("files", FilesConfig)):
+        store.store(group="schema/data", name=name, node=node)

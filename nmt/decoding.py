@@ -1,0 +1,141 @@
+"""From a model and source sentences to translations and sacrebleu scores: the one place that does it.
+
+Validation, `evaluate.py`, `translate.py`, `scripts/compare.py` and the benchmark all decode through `translate` (or a
+`Translator`, which is a checkpoint with its vocabulary and search settings) and score through `score`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import sacrebleu
+import torch
+
+from nmt import UserError, build, checkpoint
+from nmt.config import TrainerConfig
+from nmt.data import Pairs, ParallelDataset, TokenBatchSampler, Vocabulary, collate
+from nmt.device import autocast
+from nmt.device import device as find_device
+from nmt.device import precision as find_precision
+from nmt.plot import attention_figure
+from nmt.search import Hypothesis, beam_search, greedy
+
+
+@dataclass
+class Search:
+    """How to decode: greedy (beam 1) or beam search, where the output stops, and how large a batch is."""
+
+    beam: int = 1
+    alpha: float = 0.6  # GNMT length penalty; 0 ranks by log-probability alone
+    ratio: float = 1.5  # output stops at ratio x source length + extra tokens
+    extra: int = 10
+    max_tokens: int = 8000  # padded source tokens x beam per batch
+
+    def __post_init__(self):
+        if isinstance(self.beam, bool) or not isinstance(self.beam, int) or self.beam < 1:
+            raise UserError(f"beam={self.beam!r}: the beam size must be 1 (greedy) or more")
+
+
+def translate(
+    model, vocabulary: Vocabulary, sources: list[str], search: Search, device: torch.device, dtype: torch.dtype
+) -> tuple[list[str], list[Hypothesis]]:
+    """Translations of raw sentences, in their order: (detokenized strings, hypotheses). Greedy for beam 1.
+
+    Sentences are decoded in length-sorted batches of at most `search.max_tokens` source tokens over the beam size.
+    """
+    hypotheses = [Hypothesis([], 0.0, None) for _ in sources]  # an empty line translates to an empty line
+    texts = [i for i, s in enumerate(sources) if s.strip()]
+    if not texts:
+        return ["" for _ in sources], hypotheses
+    dataset = ParallelDataset([(sources[i], "") for i in texts], vocabulary)
+    budget = max(search.max_tokens // search.beam, int(dataset.source_lengths.max()) * 2)
+    model.eval()
+    with torch.no_grad(), autocast(device, dtype):
+        for indices in TokenBatchSampler(dataset, budget, shuffle=False):
+            batch = collate([dataset[i] for i in indices]).to(device)
+            if search.beam == 1:
+                found = greedy(model, batch.source, batch.source_mask, search.ratio, search.extra)
+            else:
+                n_best = beam_search(
+                    model, batch.source, batch.source_mask, search.beam, search.alpha, search.ratio, search.extra
+                )
+                found = [hypotheses_of_one[0] for hypotheses_of_one in n_best]
+            for index, hypothesis in zip(indices, found):
+                hypotheses[texts[index]] = hypothesis
+    return vocabulary.decode_target([h.tokens for h in hypotheses]), hypotheses
+
+
+@dataclass
+class Scores:
+    """Corpus-level BLEU and chrF of detokenized output against one reference each, with sacrebleu's signatures."""
+
+    bleu: float
+    chrf: float
+    bleu_signature: str
+    chrf_signature: str
+
+
+def score(hypotheses: list[str], references: list[str]) -> Scores:
+    bleu, chrf = sacrebleu.metrics.BLEU(), sacrebleu.metrics.CHRF()
+    bleu_score, chrf_score = bleu.corpus_score(hypotheses, [references]), chrf.corpus_score(hypotheses, [references])
+    return Scores(bleu_score.score, chrf_score.score, str(bleu.get_signature()), str(chrf.get_signature()))
+
+
+def decode_split(
+    model, vocabulary: Vocabulary, pairs: Pairs, search: Search, device: torch.device, dtype: torch.dtype
+) -> tuple[list[str], list[Hypothesis], Scores]:
+    """Translate the source side of `pairs` and score it against the target side."""
+    texts, hypotheses = translate(model, vocabulary, [s for s, _ in pairs], search, device, dtype)
+    return texts, hypotheses, score(texts, [t for _, t in pairs])
+
+
+def load_model(path: str | Path, device: torch.device) -> tuple[torch.nn.Module, Vocabulary, dict]:
+    """Rebuild the model a checkpoint holds, with the vocabulary and resolved config it was trained with."""
+    payload = checkpoint.load(path)
+    vocabulary = Vocabulary(payload["vocabulary"]["source"], payload["vocabulary"]["target"])
+    model = build.model(payload["config"]["model"], vocabulary)
+    model.load_state_dict(payload["model"])
+    return model.to(device).eval(), vocabulary, payload["config"]
+
+
+@dataclass
+class Translator:
+    """A checkpoint ready to decode: `translate(lines)` with the search settings it was made with."""
+
+    model: torch.nn.Module
+    vocabulary: Vocabulary
+    device: torch.device
+    dtype: torch.dtype
+    search: Search
+    config: dict = field(default_factory=dict)  # the resolved config it was trained with
+
+    @classmethod
+    def load(
+        cls, path: str | Path, beam: int = 1, alpha: float = 0.6, device: str = "auto", precision: str | None = None,
+        max_tokens: int = 8000,
+    ) -> Translator:  # fmt: skip
+        """The model of checkpoint `path`; precision and output length limit as it was trained unless given."""
+        search = Search(beam=beam, alpha=alpha, max_tokens=max_tokens)  # checks the beam before the model loads
+        where = find_device(device)
+        model, vocabulary, config = load_model(path, where)
+        trained = {**vars(TrainerConfig()), **config.get("trainer", {})}
+        search.ratio, search.extra = trained["decode_ratio"], trained["decode_extra"]
+        return cls(model, vocabulary, where, find_precision(precision or trained["precision"]), search, config)
+
+    def translate(self, lines: list[str]) -> list[str]:
+        return self.search_lines(lines)[0]
+
+    def search_lines(self, lines: list[str]) -> tuple[list[str], list[Hypothesis]]:
+        """Translations and the hypotheses behind them (tokens, score, attention weights)."""
+        return translate(self.model, self.vocabulary, lines, self.search, self.device, self.dtype)
+
+    def alignment_figure(self, text: str, translation: str, hypothesis: Hypothesis):
+        """The heatmap of one translation's attention (source subwords across, output subwords down), or None for a
+        model without attention."""
+        if hypothesis.attention is None:
+            return None
+        weights = hypothesis.attention.float().numpy()  # (generated + eos, source)
+        source = self.vocabulary.source.encode(text, out_type=str) or ["</s>"]
+        target = [self.vocabulary.target.id_to_piece(t) for t in hypothesis.tokens] + ["</s>"]
+        return attention_figure(weights, source, target[: weights.shape[0]], title=translation)

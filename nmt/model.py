@@ -1,0 +1,62 @@
+"""The contract between a model and the rest of nmt: what the trainer, the search and the logs call, and nothing else.
+
+Every model (`nmt.rnn`, `nmt.transformer`) declares `Seq2Seq` as a base class; `tests/test_contract.py` builds every
+config in `configs/model/` and checks it against this contract, so a new model file is tested without editing a
+test. The trainer and the search never ask which model they hold.
+
+Conventions: tensors are batch-first; B sentences, S source tokens, T target tokens, V target vocabulary, F the size
+of the vector the output layer reads. Masks are bool, True on real tokens. Token ids: pad 0, unk 1, bos 2, eos 3.
+
+The decoding state is a flat `dict[str, Tensor]`, every tensor with the batch (or beam) on dimension 0, so beam search
+can reorder any model's state with `index_select(0, ...)`. Naming rule: an entry whose name starts with `source_`
+depends on the source sentence alone (encoder annotations, attention keys, the cross-attention cache, the mask);
+`encode` makes it and `decode_step` passes it on as it is. Beam search keeps one copy of those per sentence instead of
+reordering them at every step; every other entry (recurrent states, self-attention caches, positions) is reordered.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+import torch
+from torch import nn
+
+State = dict[str, torch.Tensor]
+
+
+@runtime_checkable
+class Seq2Seq(Protocol):
+    """An encoder-decoder translation model."""
+
+    output: nn.Linear  # the output layer, F -> V; the trainer fuses it with the loss (nmt/loss.py)
+
+    def forward(
+        self, source: torch.Tensor, source_mask: torch.Tensor, target_in: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Teacher forcing: logits (B, T, V) for `target_in` (B, T) = bos y_1 .. y_{T-1}, and the attention weights
+        over the source (B, T, S), zero on padding, or None for a model without attention."""
+        ...
+
+    def features(
+        self, source: torch.Tensor, source_mask: torch.Tensor, target_in: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`forward` without the output layer: what `output` reads (B, T, F), and the same attention or None.
+        `forward(...)[0]` equals `output(features(...)[0])`."""
+        ...
+
+    def encode(self, source: torch.Tensor, source_mask: torch.Tensor) -> State:
+        """Read the source (B, S) once; the state that the first `decode_step` starts from (see the naming rule)."""
+        ...
+
+    def decode_step(self, previous: torch.Tensor, state: State) -> tuple[torch.Tensor, State, torch.Tensor | None]:
+        """One target token: `previous` (B,) is the token just produced (bos at first). Returns logits (B, V), the new
+        state (a new dict; `source_*` entries passed on unchanged) and the attention over the source (B, S) or None.
+        Step after step, the logits equal those of `forward` on the same tokens."""
+        ...
+
+    def attention_maps(
+        self, source: torch.Tensor, source_mask: torch.Tensor, target_in: torch.Tensor
+    ) -> dict[str, torch.Tensor]:
+        """The attention weights worth plotting, by name, each (B, heads or 1, rows, S): rows are target positions,
+        or source positions for names starting with `encoder_self`. Empty for a model without attention."""
+        ...

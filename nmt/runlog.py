@@ -1,0 +1,96 @@
+"""What a run shows in TensorBoard: curves, sample translations, attention heatmaps, signatures and hyperparameters.
+
+A `RunLog` needs no trainer: open one on any folder to log a model's heatmaps or a finished run's hyperparameters.
+`RunLog(None)` logs nothing (what processes other than rank 0 use under torchrun).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch.utils.tensorboard import SummaryWriter
+
+from nmt.data import BOS_ID, EOS_ID, PAD_ID, Vocabulary
+from nmt.decoding import Scores
+from nmt.device import autocast
+from nmt.plot import attention_figure, heads_figure
+from nmt.search import Hypothesis
+
+
+class RunLog:
+    def __init__(self, folder: str | Path | None):
+        self.writer = SummaryWriter(str(folder)) if folder is not None else None
+        self.signatures_logged = False
+
+    def scalars(self, values: dict[str, float], step: int) -> None:
+        """Each value under its tag: {"train/loss": 2.3, "valid/bleu": 31.2}."""
+        if self.writer:
+            for tag, value in values.items():
+                self.writer.add_scalar(tag, value, step)
+
+    def signatures(self, scores: Scores, step: int) -> None:
+        """sacrebleu's signatures, once per run, in the TEXT tab."""
+        if self.writer and not self.signatures_logged:
+            text = f"BLEU `{scores.bleu_signature}`, chrF `{scores.chrf_signature}`"
+            self.writer.add_text("valid/signature", text, step)
+            self.signatures_logged = True
+
+    def samples(self, sources: list[str], references: list[str], hypotheses: list[str], count: int, step: int):
+        """The first `count` translations beside their source and reference, as a markdown table."""
+        if not self.writer:
+            return
+        rows = ["| source | reference | hypothesis |", "|---|---|---|"]
+        for source, reference, hypothesis in list(zip(sources, references, hypotheses))[:count]:
+            rows.append(f"| {source} | {reference} | {hypothesis} |".replace("\n", " "))
+        self.writer.add_text("valid/samples", "\n".join(rows), step)
+
+    def attention(
+        self, model, vocabulary: Vocabulary, sources: list[str], decoded: list[Hypothesis], count: int,
+        device: torch.device, dtype: torch.dtype, step: int,
+    ) -> None:  # fmt: skip
+        """Heatmaps of the first `count` sentences, the same ones at every validation, so the images step through
+        training: whatever the model's `attention_maps` returns for its own output (nothing without attention)."""
+        if not self.writer:
+            return
+        model.eval()
+        for i, (text, hypothesis) in enumerate(list(zip(sources, decoded))[:count]):
+            source_ids = vocabulary.encode_source([text])[0] or [EOS_ID]
+            source = torch.tensor([source_ids], device=device)
+            target_in = torch.tensor([[BOS_ID, *hypothesis.tokens]], device=device)
+            with torch.no_grad(), autocast(device, dtype):
+                maps = model.attention_maps(source, source != PAD_ID, target_in)
+            source_pieces = [vocabulary.source.id_to_piece(t) for t in source_ids]
+            target_pieces = [vocabulary.target.id_to_piece(t) for t in hypothesis.tokens] + ["</s>"]
+            for name, weights in maps.items():
+                weights = weights[0].float().cpu().numpy()  # (heads or 1, rows, S)
+                rows = source_pieces if name.startswith("encoder_self") else target_pieces
+                if weights.shape[0] == 1:
+                    figure = attention_figure(weights[0], source_pieces, rows, title=name)
+                else:
+                    figure = heads_figure(weights, source_pieces, rows, title=name)
+                self.writer.add_figure(f"valid/attention/{name}/{i}", figure, step)
+
+    def hparams(self, config: dict, results: dict[str, float]) -> None:
+        """The model and trainer options beside the run's results, for TensorBoard's HPARAMS tab."""
+        if self.writer:
+            options = flatten({"model": config.get("model", {}), "trainer": config.get("trainer", {})})
+            self.writer.add_hparams(options, {f"hparam/{k}": v for k, v in results.items()}, run_name=".")
+
+    def close(self) -> None:
+        if self.writer:
+            self.writer.close()
+
+
+def flatten(tree: dict, prefix: str = "") -> dict:
+    """{'model': {'hidden_size': 512}} -> {'model.hidden_size': 512}, with values TensorBoard's hparams accept."""
+    flat = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{name}."))
+        elif isinstance(value, (int, float, str, bool)):
+            flat[name] = value
+        else:
+            flat[name] = str(value)
+    return flat

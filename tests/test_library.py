@@ -1,0 +1,83 @@
+"""nmt as a library: the dataclasses of nmt.config are the command line's defaults, and plain Python (no Hydra
+composition) trains exactly what `python train.py` trains."""
+
+from dataclasses import asdict, replace
+from functools import partial
+
+import pytest
+import torch
+from conftest import compose_config, tiny_model_overrides
+from hydra.errors import ConfigCompositionException
+from omegaconf import OmegaConf
+
+from nmt import build, checkpoint
+from nmt.attention import AdditiveAttention
+from nmt.config import Multi30kConfig, SampleConfig, SampleSizes, TrainConfig, TrainerConfig
+from nmt.data import PAD_ID
+from nmt.experiment import set_seed, train
+from nmt.rnn import BahdanauSeq2Seq
+from nmt.trainer import Trainer
+
+
+def test_the_library_defaults_are_the_command_line_defaults():
+    settings = OmegaConf.to_object(compose_config())
+    assert isinstance(settings, TrainConfig)
+    assert settings.trainer == TrainerConfig() and settings.data == Multi30kConfig()
+    assert OmegaConf.to_object(compose_config("data=sample")).data == SampleConfig()
+    assert TrainerConfig().precision == "bf16" and TrainerConfig().max_minutes == 40  # the tuned values
+
+
+@pytest.mark.parametrize(
+    "override, key",
+    [("trainer.lr=abc", "trainer.lr"), ("trainer.lrr=0.1", "trainer.lrr"), ("seed=abc", "seed"),
+     ("data.max_tokens=many", "data.max_tokens"), ("data=sample", None), ("trainer.progress=maybe", "trainer.progress")],
+)  # fmt: skip
+def test_a_wrong_type_or_unknown_key_is_refused_when_composing(override, key):
+    if key is None:  # a valid override composes
+        compose_config(override)
+        return
+    with pytest.raises(ConfigCompositionException) as error:
+        compose_config(override)
+    assert key in str(error.value) + str(error.value.__cause__)
+
+
+SIZES = dict(embedding_size=32, hidden_size=48, encoder_layers=1, readout_size=32, dropout=0.3, cell="gru")
+
+
+def test_the_command_line_and_plain_python_train_bit_identical_weights(tmp_path, sample_vocabulary):
+    """50 updates with dropout on the CPU: `train(cfg)` from composed configs, and the same run built by hand from
+    the dataclasses and the model's constructor, end with the same weights bit for bit."""
+    data = SampleConfig(sizes=SampleSizes(300, 12, 12), spm_cache=str(tmp_path / "spm"))
+    trainer = TrainerConfig(max_steps=50, max_minutes=0, valid_every=25, precision="fp32", device="cpu",
+                            progress=False, test_at_end=False, keep_checkpoints=0)  # fmt: skip
+    overrides = [f"data.{k}={v}" for k, v in (("sizes.train", 300), ("sizes.valid", 12), ("sizes.test", 12))]
+    overrides += [f"trainer.{k}={v}" for k, v in asdict(trainer).items() if v != getattr(TrainerConfig(), k)]
+    cfg = compose_config(*tiny_model_overrides("bahdanau"), "data=sample", *overrides, f"data.spm_cache={data.spm_cache}",
+                         "model.attention.attention_size=40")  # fmt: skip
+    train(cfg, tmp_path / "cli")
+
+    set_seed(1234)  # what train() does first, with the default seed
+    splits = build.load_corpus(data)
+    vocabulary = build.vocabulary(data, splits)
+    attention = partial(AdditiveAttention, attention_size=40)
+    model = BahdanauSeq2Seq(vocabulary.source_size, vocabulary.target_size, PAD_ID, attention=attention, **SIZES)
+    Trainer(model, vocabulary, splits.train, splits.valid, tmp_path / "library", trainer, data.max_tokens,
+            data.max_len).train()  # fmt: skip
+
+    cli, library = (checkpoint.load(tmp_path / run / "last.pt") for run in ("cli", "library"))
+    assert cli["progress"]["step"] == library["progress"]["step"] == 50
+    for name, weight in cli["model"].items():
+        assert torch.equal(weight, library["model"][name]), name
+
+
+def test_a_trainer_built_in_python_trains_and_saves(tmp_path, sample_splits, sample_vocabulary):
+    torch.manual_seed(0)
+    attention = partial(AdditiveAttention, attention_size=40)
+    model = BahdanauSeq2Seq(sample_vocabulary.source_size, sample_vocabulary.target_size, PAD_ID,
+                            attention=attention, **{**SIZES, "dropout": 0.0})  # fmt: skip
+    config = replace(TrainerConfig(), max_steps=4, max_minutes=0, valid_every=2, device="cpu", progress=False)
+    trainer = Trainer(model, sample_vocabulary, sample_splits.train[:50], sample_splits.valid[:5], tmp_path, config)
+    assert trainer.train() == "reached trainer.max_steps=4"
+    assert trainer.progress.step == 4 and trainer.last_metrics["step"] == 4
+    saved = checkpoint.load(tmp_path / "last.pt")
+    assert saved["config"]["trainer"]["max_steps"] == 4 and saved["progress"]["step"] == 4
