@@ -6,15 +6,17 @@
 from __future__ import annotations
 
 import os
+import typing
 
 import torch
 from hydra.errors import InstantiationException
-from hydra.utils import instantiate
+from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from nmt import UserError
 from nmt.config import DataConfig
-from nmt.data import PAD_ID, Splits, Vocabulary, build_vocabulary, load_files, load_multi30k
+from nmt.corpus import Splits, load_files, load_multi30k
+from nmt.data import PAD_ID, Vocabulary, build_vocabulary
 from nmt.sample import generate
 
 CORPORA = ("multi30k", "sample", "files")
@@ -41,20 +43,40 @@ def vocabulary(data: DataConfig | DictConfig, splits: Splits) -> Vocabulary:
 
 
 POSITIVE_MODEL_KEYS = ("size", "layers", "heads", "window", "d_model", "max_len")  # key names that end so
+KINDS = {bool: "true or false", int: "a whole number", float: "a number", str: "text"}
+
+
+def constructor_types(target: str | None) -> dict[str, type]:
+    """The plain types (bool, int, float, str) of the constructor arguments of the class `target` names."""
+    try:
+        hints = typing.get_type_hints(get_class(target).__init__) if target else {}
+    except Exception:  # an unknown class: instantiate says so, naming it
+        return {}
+    return {name: kind for name, kind in hints.items() if kind in KINDS}
+
+
+def is_kind(value, kind: type) -> bool:
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
 
 
 def check_model_config(config: DictConfig, prefix: str = "model") -> None:
-    """Sizes must be positive whole numbers and dropouts in [0, 1): said before anything is built, naming the key."""
+    """Each option has the type its constructor argument declares, sizes are at least 1 and dropouts in [0, 1):
+    said before anything is built, naming the key."""
+    types = constructor_types(config.get("_target_"))
     for key, value in config.items():
-        name = f"{prefix}.{key}"
+        name, kind = f"{prefix}.{key}", types.get(str(key))
         if isinstance(value, DictConfig):
             check_model_config(value, name)
-        elif str(key).endswith(POSITIVE_MODEL_KEYS) and (not isinstance(value, int) or isinstance(value, bool)):
+        elif str(key).endswith(POSITIVE_MODEL_KEYS) and not is_kind(value, int):
             raise UserError(f"{name}={value!r}: must be a whole number of at least 1")
         elif str(key).endswith(POSITIVE_MODEL_KEYS) and value < 1:
             raise UserError(f"{name}={value}: must be at least 1")
-        elif "dropout" in str(key) and not (isinstance(value, (int, float)) and 0 <= value < 1):
+        elif "dropout" in str(key) and not (is_kind(value, float) and 0 <= value < 1):
             raise UserError(f"{name}={value!r}: a dropout probability must be in [0, 1)")
+        elif kind is not None and not is_kind(value, kind):
+            raise UserError(f"{name}={value!r}: must be {KINDS[kind]}")
 
 
 def model(model_config: DictConfig | dict, vocab: Vocabulary) -> torch.nn.Module:

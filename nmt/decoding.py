@@ -14,7 +14,8 @@ import torch
 
 from nmt import UserError, build, checkpoint
 from nmt.config import TrainerConfig
-from nmt.data import Pairs, ParallelDataset, TokenBatchSampler, Vocabulary, collate
+from nmt.corpus import Pairs
+from nmt.data import ParallelDataset, TokenBatchSampler, Vocabulary, collate
 from nmt.device import autocast
 from nmt.device import device as find_device
 from nmt.device import precision as find_precision

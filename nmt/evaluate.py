@@ -10,7 +10,7 @@ import sacrebleu
 from omegaconf import OmegaConf
 
 from nmt import UserError, build
-from nmt.data import Pairs, read_lines, read_parallel
+from nmt.corpus import Pairs, read_lines, read_parallel
 from nmt.decoding import Translator
 from nmt.plot import plt
 

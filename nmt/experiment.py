@@ -15,7 +15,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from nmt import UserError, build, checkpoint, distributed
 from nmt.config import TrainConfig
-from nmt.data import Splits, Vocabulary
+from nmt.corpus import Splits
+from nmt.data import Vocabulary
 from nmt.decoding import decode_split
 from nmt.device import device as find_device
 from nmt.trainer import Trainer

@@ -14,7 +14,7 @@ from __future__ import annotations
 import random
 import sys
 
-from nmt.data import Splits, copy_corpus
+from nmt.corpus import Splits, copy_corpus
 
 # (German singular, German plural, gender, English singular, English plural)
 PEOPLE = [

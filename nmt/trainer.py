@@ -25,7 +25,8 @@ from tqdm import tqdm
 from nmt import UserError, checkpoint, distributed
 from nmt.checkpoint import Progress
 from nmt.config import TrainerConfig
-from nmt.data import PAD_ID, Batch, Pairs, ParallelDataset, TokenBatchSampler, Vocabulary, collate
+from nmt.corpus import Pairs
+from nmt.data import PAD_ID, Batch, ParallelDataset, TokenBatchSampler, Vocabulary, collate
 from nmt.decoding import Search, decode_split
 from nmt.device import autocast
 from nmt.device import device as find_device

@@ -7,19 +7,8 @@ from conftest import MULTI30K
 
 from nmt import UserError
 from nmt.config import FilePair
-from nmt.data import (
-    BOS_ID,
-    EOS_ID,
-    PAD_ID,
-    ParallelDataset,
-    TokenBatchSampler,
-    collate,
-    fetch,
-    load_files,
-    load_multi30k,
-    read_lines,
-    read_parallel,
-)
+from nmt.corpus import fetch, load_files, load_multi30k, read_lines, read_parallel
+from nmt.data import BOS_ID, EOS_ID, PAD_ID, ParallelDataset, TokenBatchSampler, collate
 from nmt.sample import generate
 
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
 from nmt import UserError, build, checkpoint
-from nmt.data import read_lines, read_parallel
+from nmt.corpus import read_lines, read_parallel
 from nmt.decoding import Search, Translator
 from nmt.evaluate import translate_file
 from nmt.transformer import Embedding, sinusoids

@@ -29,8 +29,8 @@ def test_the_library_defaults_are_the_command_line_defaults():
 
 @pytest.mark.parametrize(
     "override, key",
-    [("trainer.lr=abc", "trainer.lr"), ("trainer.lrr=0.1", "trainer.lrr"), ("seed=abc", "seed"),
-     ("data.max_tokens=many", "data.max_tokens"), ("data=sample", None), ("trainer.progress=maybe", "trainer.progress")],
+    [("trainer.lr=abc", "trainer.lr"), ("trainer.lrr=0.1", "trainer.lrr"), ("seed=abc", "seed"), ("data=sample", None),
+     ("data.max_tokens=many", "data.max_tokens"), ("trainer.progress=maybe", "trainer.progress")],
 )  # fmt: skip
 def test_a_wrong_type_or_unknown_key_is_refused_when_composing(override, key):
     if key is None:  # a valid override composes
@@ -52,8 +52,8 @@ def test_the_command_line_and_plain_python_train_bit_identical_weights(tmp_path,
                             progress=False, test_at_end=False, keep_checkpoints=0)  # fmt: skip
     overrides = [f"data.{k}={v}" for k, v in (("sizes.train", 300), ("sizes.valid", 12), ("sizes.test", 12))]
     overrides += [f"trainer.{k}={v}" for k, v in asdict(trainer).items() if v != getattr(TrainerConfig(), k)]
-    cfg = compose_config(*tiny_model_overrides("bahdanau"), "data=sample", *overrides, f"data.spm_cache={data.spm_cache}",
-                         "model.attention.attention_size=40")  # fmt: skip
+    overrides += [f"data.spm_cache={data.spm_cache}", "model.attention.attention_size=40"]
+    cfg = compose_config(*tiny_model_overrides("bahdanau"), "data=sample", *overrides)
     train(cfg, tmp_path / "cli")
 
     set_seed(1234)  # what train() does first, with the default seed
