@@ -12,10 +12,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
-from nmt import UserError, build, checkpoint
+from nmt import UserError, build
+from nmt.config import TrainerConfig
 from nmt.corpus import read_lines, read_parallel
 from nmt.decoding import Search, Translator
 from nmt.evaluate import translate_file
+from nmt.trainer import Trainer
 from nmt.transformer import Embedding, sinusoids
 
 SETTINGS = settings(
@@ -100,13 +102,11 @@ def saved_checkpoint(tmp_path_factory, sample_vocabulary):
     cfg = compose_config(*tiny_model_overrides("bahdanau"), "data=sample")
     torch.manual_seed(0)
     model = build.model(cfg.model, sample_vocabulary)
-    path = tmp_path_factory.mktemp("checkpoint") / "model.pt"
-    trainer = {"precision": "fp32", "decode_ratio": 1.5, "decode_extra": 5}
-    vocabulary = {"source": sample_vocabulary.source_model, "target": sample_vocabulary.target_model}
-    payload = {"model": model.state_dict(), "config": {"model": OmegaConf.to_container(cfg.model), "trainer": trainer},
-               "vocabulary": vocabulary}  # fmt: skip
-    checkpoint.save(payload, path)
-    return path
+    folder = tmp_path_factory.mktemp("checkpoint")
+    config = TrainerConfig(precision="fp32", device="cpu", decode_extra=5)
+    run_config = {"model": OmegaConf.to_container(cfg.model), "trainer": dataclasses.asdict(config)}
+    Trainer(model, sample_vocabulary, [], [], folder, config, run_config=run_config).save("model.pt")
+    return folder / "model.pt"
 
 
 @settings(max_examples=25, deadline=None, derandomize=True, database=None,
