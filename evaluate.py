@@ -28,6 +28,7 @@ def main(cfg: DictConfig) -> None:
             device=cfg.device,
             precision=cfg.precision,
             max_tokens=cfg.max_tokens,
+            max_input_len=cfg.max_input_len,
         )
     except (UserError, OmegaConfBaseException) as error:
         sys.exit(f"error: {error}")

@@ -8,7 +8,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
-from nmt import UserError, distributed
+from nmt import Interrupted, UserError, distributed
 from nmt.config import register
 from nmt.experiment import train
 
@@ -23,6 +23,13 @@ def main(cfg: DictConfig) -> float:
     except (UserError, OmegaConfBaseException) as error:
         log.error("%s", error)
         sys.exit(f"error: {error}")
+    except Interrupted as stop:
+        log.warning("%s", stop)
+        print(f"stopped: {stop}", file=sys.stderr)
+        sys.exit(128 + stop.signal_number)
+    except KeyboardInterrupt:  # a second Ctrl-C, or one outside the training loop
+        print("stopped by Ctrl-C; the checkpoints written so far are kept", file=sys.stderr)
+        sys.exit(130)
     finally:
         distributed.teardown()
     return results.get("valid/best_bleu", 0.0)  # what a Hydra sweeper (e.g. Optuna) maximises

@@ -25,6 +25,7 @@ def main(cfg: DictConfig) -> None:
             device=cfg.device,
             precision=cfg.precision,
             max_tokens=cfg.max_tokens,
+            max_input_len=cfg.max_input_len,
             attention=cfg.attention,
         )
     except (UserError, OmegaConfBaseException) as error:

@@ -6,3 +6,12 @@ class UserError(Exception):
 
     The command-line entry points print the message and exit non-zero instead of showing a traceback.
     """
+
+
+class Interrupted(Exception):
+    """A run stopped by a signal (Ctrl-C, a scheduler's SIGTERM) after saving what it had; the commands exit with
+    128 + the signal's number, as a shell does."""
+
+    def __init__(self, message: str, signal_number: int):
+        super().__init__(message)
+        self.signal_number = signal_number

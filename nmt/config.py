@@ -16,6 +16,8 @@ from typing import Any
 
 from omegaconf import MISSING
 
+from nmt import UserError
+
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw"
 
 
@@ -114,12 +116,40 @@ class TrainerConfig:
     valid_max_tokens: int = 8000  # padded tokens per validation/decoding batch
     decode_ratio: float = 1.5  # greedy decoding stops at decode_ratio x source length + decode_extra
     decode_extra: int = 10
+    decode_max_input_len: int = 1024  # valid/test sentences longer than this (subwords) are refused before training
     num_samples: int = 4  # validation translations shown in TensorBoard's TEXT tab
     num_plots: int = 3  # validation sentences whose attention is plotted at every validation
     progress: bool = True  # the progress bar
     test_at_end: bool = True  # decode the test split with the best checkpoint when training ends
     keep_checkpoints: int = 5  # weights of the last N validations, as step<N>.pt, for scripts/average_checkpoints.py
     accumulate: int = 1  # batches whose gradients are summed into one update
+
+    def check(self) -> None:
+        """Refuse values that make no sense, naming the option, before anything is built."""
+        choices = {"optimizer": ("adam", "adamw"), "schedule": ("constant", "plateau", "inverse_sqrt"),
+                   "precision": ("fp32", "bf16", "fp16")}  # fmt: skip
+        for key, allowed in choices.items():
+            if getattr(self, key) not in allowed:
+                raise UserError(f"trainer.{key}={getattr(self, key)!r}: use one of {', '.join(allowed)}")
+        at_least = {"log_every": 1, "accumulate": 1, "valid_max_tokens": 1, "decode_extra": 1, "max_steps": 0,
+                    "max_epochs": 0, "max_minutes": 0, "valid_every": 0, "patience": 0, "keep_checkpoints": 0,
+                    "num_samples": 0, "num_plots": 0, "warmup_steps": 0, "plateau_patience": 0, "clip_norm": 0,
+                    "weight_decay": 0, "min_lr": 0, "decode_ratio": 0, "decode_max_input_len": 1}  # fmt: skip
+        for key, low in at_least.items():
+            if getattr(self, key) < low:
+                raise UserError(f"trainer.{key}={getattr(self, key)}: must be at least {low}")
+        if not self.lr > 0:
+            raise UserError(f"trainer.lr={self.lr}: the learning rate must be above 0")
+        for key in ("label_smoothing", "plateau_factor"):
+            if not 0 <= getattr(self, key) < 1:
+                raise UserError(f"trainer.{key}={getattr(self, key)}: must be in [0, 1)")
+        if len(self.betas) != 2 or not all(0 <= beta < 1 for beta in self.betas):
+            raise UserError(f"trainer.betas={list(self.betas)}: two numbers in [0, 1), e.g. [0.9, 0.98]")
+        if not (self.max_steps or self.max_epochs or self.max_minutes or self.patience):
+            raise UserError(
+                "trainer.max_steps, max_epochs, max_minutes and patience are all 0, so nothing would stop training: "
+                "set at least one (e.g. trainer.max_minutes=40)"
+            )
 
 
 # --- the commands ------------------------------------------------------------------------------------------------
@@ -145,6 +175,7 @@ class SearchOptions:
     device: str = "auto"
     precision: str | None = None  # null: the precision the model was trained with
     max_tokens: int = 8000  # padded source tokens (times the beam) per decoding batch
+    max_input_len: int = 1024  # longer lines (subwords) are refused, naming the line: split them into sentences
 
 
 @dataclass

@@ -15,7 +15,7 @@ import torch
 from nmt import UserError, build, checkpoint
 from nmt.config import TrainerConfig
 from nmt.corpus import Pairs
-from nmt.data import ParallelDataset, TokenBatchSampler, Vocabulary, collate
+from nmt.data import BOS_ID, EOS_ID, PAD_ID, ParallelDataset, TokenBatchSampler, Vocabulary, collate
 from nmt.device import autocast
 from nmt.device import device as find_device
 from nmt.device import precision as find_precision
@@ -32,6 +32,7 @@ class Search:
     ratio: float = 1.5  # output stops at ratio x source length + extra tokens
     extra: int = 10
     max_tokens: int = 8000  # padded source tokens x beam per batch
+    max_input_len: int = 1024  # longer inputs (subwords) are refused, naming the line: split them into sentences
 
     def __post_init__(self):
         if isinstance(self.beam, bool) or not isinstance(self.beam, int) or self.beam < 1:
@@ -50,6 +51,7 @@ def translate(
     if not texts:
         return ["" for _ in sources], hypotheses
     dataset = ParallelDataset([(sources[i], "") for i in texts], vocabulary)
+    check_input_lengths(dataset.source_lengths, [i + 1 for i in texts], search.max_input_len, "max_input_len")
     budget = max(search.max_tokens // search.beam, int(dataset.source_lengths.max()) * 2)
     model.eval()
     with torch.no_grad(), autocast(device, dtype):
@@ -65,6 +67,17 @@ def translate(
             for index, hypothesis in zip(indices, found):
                 hypotheses[texts[index]] = hypothesis
     return vocabulary.decode_target([h.tokens for h in hypotheses]), hypotheses
+
+
+def check_input_lengths(lengths, line_numbers: list[int], limit: int, option: str, where: str = "line") -> None:
+    """Refuse inputs longer than `limit` subwords, naming the first few lines: decoding time and memory grow with
+    the input, and a model trained on sentences has nothing sensible to say about a whole page in one line."""
+    too_long = [(number, int(length)) for number, length in zip(line_numbers, lengths) if length > limit]
+    if too_long:
+        listed = ", ".join(f"{where} {number} ({length:,} subwords)" for number, length in too_long[:3])
+        more = f" and {len(too_long) - 3} more" if len(too_long) > 3 else ""
+        raise UserError(f"{listed}{more}: longer than {option}={limit} subwords. Split such lines into sentences, "
+                        f"or raise {option}")  # fmt: skip
 
 
 @dataclass
@@ -114,10 +127,12 @@ class Translator:
     @classmethod
     def load(
         cls, path: str | Path, beam: int = 1, alpha: float = 0.6, device: str = "auto", precision: str | None = None,
-        max_tokens: int = 8000,
+        max_tokens: int = 8000, max_input_len: int = 1024,
     ) -> Translator:  # fmt: skip
         """The model of checkpoint `path`; precision and output length limit as it was trained unless given."""
-        search = Search(beam=beam, alpha=alpha, max_tokens=max_tokens)  # checks the beam before the model loads
+        search = Search(
+            beam=beam, alpha=alpha, max_tokens=max_tokens, max_input_len=max_input_len
+        )  # checks the beam before the model loads
         where = find_device(device)
         model, vocabulary, config = load_model(path, where)
         trained = {**vars(TrainerConfig()), **config.get("trainer", {})}
@@ -130,6 +145,12 @@ class Translator:
     def search_lines(self, lines: list[str]) -> tuple[list[str], list[Hypothesis]]:
         """Translations and the hypotheses behind them (tokens, score, attention weights)."""
         return translate(self.model, self.vocabulary, lines, self.search, self.device, self.dtype)
+
+    def has_attention(self) -> bool:
+        """Whether the model has attention weights to plot (the contract's `attention_maps` is empty otherwise)."""
+        source = torch.full((1, 1), EOS_ID, device=self.device)
+        target = torch.full((1, 1), BOS_ID, device=self.device)
+        return bool(self.model.attention_maps(source, source != PAD_ID, target))
 
     def alignment_figure(self, text: str, translation: str, hypothesis: Hypothesis):
         """The heatmap of one translation's attention (source subwords across, output subwords down), or None for a

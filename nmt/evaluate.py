@@ -12,6 +12,7 @@ from omegaconf import OmegaConf
 from nmt import UserError, build
 from nmt.corpus import Pairs, read_lines, read_parallel
 from nmt.decoding import Translator
+from nmt.paths import output_file, output_folder
 from nmt.plot import plt
 
 log = logging.getLogger(__name__)
@@ -54,17 +55,21 @@ def evaluate(
     device: str = "auto",
     precision: str | None = None,
     max_tokens: int = 8000,
+    max_input_len: int = 1024,
 ) -> dict:
     """Decode a split (or source=/reference= files), print BLEU, chrF and TER with their signatures and BLEU by
     source length, and write the hypotheses; returns the scores."""
-    translator = Translator.load(checkpoint_path, beam, alpha, device, precision, max_tokens)
+    name = Path(source).name if source else split
+    default_output = Path(checkpoint_path).with_suffix(f".{name}.beam{beam}.hyp")
+    output_path = output_file(output or default_output, "output", (source, reference, checkpoint_path))
+    translator = Translator.load(checkpoint_path, beam, alpha, device, precision, max_tokens, max_input_len)
     pairs = pairs_to_score(translator.config, split, source, reference, data_dir)
+    if not pairs:
+        raise UserError(f"{source or split}: no sentences to score")
     sources, references = [s for s, _ in pairs], [t for _, t in pairs]
     hypotheses = translator.translate(sources)
     metrics = [sacrebleu.metrics.BLEU(), sacrebleu.metrics.CHRF(), sacrebleu.metrics.TER()]
     scores = [metric.corpus_score(hypotheses, [references]) for metric in metrics]
-    name = Path(source).name if source else split
-    output_path = Path(output) if output else Path(checkpoint_path).with_suffix(f".{name}.beam{beam}.hyp")
     output_path.write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
     search = "greedy decoding" if beam == 1 else f"beam {beam}, length penalty alpha {alpha:g}"
     print(f"{name}: {len(pairs)} sentences, {search}; hypotheses in {output_path}")
@@ -92,33 +97,40 @@ def translate_file(
     precision: str | None = None,
     max_tokens: int = 8000,
     attention: str | None = None,
+    max_input_len: int = 1024,
 ) -> list[str]:
     """Translate the lines of `source` (stdin when None) and write them to `output` (stdout when None); with
     `attention=DIR`, also the heatmap of each line's attention as DIR/line<N>.png."""
-    translator = Translator.load(checkpoint_path, beam, alpha, device, precision, max_tokens)
-    if source:
-        lines = read_lines(source)
-    else:
-        try:
-            lines = [line.rstrip("\r").strip() for line in sys.stdin.read().split("\n")]
-        except UnicodeDecodeError:
-            raise UserError("standard input is not valid UTF-8 text") from None
-        if lines and lines[-1] == "":
-            lines.pop()
+    output_path = output_file(output, "output", (source, checkpoint_path)) if output else None
+    folder = output_folder(attention, "attention") if attention else None
+    translator = Translator.load(checkpoint_path, beam, alpha, device, precision, max_tokens, max_input_len)
+    if folder and not translator.has_attention():
+        raise UserError(f"{checkpoint_path}: this model has no attention to plot; leave out attention=")
+    lines = read_lines(source) if source else read_stdin()
     translations, hypotheses = translator.search_lines(lines)
-    if attention:
-        folder = Path(attention)
-        folder.mkdir(parents=True, exist_ok=True)
+    if folder:
         for number, (line, translation, hypothesis) in enumerate(zip(lines, translations, hypotheses), 1):
-            figure = translator.alignment_figure(line, translation, hypothesis) if line else None
-            if figure is None and line:
-                raise UserError(f"{checkpoint_path}: this model has no attention to plot; leave out attention=")
-            if figure is not None:
+            if line.strip():
+                figure = translator.alignment_figure(line, translation, hypothesis)
                 figure.savefig(folder / f"line{number}.png")
                 plt.close(figure)
     text = "".join(t + "\n" for t in translations)
-    if output:
-        Path(output).write_text(text, encoding="utf-8")
+    if output_path:
+        output_path.write_text(text, encoding="utf-8")
     else:
         sys.stdout.write(text)
     return translations
+
+
+def read_stdin() -> list[str]:
+    """The lines of standard input, read as UTF-8 bytes whatever the locale; names the first line that is not."""
+    data = sys.stdin.buffer.read()
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        line = data[: error.start].count(b"\n") + 1
+        raise UserError(f"standard input, line {line}: not valid UTF-8 text") from None
+    lines = [line.rstrip("\r").strip() for line in text.split("\n")]
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines

@@ -13,12 +13,14 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from nmt import UserError, build, checkpoint, distributed
+from nmt import Interrupted, UserError, build, checkpoint, distributed
 from nmt.config import TrainConfig
 from nmt.corpus import Splits
 from nmt.data import Vocabulary
-from nmt.decoding import decode_split
+from nmt.decoding import check_input_lengths, decode_split
 from nmt.device import device as find_device
+from nmt.optim import set_lr
+from nmt.resume import check_changes, checkpoint_to_resume
 from nmt.trainer import Trainer
 
 log = logging.getLogger(__name__)
@@ -28,23 +30,41 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
     """Build everything from the composed config, train, and report test BLEU of the best checkpoint."""
     settings: TrainConfig = OmegaConf.to_object(cfg)  # typed dataclasses, validated by Hydra already
     resolved = OmegaConf.to_container(cfg, resolve=True)  # what checkpoints store
+    settings.trainer.check()
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     set_seed(settings.seed)
     distributed.setup(find_device(settings.trainer.device))
     run_dir = Path(distributed.share(str(run_dir)))  # under torchrun, every process works in rank 0's run directory
+    resumed = checkpoint_to_resume(run_dir, settings.trainer.resume)  # before anything in run_dir is written
+    changes = check_changes(resumed[1]["config"], resolved, resumed[0]) if resumed else {}
     splits, vocabulary = corpus_and_vocabulary(settings, run_dir)
+    if settings.trainer.test_at_end:
+        check_test_split(splits.test, vocabulary, settings.trainer.decode_max_input_len)
     model = build.model(resolved["model"], vocabulary)
     log.info("model %s: %s parameters", resolved["model"]["_target_"], f"{parameter_count(model):,}")
     trainer = Trainer(model, vocabulary, splits.train, splits.valid, run_dir, settings.trainer,
                       settings.data.max_tokens, settings.data.max_len, settings.seed, resolved)  # fmt: skip
-    resume(trainer, settings.trainer.resume, run_dir)
-    reason = trainer.train()
+    if resumed:
+        trainer.restore_payload(*resumed)
+        if "trainer.lr" in changes:
+            set_lr(trainer.optimizer, trainer.schedule, settings.trainer.lr)
+    if trainer.train() == "interrupted":
+        trainer.log.close()
+        raise Interrupted(f"interrupted at step {trainer.step}; {run_dir / 'last.pt'} holds the run. Continue it with "
+                          f"trainer.resume=true hydra.run.dir={run_dir}", trainer.stop_signal)  # fmt: skip
     if not replicas_agree(trainer):
         return {}
     results = summary(trainer)
-    if reason != "interrupted" and settings.trainer.test_at_end:
-        results.update(evaluate_best(trainer, splits.test, run_dir))
+    if settings.trainer.test_at_end:
+        try:
+            results.update(evaluate_best(trainer, splits.test, run_dir))
+        except KeyboardInterrupt:
+            raise Interrupted(
+                f"interrupted while decoding the test split; training is done and saved. Score the best "
+                f"checkpoint with: python evaluate.py checkpoint={run_dir / 'best.pt'}",
+                2,
+            ) from None
         trainer.log.hparams(resolved, results)
     trainer.log.close()
     return results
@@ -67,29 +87,14 @@ def corpus_and_vocabulary(settings: TrainConfig, run_dir: Path) -> tuple[Splits,
     return splits, vocabulary
 
 
-def resume(trainer: Trainer, option, run_dir: Path) -> None:
-    """`trainer.resume`: false starts afresh; true continues this run directory's last.pt (or previous.pt, one
-    validation older, when last.pt is missing or unreadable); a path continues that checkpoint."""
-    if option is False or option in ("false", "False", None, ""):
-        return
-    if option is True or option in ("true", "True"):
-        if (run_dir / "last.pt").is_file() or (run_dir / "previous.pt").is_file():
-            restore_latest_good(trainer, run_dir)
-        else:
-            log.info("trainer.resume=true but %s has no last.pt yet; starting a new run", run_dir)
-        return
-    trainer.restore(Path(str(option)).expanduser())
-
-
-def restore_latest_good(trainer: Trainer, run_dir: Path) -> None:
-    """Resume from `last.pt`, or from `previous.pt` (one validation older) when `last.pt` is missing or unreadable."""
-    try:
-        trainer.restore(run_dir / "last.pt")
-    except UserError as error:
-        if not (run_dir / "previous.pt").is_file():
-            raise
-        log.warning("%s; resuming from %s instead", error, run_dir / "previous.pt")
-        trainer.restore(run_dir / "previous.pt")
+def check_test_split(pairs, vocabulary: Vocabulary, limit: int) -> None:
+    """The test split is decoded after training: say now, not after hours, if it cannot be."""
+    if not pairs:
+        raise UserError(
+            "the test split is empty: give data.test files with at least one pair, or trainer.test_at_end=false"
+        )
+    lengths = [len(ids) for ids in vocabulary.encode_source([s for s, _ in pairs])]
+    check_input_lengths(lengths, range(1, len(pairs) + 1), limit, "trainer.decode_max_input_len", "test line")
 
 
 def replicas_agree(trainer: Trainer) -> bool:

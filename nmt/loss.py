@@ -15,6 +15,9 @@ With smoothing eps over V classes (the target gets 1 - eps + eps/V, as in `F.cro
 
 import torch
 
+from nmt.data import PAD_ID
+from nmt.device import autocast
+
 CHUNK_ELEMENTS = 1 << 21  # logits per chunk: 2M floats (8 MB), a few hundred rows of an 8k vocabulary
 
 
@@ -94,3 +97,14 @@ def linear_cross_entropy(
     if not 0.0 <= smoothing < 1.0:
         raise ValueError(f"label smoothing must be in [0, 1), got {smoothing}")
     return _LinearCrossEntropy.apply(features, weight, bias, target, smoothing, dtype or features.dtype)
+
+
+def batch_loss(model, features_of, batch, smoothing: float, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """Summed cross-entropy of a batch's real target tokens: `features_of` (the model's `features`, or a DDP wrapper
+    of it) under autocast, then the model's output layer and the loss fused, so the (tokens, vocabulary) logits are
+    never held whole."""
+    with autocast(device, dtype):
+        features, _ = features_of(batch.source, batch.source_mask, batch.target_in)  # (B, T, F)
+    real = batch.target_out != PAD_ID
+    output = model.output
+    return linear_cross_entropy(features[real], output.weight, output.bias, batch.target_out[real], smoothing, dtype)

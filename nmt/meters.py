@@ -1,5 +1,5 @@
 """What the training loop measures and listens to while it runs: training time, the loss since the last log, the
-progress bar, and requests to stop (Ctrl-C)."""
+progress bar, and requests to stop (Ctrl-C, a scheduler's SIGTERM)."""
 
 from __future__ import annotations
 
@@ -16,26 +16,30 @@ from nmt.config import TrainerConfig
 
 
 class StopRequests:
-    """While training, the first Ctrl-C only sets `requested`, which the loop checks between updates (so it never
-    lands inside a checkpoint write, nor gets lost inside a library call); a second one stops at once."""
+    """While training, a stop request (Ctrl-C, or the SIGTERM or SIGUSR1 a cluster scheduler sends before it preempts
+    a job) only sets `requested` to the signal's number, which the loop checks between updates, so it never lands
+    inside a checkpoint write nor gets lost inside a library call; a second Ctrl-C stops at once."""
+
+    SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGUSR1") if hasattr(signal, name))
 
     def __init__(self):
-        self.requested = False
-        self.default_handler = None
+        self.requested = 0
+        self.default_handlers: dict = {}
 
     def request(self, signum, frame) -> None:
-        self.requested = True
-        signal.signal(signal.SIGINT, self.default_handler)
+        self.requested = signum
+        signal.signal(signal.SIGINT, self.default_handlers[signal.SIGINT])
 
     def __enter__(self) -> StopRequests:
         if threading.current_thread() is threading.main_thread():  # signals reach the main thread only
-            self.default_handler = signal.getsignal(signal.SIGINT)
-            signal.signal(signal.SIGINT, self.request)
+            for number in self.SIGNALS:
+                self.default_handlers[number] = signal.getsignal(number)
+                signal.signal(number, self.request)
         return self
 
     def __exit__(self, *exception) -> None:
-        if self.default_handler is not None:
-            signal.signal(signal.SIGINT, self.default_handler)
+        for number, handler in self.default_handlers.items():
+            signal.signal(number, handler)
 
 
 class Clock:

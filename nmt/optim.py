@@ -39,3 +39,16 @@ def make_schedule(optimizer: torch.optim.Optimizer, config: TrainerConfig):
 def steps_on_validation(schedule) -> bool:
     """Whether the schedule moves on valid BLEU (plateau) rather than at every update."""
     return isinstance(schedule, torch.optim.lr_scheduler.ReduceLROnPlateau)
+
+
+def set_lr(optimizer: torch.optim.Optimizer, schedule, lr: float) -> None:
+    """A new base learning rate for a restored run: the schedule's shape goes on from where it is, scaled to `lr`
+    (a plateau schedule restarts from `lr` itself)."""
+    for group in optimizer.param_groups:
+        if steps_on_validation(schedule):
+            group["lr"] = lr
+        else:
+            group["lr"] = lr * group["lr"] / group["initial_lr"] if group.get("initial_lr") else lr
+        group["initial_lr"] = lr
+    if not steps_on_validation(schedule):
+        schedule.base_lrs = [lr for _ in optimizer.param_groups]

@@ -76,10 +76,10 @@ def beam_search(
 
     A finished hypothesis keeps its score and stops growing (it can only be followed by eos at no cost); hypotheses
     are ranked by log-probability / lp(length) at the end. The state of any model is reordered with index_select, so
-    RNN states and Transformer caches are handled alike. Two things keep the per-step work small: the best
-    `beam_size` continuations of a sentence are among the `beam_size` best tokens of each of its hypotheses, so only
-    those (beam_size^2 candidates, not beam_size x vocabulary) are scored; and a sentence whose hypotheses have all
-    ended leaves the batch. Returns the n best hypotheses of each sentence, best first.
+    RNN states and Transformer caches are handled alike. The per-step work stays small: only the `beam_size` best
+    tokens of each hypothesis are scored (`best_continuations`), a sentence whose hypotheses have all ended leaves the
+    batch, and each step stores only its tokens, attention and back-pointers (`Steps`), so no history is copied and
+    the cost of a step does not grow with the output. Returns the n best hypotheses of each sentence, best first.
     """
     batch, device = source.shape[0], source.device
     state = model.encode(source, source_mask)
@@ -89,10 +89,8 @@ def beam_search(
     previous = torch.full((batch * beam_size,), BOS_ID, dtype=torch.long, device=device)
     finished = torch.zeros(batch * beam_size, dtype=torch.bool, device=device)
     lengths = torch.zeros(batch * beam_size, dtype=torch.long, device=device)
-    history = torch.zeros(batch * beam_size, 0, dtype=torch.long, device=device)
-    attention = None
     alive = torch.arange(batch, device=device)  # the sentences still in the batch
-    results: dict[int, list[Hypothesis]] = {}
+    steps, results = Steps(), {}
     source_lengths = source_mask.sum(1)
     for _ in range(max_output_length(source_mask, ratio, extra)):
         logits, state, weights = model.decode_step(previous, state)
@@ -101,30 +99,55 @@ def beam_search(
         was_finished = finished.index_select(0, origin)
         lengths = lengths.index_select(0, origin) + (~was_finished).long()
         finished = was_finished | (previous == EOS_ID)
-        history = torch.cat([history.index_select(0, origin), previous[:, None]], 1)
-        if weights is not None:
-            step = weights.float()[:, None, :]  # (N * K, 1, S)
-            attention = step if attention is None else torch.cat([attention.index_select(0, origin), step], 1)
+        steps.add(origin, previous, weights.index_select(0, origin) if weights is not None else None)
         done = finished.view(alive_count, beam_size).all(1)  # (N,)
         kept_rows = None
         if done.any():
-            results.update(collect(done, alive, source_lengths, scores, lengths, finished, history, attention,
-                                   alpha, n_best))  # fmt: skip
+            results.update(collect(done, alive, source_lengths, scores, lengths, finished, steps, alpha, n_best))
             kept = (~done).nonzero().squeeze(1)
             if kept.numel() == 0:
                 break
             kept_rows = (kept[:, None] * beam_size + torch.arange(beam_size, device=device)).view(-1)
             alive, scores = alive.index_select(0, kept), scores.index_select(0, kept)
             previous, finished = previous.index_select(0, kept_rows), finished.index_select(0, kept_rows)
-            lengths, history = lengths.index_select(0, kept_rows), history.index_select(0, kept_rows)
-            attention = attention.index_select(0, kept_rows) if attention is not None else None
-            origin = origin.index_select(0, kept_rows)
+            lengths, origin = lengths.index_select(0, kept_rows), origin.index_select(0, kept_rows)
+            steps.keep(kept_rows)
         state = reorder(state, origin, kept_rows)
     else:  # the length limit ended the search: the sentences still alive keep what they have
         everything = torch.ones(alive.shape[0], dtype=torch.bool, device=device)
-        results.update(collect(everything, alive, source_lengths, scores, lengths, finished, history, attention,
-                               alpha, n_best))  # fmt: skip
+        results.update(collect(everything, alive, source_lengths, scores, lengths, finished, steps, alpha, n_best))
     return [results[sentence] for sentence in range(batch)]
+
+
+class Steps:
+    """What each step of a beam search chose, with back-pointers: for step s, the row of step s - 1 that each row
+    extends, its token and its attention (rows, S). A hypothesis is read back by following the pointers."""
+
+    def __init__(self):
+        self.parents: list[torch.Tensor] = []
+        self.tokens: list[torch.Tensor] = []
+        self.weights: list[torch.Tensor | None] = []
+
+    def add(self, parents: torch.Tensor, tokens: torch.Tensor, weights: torch.Tensor | None) -> None:
+        self.parents.append(parents)
+        self.tokens.append(tokens)
+        self.weights.append(weights)
+
+    def keep(self, rows: torch.Tensor) -> None:
+        """Only `rows` of the last step go on (the others' sentences have left the batch)."""
+        self.parents[-1], self.tokens[-1] = self.parents[-1][rows], self.tokens[-1][rows]
+        self.weights[-1] = self.weights[-1][rows] if self.weights[-1] is not None else None
+
+    def read(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Tokens (R, steps) and attention (R, steps, S) or None of the hypotheses at `rows` of the last step."""
+        tokens, weights = [], []
+        for parents, step_tokens, step_weights in zip(*map(reversed, (self.parents, self.tokens, self.weights))):
+            tokens.append(step_tokens[rows])
+            if step_weights is not None:
+                weights.append(step_weights[rows])
+            rows = parents[rows]
+        attention = torch.stack(weights[::-1], 1).float() if weights else None
+        return torch.stack(tokens[::-1], 1), attention
 
 
 def reorder(state: dict[str, torch.Tensor], origin: torch.Tensor, kept_rows: torch.Tensor | None):
@@ -159,7 +182,7 @@ def best_continuations(logits: torch.Tensor, scores: torch.Tensor, finished: tor
     return scores, origin, best_tokens.view(alive_count, -1).gather(1, flat).view(-1)
 
 
-def collect(chosen, alive, source_lengths, scores, lengths, finished, history, attention, alpha, n_best):
+def collect(chosen, alive, source_lengths, scores, lengths, finished, steps: Steps, alpha, n_best):
     """{sentence: its n best hypotheses, best first} for the `chosen` sentences (N,) of those `alive` (N,).
 
     Hypotheses are ranked by log-probability / lp(length); rows of the hypothesis tensors are sentence-major, K each.
@@ -170,16 +193,17 @@ def collect(chosen, alive, source_lengths, scores, lengths, finished, history, a
     normalised = sentence_scores / length_penalty(lengths.index_select(0, rows).view(-1, beam_size), alpha)
     order = normalised.argsort(dim=-1, descending=True)[:, :n_best]  # (C, n)
     picked = rows.view(-1, beam_size).gather(1, order).view(-1)  # (C * n,)
-    picked_attention = attention.index_select(0, picked).cpu() if attention is not None else None
+    history, attention = steps.read(picked)
+    attention = attention.cpu() if attention is not None else None
     sentences = alive[chosen].tolist()
     real_lengths = source_lengths.index_select(0, alive[chosen]).repeat_interleave(order.shape[1]).tolist()
     hypotheses = []
     for i, (score, length, ended, tokens) in enumerate(zip(
         sentence_scores.gather(1, order).view(-1).tolist(), lengths.index_select(0, picked).tolist(),
-        finished.index_select(0, picked).tolist(), history.index_select(0, picked).tolist(),
+        finished.index_select(0, picked).tolist(), history.tolist(),
     )):  # fmt: skip
         tokens = tokens[: length - 1] if ended else tokens[:length]  # without eos
-        weights = picked_attention[i, :length, : real_lengths[i]] if picked_attention is not None else None
+        weights = attention[i, :length, : real_lengths[i]] if attention is not None else None
         hypotheses.append(Hypothesis(tokens, score, weights))
     n = order.shape[1]
     return {sentence: hypotheses[i * n : (i + 1) * n] for i, sentence in enumerate(sentences)}

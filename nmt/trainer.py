@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import time
+import signal
 from dataclasses import asdict
 from pathlib import Path
 
@@ -26,15 +26,15 @@ from nmt import UserError, checkpoint, distributed
 from nmt.checkpoint import Progress
 from nmt.config import TrainerConfig
 from nmt.corpus import Pairs
-from nmt.data import PAD_ID, Batch, ParallelDataset, TokenBatchSampler, Vocabulary, collate
-from nmt.decoding import Search, decode_split
-from nmt.device import autocast
+from nmt.data import Batch, ParallelDataset, TokenBatchSampler, Vocabulary, collate
+from nmt.decoding import Search, check_input_lengths
 from nmt.device import device as find_device
 from nmt.device import precision as find_precision
-from nmt.loss import linear_cross_entropy
+from nmt.loss import batch_loss
 from nmt.meters import Clock, ProgressBar, StopRequests, Window
 from nmt.optim import make_optimizer, make_schedule, steps_on_validation
 from nmt.runlog import RunLog
+from nmt.validation import validate
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +55,22 @@ class Features(torch.nn.Module):
         return self.model.features(source, source_mask, target_in)
 
 
+def check_splits(sampler: TokenBatchSampler, valid_pairs: Pairs, world: int, max_len: int) -> None:
+    """Training needs a batch for every process and validation at least one pair; otherwise it could only spin."""
+    if not len(sampler.kept):
+        raise UserError(
+            f"no training pair is left: {sampler.dropped} pairs are longer than data.max_len={max_len} subwords "
+            "and the rest are empty. Raise data.max_len or check the training files."
+        )
+    if len(sampler.batches()) < world:
+        raise UserError(
+            f"the training split makes {len(sampler.batches())} batches, fewer than the {world} torchrun processes "
+            "that would share them: lower data.max_tokens or use fewer processes"
+        )
+    if not valid_pairs:
+        raise UserError("the valid split is empty: validation needs at least one pair (data.valid files)")
+
+
 class Trainer:
     """Trains `model` on `train_pairs`, validating on `valid_pairs` and writing checkpoints into `run_dir`.
 
@@ -68,14 +84,13 @@ class Trainer:
         seed: int = 1234, run_config: dict | None = None,
     ):  # fmt: skip
         self.config = config = config or TrainerConfig()
+        config.check()
         self.vocabulary, self.valid_pairs, self.run_dir, self.seed = vocabulary, valid_pairs, Path(run_dir), seed
         self.run_config = run_config or {"trainer": asdict(config)}  # what checkpoints store as their config
         self.device = distributed.setup(find_device(config.device))
         self.dtype = find_precision(config.precision)
         if self.dtype == torch.float16 and self.device.type == "cpu":
             raise UserError("trainer.precision=fp16 needs a GPU; on a CPU use bf16")
-        if config.accumulate < 1:
-            raise UserError(f"trainer.accumulate={config.accumulate}: accumulate at least 1 batch per update")
         self.model = model.to(self.device)
         self.world, self.rank = distributed.world_size(), distributed.rank()
         self.features: torch.nn.Module = Features(self.model)
@@ -88,8 +103,12 @@ class Trainer:
         self.sampler = TokenBatchSampler(self.dataset, max_tokens, shuffle=True, seed=seed, max_len=max_len)
         if self.sampler.dropped:
             log.info("dropped %d training pairs longer than data.max_len=%d subwords", self.sampler.dropped, max_len)
+        check_splits(self.sampler, valid_pairs, self.world, max_len)
         self.valid_dataset = ParallelDataset(valid_pairs, vocabulary)
-        self.search = Search(1, 0.6, config.decode_ratio, config.decode_extra, config.valid_max_tokens)
+        self.search = Search(1, 0.6, config.decode_ratio, config.decode_extra, config.valid_max_tokens,
+                             config.decode_max_input_len)  # fmt: skip
+        check_input_lengths(self.valid_dataset.source_lengths, range(1, len(valid_pairs) + 1),
+                            config.decode_max_input_len, "trainer.decode_max_input_len", "valid line")  # fmt: skip
         self.optimizer = make_optimizer(self.model, config)
         self.schedule = make_schedule(self.optimizer, config)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.dtype == torch.float16)
@@ -97,6 +116,7 @@ class Trainer:
         self.batches_in_epoch = 0  # set when an epoch's batches are drawn, so no step re-sorts the corpus
         self.last_metrics: dict[str, float] = {}
         self.log = RunLog(None)  # opened on the run directory when training starts (rank 0)
+        self.stop_signal = 0  # the signal that interrupted training, if one did
 
     @property
     def step(self) -> int:
@@ -110,6 +130,9 @@ class Trainer:
     # --- checkpoints ------------------------------------------------------------------------------------------
 
     def state(self) -> dict:
+        """The full training state; refuses (NonFiniteLoss) to give one with NaN or infinite weights."""
+        if not bool(torch.stack([p.detach().isfinite().all() for p in self.model.parameters()]).all()):
+            raise NonFiniteLoss(f"the weights became NaN or infinite by step {self.step}")
         return checkpoint.training_state(
             self.model, self.optimizer, self.schedule, self.scaler, self.progress, self.last_metrics,
             self.run_config, self.vocabulary,
@@ -136,10 +159,17 @@ class Trainer:
             old.unlink()
 
     def restore(self, path: str | Path) -> None:
-        payload = checkpoint.load(path)
-        self.progress, self.last_metrics = checkpoint.restore_training(
-            payload, self.model, self.optimizer, self.schedule, self.scaler
-        )
+        """Continue from the full checkpoint at `path` (see nmt.resume for which one and whether it may)."""
+        self.restore_payload(Path(path), checkpoint.load(path))
+
+    def restore_payload(self, path: Path, payload: dict) -> None:
+        try:
+            self.progress, self.last_metrics = checkpoint.restore_training(
+                payload, self.model, self.optimizer, self.schedule, self.scaler
+            )
+        except (KeyError, RuntimeError, ValueError) as error:
+            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise UserError(f"{path}: does not fit this model and trainer ({first})") from None
         log.info("resumed from %s at step %d (epoch %d)", path, self.progress.step, self.progress.epoch + 1)
 
     # --- one update -------------------------------------------------------------------------------------------
@@ -155,7 +185,8 @@ class Trainer:
         for i, batch in enumerate(batches):
             last = i == len(batches) - 1
             with self.features.no_sync() if self.world > 1 and not last else contextlib.nullcontext():
-                loss_sum = self.loss(batch, self.config.label_smoothing, train=True)
+                loss_sum = batch_loss(self.model, self.features, batch, self.config.label_smoothing, self.device,
+                                      self.dtype)  # fmt: skip
                 self.scaler.scale(loss_sum * scale).backward()
             loss_total += loss_sum.detach()
         self.scaler.unscale_(self.optimizer)
@@ -165,19 +196,6 @@ class Trainer:
         if not steps_on_validation(self.schedule):
             self.schedule.step()
         return loss_total, norm.detach()
-
-    def loss(self, batch: Batch, smoothing: float, train: bool = False) -> torch.Tensor:
-        """Summed cross-entropy of the batch's real target tokens: the model's features, then the output layer and the
-        loss fused (nmt/loss.py), so the (tokens, vocabulary) logits are never held whole. `train` goes through
-        the DDP wrapper when there is one."""
-        features_of = self.features if train else self.model.features
-        with autocast(self.device, self.dtype):
-            features, _ = features_of(batch.source, batch.source_mask, batch.target_in)  # (B, T, F)
-        real = batch.target_out != PAD_ID
-        output = self.model.output
-        return linear_cross_entropy(
-            features[real], output.weight, output.bias, batch.target_out[real], smoothing, self.dtype
-        )
 
     def updates(self):
         """(this process's batches, target tokens of the update, of this process's part, batches in the update) from
@@ -189,6 +207,8 @@ class Trainer:
         while True:
             self.sampler.set_epoch(progress.epoch)
             epoch_batches = self.sampler.batches()
+            if len(epoch_batches) < self.world:  # the same check as at the start; an epoch must give every process work
+                raise UserError(f"{len(epoch_batches)} training batches for {self.world} processes")
             rest = len(epoch_batches) % per_update
             self.batches_in_epoch = len(epoch_batches) - (rest if rest < self.world else 0)  # none may go empty
             groups = [
@@ -225,6 +245,7 @@ class Trainer:
             with StopRequests() as stop:
                 for batches, tokens, local_tokens, count in self.updates() if reason is None else ():
                     if stop.requested:
+                        self.stop_signal = stop.requested
                         raise KeyboardInterrupt
                     loss_sum, norm = self.train_step(batches, tokens)
                     self.progress.step += 1
@@ -242,24 +263,34 @@ class Trainer:
                     bar.show(self.batches_in_epoch, clock)
                     if reason:
                         break
+            clock.stop()
+            if self.last_metrics.get("step") != self.step:
+                self.validate_and_save()
         except KeyboardInterrupt:
             clock.stop()
-            self.save("last.pt")
-            log.info("interrupted at step %d; saved %s. Continue with trainer.resume=true.", self.step,
-                     self.run_dir / "last.pt")  # fmt: skip
+            self.stop_signal = self.stop_signal or signal.SIGINT
+            self.save_interrupted()
             return "interrupted"
         except NonFiniteLoss as error:
-            raise UserError(
-                f"{error}. Training stopped; the last good checkpoint is {self.run_dir / 'last.pt'}. "
-                "Lower trainer.lr or use trainer.precision=fp32."
-            ) from None
+            raise self.non_finite(error) from None
         finally:
             bar.close()
-        clock.stop()
-        if self.last_metrics.get("step") != self.step:
-            self.validate_and_save()
         log.info("stopped: %s", reason)
         return reason or "done"
+
+    def save_interrupted(self) -> None:
+        try:
+            self.save("last.pt")
+        except NonFiniteLoss as error:
+            raise self.non_finite(error) from None
+        log.info("interrupted at step %d; saved %s. Continue with trainer.resume=true.", self.step,
+                 self.run_dir / "last.pt")  # fmt: skip
+
+    def non_finite(self, error: NonFiniteLoss) -> UserError:
+        last = self.run_dir / "last.pt"
+        good = f"the last good checkpoint is {last}" if last.is_file() else "no checkpoint had been written yet"
+        return UserError(f"{error}. Training stopped; {good} (no checkpoint is ever written with non-finite weights). "
+                         "Lower trainer.lr or use trainer.precision=fp32.")  # fmt: skip
 
     def finished(self, clock: Clock) -> str | None:
         """Why training stops now, or None."""
@@ -290,37 +321,10 @@ class Trainer:
 
     # --- validation -------------------------------------------------------------------------------------------
 
-    @torch.no_grad()
-    def valid_loss(self) -> float:
-        """Mean cross-entropy per target token of the validation pairs (no label smoothing)."""
-        self.model.eval()
-        longest = int(self.valid_dataset.target_lengths.max()) if len(self.valid_dataset) else 1
-        sampler = TokenBatchSampler(self.valid_dataset, max(self.config.valid_max_tokens, 2 * longest), shuffle=False)
-        total, tokens = 0.0, 0
-        for indices in sampler:
-            batch = collate([self.valid_dataset[i] for i in indices]).to(self.device)
-            total += self.loss(batch, smoothing=0.0).item()
-            tokens += batch.target_tokens
-        return total / max(tokens, 1)
-
     def validate(self) -> dict[str, float]:
-        """Valid loss, then greedy decoding with BLEU and chrF; logs them with samples and heatmaps."""
-        started, step = time.perf_counter(), self.step
-        loss = self.valid_loss()
-        texts, hypotheses, scores = decode_split(
-            self.model, self.vocabulary, self.valid_pairs, self.search, self.device, self.dtype
-        )
-        if not self.log.signatures_logged:
-            log.info("sacrebleu signatures: BLEU %s | chrF %s", scores.bleu_signature, scores.chrf_signature)
-        self.log.signatures(scores, step)
-        metrics = {"step": step, "loss": loss, "perplexity": math.exp(min(loss, 50)), "bleu": scores.bleu,
-                   "chrf": scores.chrf, "seconds": time.perf_counter() - started}  # fmt: skip
-        self.log.scalars({f"valid/{k}": metrics[k] for k in ("loss", "perplexity", "bleu", "chrf")}, step)
-        sources, references = [s for s, _ in self.valid_pairs], [t for _, t in self.valid_pairs]
-        self.log.samples(sources, references, texts, self.config.num_samples, step)
-        self.log.attention(self.model, self.vocabulary, sources, hypotheses, self.config.num_plots, self.device,
-                           self.dtype, step)  # fmt: skip
-        return metrics
+        """Valid loss, then greedy decoding with BLEU and chrF; logged with samples and heatmaps."""
+        return validate(self.model, self.vocabulary, self.valid_dataset, self.valid_pairs, self.search, self.config,
+                        self.log, self.progress.step, self.device, self.dtype)  # fmt: skip
 
     def validate_and_save(self) -> None:
         metrics = distributed.share(self.validate() if self.rank == 0 else None)  # every replica steps the schedule

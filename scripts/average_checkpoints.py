@@ -16,6 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from nmt import UserError, checkpoint  # noqa: E402
+from nmt.paths import output_file  # noqa: E402
 
 
 def choose(inputs: list[Path], last: int) -> list[Path]:
@@ -37,9 +38,9 @@ def main() -> None:
         if args.last < 1:
             raise UserError(f"--last {args.last}: average at least one checkpoint")
         paths = choose(args.inputs, args.last)
-        payload = checkpoint.average(paths)
         folder = args.inputs[0] if args.inputs[0].is_dir() else args.inputs[0].parent
-        output = args.output or folder / "averaged.pt"
+        output = output_file(args.output or folder / "averaged.pt", "--output", tuple(paths))
+        payload = checkpoint.average(paths)
         checkpoint.save(payload, output)
     except UserError as error:
         sys.exit(f"error: {error}")

@@ -26,6 +26,7 @@ from omegaconf import OmegaConf  # noqa: E402
 from nmt import UserError, build, checkpoint  # noqa: E402
 from nmt.decoding import Translator  # noqa: E402
 from nmt.evaluate import LENGTH_BUCKETS, bleu_by_length  # noqa: E402
+from nmt.paths import output_folder  # noqa: E402
 from nmt.plot import plt  # noqa: E402
 
 
@@ -184,8 +185,7 @@ def main() -> None:
     parser.add_argument("--output", type=Path, default=None)
     parser.add_argument("--beam", type=int, default=5, help="beam size of the second test BLEU column; 1 skips it")
     arguments = parser.parse_args()
-    output = arguments.output or arguments.folders[0]
-    output.mkdir(parents=True, exist_ok=True)
+    output = output_folder(arguments.output or arguments.folders[0], "--output")
     cache: dict = {}
     runs = [describe(run, cache, arguments.beam) for run in find_runs(arguments.folders)]
     figures(runs, output)

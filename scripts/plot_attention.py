@@ -12,6 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from nmt import UserError  # noqa: E402
 from nmt.decoding import Translator  # noqa: E402
+from nmt.paths import output_file  # noqa: E402
 
 OPTIONS = {"checkpoint": None, "text": None, "output": "attention.png", "device": "auto"}
 
@@ -31,12 +32,13 @@ def parse(arguments: list[str]) -> dict[str, str]:
 
 def main(arguments: list[str]) -> None:
     options = parse(arguments)
+    output = output_file(options["output"], "output", (options["checkpoint"],))
     translator = Translator.load(options["checkpoint"], device=options["device"], precision="fp32")
     translations, hypotheses = translator.search_lines([options["text"]])
     figure = translator.alignment_figure(options["text"], translations[0], hypotheses[0])
     if figure is None:
         raise UserError(f"{options['checkpoint']}: this model has no attention to plot")
-    figure.savefig(options["output"])
+    figure.savefig(output)
     print(f"{translations[0]}\nattention heatmap written to {options['output']}")
 
 

@@ -84,8 +84,14 @@ def test_awkward_lines_translate_line_for_line(translator, lines):
 
 def test_a_line_longer_than_any_position_the_model_knows_still_translates(translator):
     enormous = " ".join(["Hund"] * 1500)  # > 1,024 subword positions, the Transformer's table
-    short_output = dataclasses.replace(translator, search=dataclasses.replace(translator.search, ratio=0.0, extra=5))
-    assert len(short_output.translate([enormous, "Der Hund läuft."])) == 2
+    search = dataclasses.replace(translator.search, ratio=0.0, extra=5, max_input_len=2000)
+    assert len(dataclasses.replace(translator, search=search).translate([enormous, "Der Hund läuft."])) == 2
+
+
+def test_a_line_longer_than_the_input_limit_is_refused_naming_it(translator):
+    lines = ["Der Hund läuft.", "", " ".join(["Hund"] * 1500), "Die Katze schläft."]
+    with pytest.raises(UserError, match=r"^line 3 \(1,500 subwords\): longer than max_input_len=1024"):
+        translator.translate(lines)
 
 
 @pytest.mark.parametrize("positions", ["sinusoidal", "learned"])
@@ -105,7 +111,8 @@ def saved_checkpoint(tmp_path_factory, sample_vocabulary):
     folder = tmp_path_factory.mktemp("checkpoint")
     config = TrainerConfig(precision="fp32", device="cpu", decode_extra=5)
     run_config = {"model": OmegaConf.to_container(cfg.model), "trainer": dataclasses.asdict(config)}
-    Trainer(model, sample_vocabulary, [], [], folder, config, run_config=run_config).save("model.pt")
+    pairs = [("Der Hund läuft.", "The dog runs.")]
+    Trainer(model, sample_vocabulary, pairs, pairs, folder, config, run_config=run_config).save("model.pt")
     return folder / "model.pt"
 
 
@@ -119,8 +126,11 @@ def test_translate_reads_any_bytes_on_stdin_or_says_they_are_not_text(saved_chec
     try:
         translations = translate_file(str(saved_checkpoint), beam=1, device="cpu")
     except UserError as error:
-        assert "standard input is not valid UTF-8" in str(error)
+        with pytest.raises(UnicodeDecodeError) as invalid:
+            data.decode("utf-8")
+        line = data[: invalid.value.start].count(b"\n") + 1
+        assert f"standard input, line {line}: not valid UTF-8" in str(error)
     else:
-        text = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8").read()  # as a terminal or pipe reads it
+        text = data.decode("utf-8-sig")  # lines end at \n only, as in files: a lone \r stays inside its line
         assert len(translations) == len(text.split("\n")) - (1 if text.endswith("\n") or not text else 0)
         assert output.getvalue().count("\n") == len(translations)

@@ -127,3 +127,26 @@ def test_beam_search_finds_what_the_plain_search_over_the_whole_vocabulary_finds
                                              0.6, limit)  # fmt: skip
             assert [h.tokens for h in batched[row]] == [tokens for tokens, _ in expected]
             assert [h.score for h in batched[row]] == pytest.approx([score for _, score in expected], abs=1e-4)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_beam_hypotheses_carry_their_own_tokens_scores_and_attention(sample_vocabulary, name):
+    """Each of the n best hypotheses, read back through the back-pointers, has the log-probability and the attention
+    that teacher forcing gives its own tokens."""
+    model = model_with_likely_eos(sample_vocabulary, name)
+    source, mask = sources()
+    found = beam_search(model, source, mask, beam_size=4, alpha=0.0, n_best=3)
+    for row, n_best in enumerate(found):
+        for hypothesis in n_best:
+            target = torch.tensor([[BOS_ID, *hypothesis.tokens]])
+            with torch.no_grad():
+                logits, attention = model(source[row : row + 1, : int(mask[row].sum())], mask[row : row + 1,
+                                          : int(mask[row].sum())], target)  # fmt: skip
+            log_probabilities = logits[0].float().log_softmax(-1)
+            ended = len(hypothesis.tokens) < max_output_length(mask, 1.5, 10)
+            chosen = [*hypothesis.tokens, EOS_ID] if ended else hypothesis.tokens
+            expected = sum(log_probabilities[i, token] for i, token in enumerate(chosen))
+            assert hypothesis.score == pytest.approx(float(expected), abs=1e-3)
+            if attention is not None:
+                torch.testing.assert_close(hypothesis.attention, attention[0, : hypothesis.attention.shape[0]],
+                                           atol=1e-5, rtol=1e-4)  # fmt: skip

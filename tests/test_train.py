@@ -21,7 +21,7 @@ from nmt.config import TrainerConfig
 from nmt.data import PAD_ID
 from nmt.decoding import Search, score, translate
 from nmt.evaluate import evaluate as evaluate_checkpoint
-from nmt.experiment import restore_latest_good
+from nmt.resume import latest_good
 from nmt.search import beam_search
 from nmt.trainer import Trainer
 
@@ -284,7 +284,7 @@ def test_resume_falls_back_to_the_previous_checkpoint_when_the_last_is_damaged(t
     damaged = (tmp_path / "last.pt").read_bytes()
     (tmp_path / "last.pt").write_bytes(damaged[: len(damaged) // 2])  # a copy cut short
     resumed = make_trainer(tmp_path, sample_vocabulary, pairs, "sutskever", max_steps=6, valid_every=3)
-    restore_latest_good(resumed, tmp_path)
+    resumed.restore_payload(*latest_good(tmp_path))
     assert resumed.step == 3
 
 
@@ -325,7 +325,8 @@ def test_user_errors_exit_nonzero_with_a_message_not_a_traceback(tmp_path, args,
 
 
 @pytest.mark.slow
-def test_ctrl_c_saves_last_checkpoint_and_exits_cleanly(tmp_path):
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "scheduler-sigterm"])
+def test_ctrl_c_or_sigterm_saves_last_checkpoint_and_exits_with_the_signal(tmp_path, stop):
     command = [sys.executable, "train.py", "experiment=demo", "data.sizes.train=300", "data.sizes.valid=10",
                "data.sizes.test=10", "trainer.max_minutes=0", "trainer.max_steps=100000", "trainer.valid_every=2",
                "trainer.precision=fp32", "trainer.progress=false", f"data.spm_cache={tmp_path / 'spm'}",
@@ -335,10 +336,10 @@ def test_ctrl_c_saves_last_checkpoint_and_exits_cleanly(tmp_path):
     while not (tmp_path / "last.pt").exists() and time.monotonic() < deadline and process.poll() is None:
         time.sleep(0.2)
     time.sleep(1.0)
-    process.send_signal(signal.SIGINT)
+    process.send_signal(stop)
     stdout, stderr = process.communicate(timeout=120)
-    assert process.returncode == 0, stderr
-    assert "interrupted at step" in stdout
+    assert process.returncode == 128 + stop, stderr  # non-zero, as a shell reports a signal
+    assert "interrupted at step" in stderr and "trainer.resume=true" in stderr and "Traceback" not in stderr
     saved = checkpoint.load(tmp_path / "last.pt")
     assert saved["progress"]["step"] >= 2
     assert not list(tmp_path.glob(".*.tmp"))

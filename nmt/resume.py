@@ -1,0 +1,112 @@
+"""Which checkpoint a run continues from, and whether the command line may continue it.
+
+A run directory that already holds a run is never trained into afresh: that would overwrite its checkpoints and mix
+its step<N>.pt files with the new run's. Continuing one (`trainer.resume=true` or a checkpoint path) compares the
+command line's resolved config with the checkpoint's: changes that would continue a different run (corpus,
+vocabulary, batches, model, seed, optimiser) are refused, naming the keys; changes that are safe (budget, patience,
+validation cadence, logging, decoding, device, learning rate, clipping, label smoothing) are applied and logged.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from nmt import UserError, checkpoint
+
+log = logging.getLogger(__name__)
+
+RUN_FILES = ("last.pt", "previous.pt", "best.pt", "results.json")  # and step<N>.pt
+# Options a resumed run may change. Everything else under data, model, trainer and seed must match the checkpoint.
+SAFE = {
+    "data.dir", "data.url", "data.cache", "data.spm_cache",
+    "trainer.max_steps", "trainer.max_epochs", "trainer.max_minutes", "trainer.patience", "trainer.valid_every",
+    "trainer.log_every", "trainer.progress", "trainer.test_at_end", "trainer.keep_checkpoints", "trainer.num_samples",
+    "trainer.num_plots", "trainer.valid_max_tokens", "trainer.decode_ratio", "trainer.decode_extra",
+    "trainer.device", "trainer.resume", "trainer.lr", "trainer.clip_norm", "trainer.label_smoothing",
+}  # fmt: skip
+
+
+def holds_a_run(run_dir: Path) -> str | None:
+    """The name of a file that shows `run_dir` already holds a run, or None."""
+    for name in RUN_FILES:
+        if (run_dir / name).is_file():
+            return name
+    steps = sorted(run_dir.glob("step*.pt"))
+    return steps[0].name if steps else None
+
+
+def checkpoint_to_resume(run_dir: Path, option) -> tuple[Path, dict] | None:
+    """(path, payload) of the checkpoint `trainer.resume` asks for, or None for a new run. Refuses a new run in a
+    directory that holds one, and a checkpoint that holds weights only."""
+    existing = holds_a_run(run_dir)
+    if option is False or option in ("false", "False", None, ""):
+        if existing:
+            raise UserError(
+                f"{run_dir} already holds a run ({existing}); a new run would overwrite it. Continue it with "
+                "trainer.resume=true, or give the new run its own directory (hydra.run.dir=...)"
+            )
+        return None
+    if option is True or option in ("true", "True"):
+        if not (run_dir / "last.pt").is_file() and not (run_dir / "previous.pt").is_file():
+            log.info("trainer.resume=true but %s has no last.pt yet; starting a new run", run_dir)
+            return None
+        return latest_good(run_dir)
+    path = Path(str(option)).expanduser()
+    if existing and path.resolve().parent != run_dir.resolve():
+        raise UserError(
+            f"{run_dir} already holds a run ({existing}); continuing {path} there would overwrite it. "
+            "Give the continued run its own directory (hydra.run.dir=...)"
+        )
+    return path, training_checkpoint(path)
+
+
+def latest_good(run_dir: Path) -> tuple[Path, dict]:
+    """`last.pt`, or `previous.pt` (one validation older) when `last.pt` is missing or unreadable."""
+    try:
+        return run_dir / "last.pt", training_checkpoint(run_dir / "last.pt")
+    except UserError as error:
+        if not (run_dir / "previous.pt").is_file():
+            raise
+        log.warning("%s; resuming from %s instead", error, run_dir / "previous.pt")
+        return run_dir / "previous.pt", training_checkpoint(run_dir / "previous.pt")
+
+
+def training_checkpoint(path: Path) -> dict:
+    payload = checkpoint.load(path)
+    if "optimizer" not in payload or "rng" not in payload:
+        raise UserError(
+            f"{path}: holds weights only (a step<N>.pt or averaged checkpoint), not the optimizer and counters a run "
+            "continues from. Resume from the run's last.pt; decode this one with evaluate.py or translate.py"
+        )
+    return payload
+
+
+def flatten(tree: dict, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def check_changes(saved: dict, new: dict, path: Path) -> dict[str, tuple]:
+    """{key: (old, new)} of the safe changes from the checkpoint's config to the command line's; refuses the rest."""
+    old_flat, new_flat = (flatten({k: c.get(k) for k in ("data", "model", "trainer", "seed")}) for c in (saved, new))
+    changed = {k: (old_flat.get(k), new_flat.get(k)) for k in old_flat.keys() | new_flat.keys()
+               if old_flat.get(k) != new_flat.get(k)}  # fmt: skip
+    precision = changed.get("trainer.precision", ())
+    harmless = "fp16" not in precision  # bf16 <-> fp32 keeps every state; fp16 adds a gradient scaler's
+    breaking = sorted(k for k in changed if k not in SAFE and not (k == "trainer.precision" and harmless))
+    if breaking:
+        listed = "; ".join(f"{k}: {changed[k][0]!r} in the checkpoint, {changed[k][1]!r} now" for k in breaking)
+        raise UserError(
+            f"{path} was trained with other settings, so continuing it would be a different run ({listed}). "
+            "Use the checkpoint's values, or start a new run in a new directory"
+        )
+    safe = {k: v for k, v in changed.items() if k not in breaking and k != "trainer.resume"}
+    for key, (old, value) in sorted(safe.items()):
+        log.info("resuming with %s=%r (the checkpoint had %r)", key, value, old)
+    return safe

@@ -1,0 +1,52 @@
+"""One validation: loss, greedy decoding with BLEU and chrF, and what TensorBoard shows of it."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+
+import torch
+
+from nmt.config import TrainerConfig
+from nmt.corpus import Pairs
+from nmt.data import ParallelDataset, TokenBatchSampler, Vocabulary, collate
+from nmt.decoding import Search, decode_split
+from nmt.loss import batch_loss
+from nmt.runlog import RunLog
+
+log = logging.getLogger(__name__)
+
+
+@torch.no_grad()
+def valid_loss(model, dataset: ParallelDataset, max_tokens: int, device: torch.device, dtype: torch.dtype) -> float:
+    """Mean cross-entropy per target token (no label smoothing)."""
+    model.eval()
+    longest = int(dataset.target_lengths.max()) if len(dataset) else 1
+    total, tokens = 0.0, 0
+    for indices in TokenBatchSampler(dataset, max(max_tokens, 2 * longest), shuffle=False):
+        batch = collate([dataset[i] for i in indices]).to(device)
+        total += batch_loss(model, model.features, batch, 0.0, device, dtype).item()
+        tokens += batch.target_tokens
+    return total / max(tokens, 1)
+
+
+def validate(
+    model, vocabulary: Vocabulary, dataset: ParallelDataset, pairs: Pairs, search: Search, config: TrainerConfig,
+    run_log: RunLog, step: int, device: torch.device, dtype: torch.dtype,
+) -> dict[str, float]:  # fmt: skip
+    """{step, loss, perplexity, bleu, chrf, seconds} of the model on the valid pairs; logged to `run_log` with
+    sample translations and attention heatmaps."""
+    started = time.perf_counter()
+    loss = valid_loss(model, dataset, config.valid_max_tokens, device, dtype)
+    texts, hypotheses, scores = decode_split(model, vocabulary, pairs, search, device, dtype)
+    if not run_log.signatures_logged:
+        log.info("sacrebleu signatures: BLEU %s | chrF %s", scores.bleu_signature, scores.chrf_signature)
+    run_log.signatures(scores, step)
+    metrics = {"step": step, "loss": loss, "perplexity": math.exp(min(loss, 50)), "bleu": scores.bleu,
+               "chrf": scores.chrf, "seconds": time.perf_counter() - started}  # fmt: skip
+    run_log.scalars({f"valid/{k}": metrics[k] for k in ("loss", "perplexity", "bleu", "chrf")}, step)
+    sources, references = [s for s, _ in pairs], [t for _, t in pairs]
+    run_log.samples(sources, references, texts, config.num_samples, step)
+    run_log.attention(model, vocabulary, sources, hypotheses, config.num_plots, device, dtype, step)
+    return metrics
