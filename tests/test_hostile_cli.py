@@ -1,0 +1,198 @@
+"""What a user can do wrong, through the real commands: each case stops with a message that names the option, file
+or line, prints no traceback, and changes no file the user had. And nothing a user trained is ever lost."""
+
+import os
+import subprocess
+import sys
+from functools import partial
+
+import pytest
+import torch
+from conftest import ROOT
+
+from nmt import UserError, checkpoint
+from nmt.attention import AdditiveAttention
+from nmt.config import TrainerConfig
+from nmt.data import PAD_ID
+from nmt.rnn import BahdanauSeq2Seq
+from nmt.trainer import Trainer
+
+SMALL = ["experiment=demo", "data.sizes.train=300", "data.sizes.valid=10", "data.sizes.test=10", "trainer=debug",
+         "trainer.max_steps=4", "trainer.valid_every=2", "trainer.progress=false", "model.hidden_size=32",
+         "model.embedding_size=16", "model.readout_size=16", "model.attention.attention_size=16"]  # fmt: skip
+
+
+def run(*args, stdin: bytes | None = None, timeout: float = 90):
+    environment = {**os.environ, "HYDRA_FULL_ERROR": "0", "LC_ALL": "C.UTF-8"}
+    return subprocess.run([sys.executable, *map(str, args)], cwd=ROOT, capture_output=True, env=environment,
+                          input=stdin, timeout=timeout)  # fmt: skip
+
+
+def snapshot(folder) -> dict:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def unchanged(before: dict, after: dict) -> bool:
+    """Every file that was there is as it was; the run's log may only have grown."""
+    return all(after.get(name, b"").startswith(data) if name.endswith(".log") else after.get(name) == data
+               for name, data in before.items())  # fmt: skip
+
+
+def refused(result, message: str) -> None:
+    stderr = result.stderr.decode()
+    assert result.returncode != 0, stderr
+    assert message in stderr, stderr[-2000:]
+    assert "Traceback" not in stderr
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A finished small run: (run directory, the sentencepiece cache's folder)."""
+    folder = tmp_path_factory.mktemp("trained")
+    run_dir, spm = folder / "run", folder / "spm"
+    result = run("train.py", *SMALL, f"data.spm_cache={spm}", f"hydra.run.dir={run_dir}")
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+    return run_dir, spm
+
+
+def train_again(trained, *extra):
+    run_dir, spm = trained
+    before = snapshot(run_dir)
+    result = run("train.py", *SMALL, f"data.spm_cache={spm}", f"hydra.run.dir={run_dir}", *extra)
+    return result, before, snapshot(run_dir)
+
+
+def test_a_new_run_into_a_run_directory_that_holds_one_is_refused(trained):
+    result, before, after = train_again(trained)
+    refused(result, "already holds a run (last.pt)")
+    assert "trainer.resume=true" in result.stderr.decode() and unchanged(before, after)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [("data.vocab_size=200", "data.vocab_size: 250 in the checkpoint, 200 now"),
+     ("model.hidden_size=48", "model.hidden_size: 32 in the checkpoint, 48 now"),
+     ("seed=7", "seed: 1234 in the checkpoint, 7 now"),
+     ("model=transformer", "model._target_: 'nmt.rnn.BahdanauSeq2Seq' in the checkpoint")],
+)  # fmt: skip
+def test_resuming_with_settings_that_make_another_run_is_refused_naming_them(trained, change, message):
+    result, before, after = train_again(trained, "trainer.resume=true", "trainer.max_steps=6", change)
+    refused(result, message)
+    assert unchanged(before, after)  # sentencepiece models, checkpoints and Hydra's record untouched
+
+
+def test_resuming_from_a_weights_only_checkpoint_is_refused(trained, tmp_path):
+    step = sorted(trained[0].glob("step*.pt"))[-1]
+    result = run("train.py", *SMALL, f"data.spm_cache={trained[1]}", f"hydra.run.dir={tmp_path / 'new'}",
+                 f"trainer.resume={step}")  # fmt: skip
+    refused(result, "holds weights only")
+
+
+def test_resuming_applies_a_new_learning_rate_and_budget(trained, tmp_path):
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for path in trained[0].iterdir():
+        if path.is_file():
+            (copy / path.name).write_bytes(path.read_bytes())
+    result = run("train.py", *SMALL, f"data.spm_cache={trained[1]}", f"hydra.run.dir={copy}", "trainer.resume=true",
+                 "trainer.max_steps=6", "trainer.lr=0.0005")  # fmt: skip
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+    assert "resuming with trainer.lr=0.0005 (the checkpoint had 0.003)" in result.stdout.decode()
+    last = checkpoint.load(copy / "last.pt")
+    assert last["progress"]["step"] == 6 and last["config"]["trainer"]["lr"] == 0.0005
+    assert last["optimizer"]["param_groups"][0]["lr"] == pytest.approx(0.0005)
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [(["data.max_len=2"], "no training pair is left"),
+     (["trainer.log_every=0"], "trainer.log_every=0: must be at least 1"),
+     (["trainer.keep_checkpoints=abc"], "full_key: trainer.keep_checkpoints"),
+     (["trainer.clip_norm=-1"], "trainer.clip_norm=-1.0: must be at least 0"),
+     (["trainer.max_steps=0", "trainer.max_minutes=0"], "nothing would stop training"),
+     (["trainer.valid_every=-3"], "trainer.valid_every=-3: must be at least 0"),
+     (["trainer.optimizer=sgd"], "trainer.optimizer='sgd': use one of adam, adamw"),
+     (["trainer.resume=/nowhere/last.pt"], "/nowhere/last.pt: no such checkpoint")],
+)  # fmt: skip
+def test_option_values_that_make_no_sense_stop_before_training(tmp_path, options, message):
+    result = run("train.py", *SMALL, f"data.spm_cache={tmp_path / 'spm'}", f"hydra.run.dir={tmp_path / 'run'}",
+                 *options, timeout=60)  # fmt: skip
+    refused(result, message)
+    assert not list((tmp_path / "run").glob("*.pt"))
+
+
+@pytest.mark.parametrize("empty", ["valid", "test"])
+def test_an_empty_valid_or_test_split_is_refused_before_training(tmp_path, empty):
+    paths = []
+    for split in ("train", "valid", "test"):
+        for side, text in (
+            ("src", "Der Hund läuft.\nDie Katze schläft.\n"),
+            ("tgt", "The dog runs.\nThe cat sleeps.\n"),
+        ):
+            (tmp_path / f"{split}.{side}").write_text("" if split == empty else text)
+            paths.append(f"data.{split}.{side}={tmp_path / f'{split}.{side}'}")
+    result = run("train.py", "data=files", "data.vocab_size=30", *paths, "trainer=debug", "trainer.progress=false",
+                 f"data.spm_cache={tmp_path / 'spm'}", f"hydra.run.dir={tmp_path / 'run'}")  # fmt: skip
+    refused(result, f"the {empty} split is empty")
+
+
+def test_decoding_output_paths_are_checked_before_decoding(trained, tmp_path):
+    best = trained[0] / "best.pt"
+    refused(run("translate.py", f"checkpoint={best}", "output=/missing/dir/x", stdin=b"Der Hund.\n"),
+            "output=/missing/dir/x: the folder /missing/dir does not exist")  # fmt: skip
+    refused(run("evaluate.py", f"checkpoint={best}", "split=valid", "output=/missing/y.hyp"), "/missing")
+    (tmp_path / "a.png").mkdir()
+    refused(run("scripts/plot_attention.py", f"checkpoint={best}", "text=Der Hund.", f"output={tmp_path / 'a.png'}"),
+            "is a folder")  # fmt: skip
+    refused(run("scripts/average_checkpoints.py", trained[0], "--output", "/missing/averaged.pt"), "does not exist")
+
+
+def test_evaluate_never_overwrites_its_own_inputs(trained, tmp_path):
+    (tmp_path / "my.de").write_text("Der Hund läuft.\n")
+    (tmp_path / "my.en").write_text("The dog runs.\n")
+    result = run("evaluate.py", f"checkpoint={trained[0] / 'best.pt'}", f"source={tmp_path / 'my.de'}",
+                 f"reference={tmp_path / 'my.en'}", f"output={tmp_path / 'my.en'}")  # fmt: skip
+    refused(result, "is one of this command's inputs and would be overwritten")
+    assert (tmp_path / "my.en").read_text() == "The dog runs.\n"
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [(["beam=abc"], "full_key: beam"), (["beam=0"], "beam=0: the beam size must be 1"),
+     (["split=dev"], "split='dev' is not a split")],
+)  # fmt: skip
+def test_evaluate_options_are_checked(trained, options, message):
+    refused(run("evaluate.py", f"checkpoint={trained[0] / 'best.pt'}", *options), message)
+
+
+def test_evaluate_on_empty_files_says_so(trained, tmp_path):
+    (tmp_path / "empty.de").write_text("")
+    (tmp_path / "empty.en").write_text("")
+    result = run("evaluate.py", f"checkpoint={trained[0] / 'best.pt'}", f"source={tmp_path / 'empty.de'}",
+                 f"reference={tmp_path / 'empty.en'}")  # fmt: skip
+    refused(result, "no sentences to score")
+
+
+def test_invalid_utf8_on_stdin_names_the_line(trained):
+    result = run("translate.py", f"checkpoint={trained[0] / 'best.pt'}", stdin=b"Der Hund.\nkaputt \xff\xfe\n")
+    refused(result, "standard input, line 2: not valid UTF-8")
+
+
+def test_a_nan_loss_never_reaches_a_checkpoint(tmp_path, sample_splits, sample_vocabulary):
+    torch.manual_seed(0)
+    model = BahdanauSeq2Seq(sample_vocabulary.source_size, sample_vocabulary.target_size, PAD_ID,
+                            attention=partial(AdditiveAttention, attention_size=16), embedding_size=16,
+                            hidden_size=16, encoder_layers=1, readout_size=16, dropout=0.0, cell="gru")  # fmt: skip
+    config = TrainerConfig(max_steps=4, max_minutes=0, valid_every=2, log_every=50, precision="fp32", device="cpu",
+                           progress=False, schedule="constant")  # fmt: skip
+    trainer = Trainer(model, sample_vocabulary, sample_splits.train[:100], sample_splits.valid[:4], tmp_path, config)
+    trainer.train()
+    trainer.config.max_steps = 30
+    for group in trainer.optimizer.param_groups:
+        group["lr"] = 1e30  # the next updates overflow
+    with pytest.raises(UserError, match=f"the last good checkpoint is {tmp_path / 'last.pt'}"):
+        trainer.train()
+    for name in ("best.pt", "last.pt", "previous.pt", *(p.name for p in tmp_path.glob("step*.pt"))):
+        weights = checkpoint.load(tmp_path / name)["model"]
+        assert all(torch.isfinite(w).all() for w in weights.values() if w.is_floating_point()), name
+    assert checkpoint.load(tmp_path / "last.pt")["progress"]["step"] == 4
