@@ -1,0 +1,58 @@
+"""How decoding time grows with the input: greedy and beam search over random inputs of growing length.
+
+python scripts/long_input.py [--model bahdanau] [--lengths 100,200,400,800] [--beam 5] [--threads 2]
+
+An untrained model of the default size decodes to its length limit (1.5 x input + 10 tokens), the worst case; the
+attention of each step reads the whole input, so total time grows at best as input x output. A search that copied
+its history at every step would grow a power faster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+from hydra import compose, initialize_config_dir  # noqa: E402
+
+from nmt import build  # noqa: E402
+from nmt.config import register  # noqa: E402
+from nmt.data import PAD_ID, build_vocabulary  # noqa: E402
+from nmt.sample import generate  # noqa: E402
+from nmt.search import beam_search, greedy  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="bahdanau")
+    parser.add_argument("--lengths", default="100,200,400,800", help="input lengths in subwords")
+    parser.add_argument("--beam", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    register()
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        cfg = compose("train", overrides=[f"model={args.model}"])
+    vocabulary = build_vocabulary(generate(400, 10, 10, 7).train, 200, True, "unigram", 1.0, None)
+    torch.manual_seed(0)
+    model = build.model(cfg.model, vocabulary).eval()
+    print(f"| input subwords | output tokens | greedy s | beam {args.beam} s |\n|---|---|---|---|")
+    for length in map(int, args.lengths.split(",")):
+        source = torch.randint(4, vocabulary.source_size, (1, length))
+        mask = source != PAD_ID
+        times = []
+        with torch.autocast("cpu", torch.bfloat16):
+            for beam in (1, args.beam):
+                started = time.perf_counter()
+                found = greedy(model, source, mask) if beam == 1 else beam_search(model, source, mask, beam)[0]
+                times.append(time.perf_counter() - started)
+        print(f"| {length} | {len(found[0].tokens)} | {times[0]:.2f} | {times[1]:.2f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
