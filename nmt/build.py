@@ -87,4 +87,5 @@ def model(model_config: DictConfig | dict, vocab: Vocabulary) -> torch.nn.Module
             config, source_vocab_size=vocab.source_size, target_vocab_size=vocab.target_size, pad_id=PAD_ID
         )
     except InstantiationException as error:
-        raise UserError(f"model: cannot build {config.get('_target_')}: {error}") from None
+        cause = error.__cause__ or error  # the constructor's own message, without Hydra's wrapping
+        raise UserError(f"model: cannot build {config.get('_target_')} with these options: {cause}") from None

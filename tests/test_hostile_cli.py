@@ -112,7 +112,9 @@ def test_resuming_applies_a_new_learning_rate_and_budget(trained, tmp_path):
      (["trainer.max_steps=0", "trainer.max_minutes=0"], "nothing would stop training"),
      (["trainer.valid_every=-3"], "trainer.valid_every=-3: must be at least 0"),
      (["trainer.optimizer=sgd"], "trainer.optimizer='sgd': use one of adam, adamw"),
-     (["trainer.resume=/nowhere/last.pt"], "/nowhere/last.pt: no such checkpoint")],
+     (["trainer.resume=/nowhere/last.pt"], "/nowhere/last.pt: no such checkpoint"),
+     (["model/attention=dot"], "cannot build nmt.rnn.BahdanauSeq2Seq with these options"),
+     (["model.cell=rnn"], "model.cell='rnn': use gru or lstm")],
 )  # fmt: skip
 def test_option_values_that_make_no_sense_stop_before_training(tmp_path, options, message):
     result = run("train.py", *SMALL, f"data.spm_cache={tmp_path / 'spm'}", f"hydra.run.dir={tmp_path / 'run'}",
