@@ -238,3 +238,19 @@ class TokenBatchSampler(torch.utils.data.Sampler):
 
     def __len__(self) -> int:
         return len(self.batches())
+
+
+def check_splits(sampler: TokenBatchSampler, valid_pairs: Pairs, world: int, max_len: int) -> None:
+    """Training needs a batch for every process and validation at least one pair; otherwise it could only spin."""
+    if not len(sampler.kept):
+        raise UserError(
+            f"no training pair is left: {sampler.dropped} pairs are longer than data.max_len={max_len} subwords "
+            "and the rest are empty. Raise data.max_len or check the training files."
+        )
+    if len(sampler.batches()) < world:
+        raise UserError(
+            f"the training split makes {len(sampler.batches())} batches, fewer than the {world} torchrun processes "
+            "that would share them: lower data.max_tokens or use fewer processes"
+        )
+    if not valid_pairs:
+        raise UserError("the valid split is empty: validation needs at least one pair (data.valid files)")

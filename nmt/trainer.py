@@ -26,7 +26,7 @@ from nmt import UserError, checkpoint, distributed
 from nmt.checkpoint import Progress
 from nmt.config import TrainerConfig
 from nmt.corpus import Pairs
-from nmt.data import Batch, ParallelDataset, TokenBatchSampler, Vocabulary, collate
+from nmt.data import Batch, ParallelDataset, TokenBatchSampler, Vocabulary, check_splits, collate
 from nmt.decoding import Search, check_input_lengths
 from nmt.device import device as find_device
 from nmt.device import precision as find_precision
@@ -53,22 +53,6 @@ class Features(torch.nn.Module):
 
     def forward(self, source: torch.Tensor, source_mask: torch.Tensor, target_in: torch.Tensor):
         return self.model.features(source, source_mask, target_in)
-
-
-def check_splits(sampler: TokenBatchSampler, valid_pairs: Pairs, world: int, max_len: int) -> None:
-    """Training needs a batch for every process and validation at least one pair; otherwise it could only spin."""
-    if not len(sampler.kept):
-        raise UserError(
-            f"no training pair is left: {sampler.dropped} pairs are longer than data.max_len={max_len} subwords "
-            "and the rest are empty. Raise data.max_len or check the training files."
-        )
-    if len(sampler.batches()) < world:
-        raise UserError(
-            f"the training split makes {len(sampler.batches())} batches, fewer than the {world} torchrun processes "
-            "that would share them: lower data.max_tokens or use fewer processes"
-        )
-    if not valid_pairs:
-        raise UserError("the valid split is empty: validation needs at least one pair (data.valid files)")
 
 
 class Trainer:
