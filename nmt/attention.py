@@ -97,11 +97,28 @@ class GeneralAttention(DotAttention):
         return self.key_projection(memory)  # (B, S, Q)
 
 
+class LocationAttention(Attention):
+    """Luong et al. 2015, eq. 8 'location': a_t = softmax(W_a h_t), scores from the target state alone, one per
+    source position. W_a has a row for each of the first `max_positions` positions; later ones are never attended."""
+
+    def __init__(self, query_size: int, key_size: int, max_positions: int):
+        super().__init__()
+        self.position_scores = nn.Linear(query_size, max_positions, bias=False)  # W_a
+
+    def score(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        scores = self.position_scores(query)  # (B, T, max_positions)
+        source_length = keys.shape[1]
+        if source_length <= scores.shape[-1]:
+            return scores[..., :source_length]  # (B, T, S)
+        beyond = scores.new_full((*scores.shape[:-1], source_length - scores.shape[-1]), float("-inf"))
+        return torch.cat([scores, beyond], -1)
+
+
 class LocalAttention(nn.Module):
     """Luong et al. 2015, section 3.2: attend only to the window [p_t - D, p_t + D] of the source.
 
     local-m (monotonic): p_t = t, the target position, kept inside the sentence.
-    local-p (predictive): p_t = S * sigmoid(v_p^T tanh(W_p h_t)) (eq. 9), S the source length, and the weights are
+    local-p (predictive): p_t = (S - 1) sigmoid(v_p^T tanh(W_p h_t)) (eq. 9 on 0-based positions), and the weights are
     multiplied by a Gaussian exp(-(s - p_t)^2 / (2 sigma^2)) with sigma = D / 2 (eq. 10). As in the paper, local-p
     weights then sum to less than one; local-m weights are the softmax over the window (eq. 7).
     """
@@ -120,7 +137,9 @@ class LocalAttention(nn.Module):
         """p_t for every query (B, T), in source positions."""
         lengths = mask.sum(1, keepdim=True).to(torch.float32)  # (B, 1)
         if self.predictive:
-            return lengths * torch.sigmoid(self.position(query).squeeze(-1).float())  # eq. 9, (B, T)
+            # eq. 9, p_t = S sigmoid(v_p^T tanh(W_p h_t)), with S - 1 for 0-based positions: p_t spans the first to
+            # the last word, not half a position past it
+            return (lengths - 1) * torch.sigmoid(self.position(query).squeeze(-1).float())  # (B, T)
         if query_positions is None:
             raise ValueError("local-m attention needs the target positions of its queries")
         positions = query_positions.to(torch.float32).expand(query.shape[0], query.shape[1])  # (B, T)

@@ -20,12 +20,14 @@ from nmt.model import Seq2Seq, State
 AttentionFactory = Callable[..., Attention]
 
 
-def reverse_padded(tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Reverse the real tokens of each row, leaving the padding at the end: (B, S) -> (B, S)."""
+def reverse_padded(sequence: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Reverse the real positions of each row, leaving the padding at the end: (B, S, ...) -> (B, S, ...). Its own
+    inverse, so it also brings annotations of a reversed sentence back to the original order."""
     lengths = mask.sum(1, keepdim=True)  # (B, 1)
-    positions = torch.arange(tokens.shape[1], device=tokens.device)[None, :]  # (1, S)
-    reversed_positions = torch.where(positions < lengths, lengths - 1 - positions, positions)
-    return tokens.gather(1, reversed_positions)
+    positions = torch.arange(sequence.shape[1], device=sequence.device)[None, :]  # (1, S)
+    reversed_positions = torch.where(positions < lengths, lengths - 1 - positions, positions)  # (B, S)
+    index = reversed_positions.view(*reversed_positions.shape, *[1] * (sequence.dim() - 2)).expand_as(sequence)
+    return sequence.gather(1, index)
 
 
 def uniform_init(model: nn.Module, init_range: float) -> None:
@@ -303,9 +305,12 @@ class LuongSeq2Seq(AlignmentMaps, nn.Module, Seq2Seq):
         uniform_init(self, init_range)
 
     def encode(self, source: torch.Tensor, source_mask: torch.Tensor) -> State:
-        if self.reverse_source:
-            source = reverse_padded(source, source_mask)
-        memory, (hidden, cell) = self.encoder(source, source_mask)  # (B, S, H)
+        if self.reverse_source:  # the encoder reads the sentence backwards (section 4.1, "reverse") ...
+            memory, (hidden, cell) = self.encoder(reverse_padded(source, source_mask), source_mask)
+            memory = reverse_padded(memory, source_mask)  # ... and attention sees the annotations in sentence order,
+            # so local-m's p_t = t and the heatmaps refer to source words as they are written
+        else:
+            memory, (hidden, cell) = self.encoder(source, source_mask)  # (B, S, H)
         batch = source.shape[0]
         return {
             "hidden": batch_first(hidden),  # (B, layers, H)

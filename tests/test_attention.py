@@ -4,7 +4,14 @@ import numpy as np
 import pytest
 import torch
 
-from nmt.attention import AdditiveAttention, ConcatAttention, DotAttention, GeneralAttention, LocalAttention
+from nmt.attention import (
+    AdditiveAttention,
+    ConcatAttention,
+    DotAttention,
+    GeneralAttention,
+    LocalAttention,
+    LocationAttention,
+)
 
 B, T, S, H = 3, 4, 6, 8
 
@@ -29,6 +36,8 @@ def reference_scores(module, query, memory):
                     W, U = numpy(module.query_projection.weight), numpy(module.key_projection.weight)
                     v, bias = numpy(module.energy.weight)[0], numpy(module.key_projection.bias)
                     scores[b, t, s] = v @ np.tanh(W @ q[b, t] + U @ h[b, s] + bias)
+                elif isinstance(module, LocationAttention):  # (W_a h_t)_s, the source words themselves unused
+                    scores[b, t, s] = (numpy(module.position_scores.weight) @ q[b, t])[s]
                 elif isinstance(module, GeneralAttention):  # h_t^T W_a h_s
                     scores[b, t, s] = q[b, t] @ numpy(module.key_projection.weight) @ h[b, s]
                 else:  # dot: h_t^T h_s
@@ -41,6 +50,7 @@ MODULES = {
     "concat": lambda: ConcatAttention(query_size=H, key_size=H),
     "dot": lambda: DotAttention(query_size=H, key_size=H),
     "general": lambda: GeneralAttention(query_size=H, key_size=H),
+    "location": lambda: LocationAttention(query_size=H, key_size=H, max_positions=S + 2),
 }
 
 
@@ -101,7 +111,7 @@ def test_local_attention_only_weights_inside_the_window(predictive):
     sums = weights.sum(-1)
     if predictive:  # softmax in the window times a Gaussian (Luong eq. 10): at most one
         assert (sums <= 1 + 1e-6).all() and (sums > 0).all()
-        assert ((centres >= 0) & (centres <= mask.sum(1, keepdim=True))).all()
+        assert ((centres >= 0) & (centres <= mask.sum(1, keepdim=True) - 1)).all()  # on the real words
     else:  # local-m: p_t = t, a plain softmax over the window
         torch.testing.assert_close(sums, torch.ones_like(sums))
         assert torch.equal(centres[0], torch.arange(9.0))
@@ -116,10 +126,31 @@ def test_local_p_matches_the_formula():
     mask = torch.ones(1, 10, dtype=torch.bool)
     _, weights = module(query, memory, memory, mask)
     W, v = numpy(module.position[0].weight), numpy(module.position[2].weight)[0]
-    p = 10 / (1 + np.exp(-(v @ np.tanh(W @ numpy(query)[0, 0]))))  # eq. 9
+    p = (10 - 1) / (1 + np.exp(-(v @ np.tanh(W @ numpy(query)[0, 0]))))  # eq. 9, 0-based positions
     scores = numpy(query)[0, 0] @ numpy(memory)[0].T
     inside = np.abs(np.arange(10) - p) <= window
     expected = softmax(np.where(inside, scores, -np.inf)) * np.exp(
         -((np.arange(10) - p) ** 2) / (2 * (window / 2) ** 2)
     )
     np.testing.assert_allclose(numpy(weights)[0, 0], expected, atol=1e-5)
+
+
+def test_location_attention_never_attends_past_its_positions():
+    torch.manual_seed(5)
+    module = LocationAttention(query_size=H, key_size=H, max_positions=3)
+    query, memory = torch.randn(2, 4, H), torch.randn(2, 5, H)
+    mask = torch.ones(2, 5, dtype=torch.bool)
+    _, weights = module(query, memory, memory, mask)
+    assert (weights[..., 3:] == 0).all()
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2, 4))
+
+
+def test_local_p_centres_span_exactly_the_real_words():
+    torch.manual_seed(4)
+    module = LocalAttention(DotAttention(H, H), H, window=2, predictive=True)
+    with torch.no_grad():
+        module.position[2].weight.fill_(1e4)  # sigmoid saturates at 0 or 1 depending on the sign of tanh(...)
+    query = torch.randn(1, 50, H)
+    mask = torch.arange(8)[None, :] < torch.tensor([[6]])
+    centres = module.centres(query, mask, None)
+    assert centres.min() == 0 and centres.max() == 5  # the first and the last of 6 words

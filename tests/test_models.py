@@ -121,3 +121,25 @@ def test_luong_parameters_start_uniform_in_the_papers_range_with_zero_padding(sa
     assert not model.embedding.weight[PAD_ID].any() and not model.encoder.embedding.weight[PAD_ID].any()
     default = make_model(sample_vocabulary, ["luong", "model.init_range=0"])
     assert torch.cat([p.detach().flatten() for p in default.parameters()]).abs().max() > 0.5  # N(0, 1) embeddings
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_luong_local_m_starts_at_the_first_source_words_even_with_a_reversed_source(sample_vocabulary, reverse):
+    """p_t = t on the sentence as written: the first target word attends within [0, D], whatever the encoder's
+    reading order (with a reversed source it used to attend to the last words)."""
+    model = make_model(sample_vocabulary, ["luong", "model.alignment=local_m", "model.window=2",
+                                           f"model.reverse_source={reverse}"])  # fmt: skip
+    source, mask, target = batch(sample_vocabulary.source_size, lengths=(7, 6, 5))
+    with torch.no_grad():
+        _, attention = model(source, mask, target)  # (B, T, S)
+    assert attention[:, 0, 3:].abs().sum() == 0 and (attention[:, 0, :3].sum(-1) > 0.99).all()
+
+
+def test_reversed_annotations_are_the_encoders_outputs_put_back_in_sentence_order(sample_vocabulary):
+    model = make_model(sample_vocabulary, ["luong", "model.reverse_source=true"])
+    source, mask, _ = batch(sample_vocabulary.source_size)
+    with torch.no_grad():
+        memory = model.encode(source, mask)["source_memory"]  # (B, S, H)
+        backwards, _ = model.encoder(reverse_padded(source, mask), mask)
+    for row, length in enumerate(mask.sum(1).tolist()):
+        torch.testing.assert_close(memory[row, :length], backwards[row, :length].flip(0))
