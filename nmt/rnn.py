@@ -30,13 +30,16 @@ def reverse_padded(sequence: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return sequence.gather(1, index)
 
 
-def uniform_init(model: nn.Module, init_range: float) -> None:
+def uniform_init(model: nn.Module, init_range: float, embeddings: bool = True) -> None:
     """Every parameter from U(-init_range, init_range), as Sutskever et al. (0.08) and Luong et al. (0.1) do; the
-    padding embeddings stay zero. init_range 0 keeps PyTorch's default initialisation."""
+    padding embeddings stay zero. init_range 0 keeps PyTorch's default initialisation; `embeddings=False` keeps
+    PyTorch's N(0, 1) for the embedding tables only."""
     if not init_range:
         return
+    tables = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
     for parameter in model.parameters():
-        nn.init.uniform_(parameter, -init_range, init_range)
+        if embeddings or id(parameter) not in tables:
+            nn.init.uniform_(parameter, -init_range, init_range)
     for module in model.modules():
         if isinstance(module, nn.Embedding) and module.padding_idx is not None:
             with torch.no_grad():
@@ -283,6 +286,7 @@ class LuongSeq2Seq(AlignmentMaps, nn.Module, Seq2Seq):
         window: int,
         reverse_source: bool,
         init_range: float,
+        uniform_embeddings: bool,
     ):
         super().__init__()
         if alignment not in ("global", "local_m", "local_p"):
@@ -302,7 +306,7 @@ class LuongSeq2Seq(AlignmentMaps, nn.Module, Seq2Seq):
         self.combine = nn.Linear(2 * hidden_size, hidden_size, bias=False)  # W_c
         self.dropout = Dropout(dropout)
         self.output = nn.Linear(hidden_size, target_vocab_size)  # W_s
-        uniform_init(self, init_range)
+        uniform_init(self, init_range, embeddings=uniform_embeddings)
 
     def encode(self, source: torch.Tensor, source_mask: torch.Tensor) -> State:
         if self.reverse_source:  # the encoder reads the sentence backwards (section 4.1, "reverse") ...

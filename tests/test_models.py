@@ -115,12 +115,17 @@ def test_attention_maps_are_distributions_over_the_real_source(sample_vocabulary
 
 
 def test_luong_parameters_start_uniform_in_the_papers_range_with_zero_padding(sample_vocabulary):
-    model = make_model(sample_vocabulary, ["luong", "model.init_range=0.1"])
+    model = make_model(sample_vocabulary, ["luong", "model.init_range=0.1", "model.uniform_embeddings=true"])
     values = torch.cat([p.detach().flatten() for p in model.parameters()])
     assert values.abs().max() <= 0.1 and values.abs().max() > 0.09  # uniform over the whole range, not a default
     assert not model.embedding.weight[PAD_ID].any() and not model.encoder.embedding.weight[PAD_ID].any()
     default = make_model(sample_vocabulary, ["luong", "model.init_range=0"])
     assert torch.cat([p.detach().flatten() for p in default.parameters()]).abs().max() > 0.5  # N(0, 1) embeddings
+    normal = make_model(sample_vocabulary, ["luong", "model.init_range=0.1", "model.uniform_embeddings=false"])
+    tables = [normal.embedding.weight, normal.encoder.embedding.weight]
+    assert all(0.8 < table[PAD_ID + 1 :].std() < 1.2 and not table[PAD_ID].any() for table in tables)
+    rest = [p for p in normal.parameters() if all(p is not table for table in tables)]
+    assert torch.cat([p.detach().flatten() for p in rest]).abs().max() <= 0.1
 
 
 @pytest.mark.parametrize("reverse", [False, True])
