@@ -199,6 +199,17 @@ class TranslateConfig(SearchOptions):
     attention: str | None = None  # a folder: also write each line's attention heatmap there as line<N>.png
 
 
+def flatten(tree: dict, prefix: str = "") -> dict:
+    """A resolved config as dotted keys: {'model': {'hidden_size': 512}} -> {'model.hidden_size': 512}."""
+    flat = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
 def register() -> None:
     """Put the dataclasses in Hydra's ConfigStore, where the YAML files' defaults lists find them as `/schema/...`."""
     from hydra.core.config_store import ConfigStore

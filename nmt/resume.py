@@ -13,6 +13,7 @@ import logging
 from pathlib import Path
 
 from nmt import UserError, checkpoint
+from nmt.config import flatten
 
 log = logging.getLogger(__name__)
 
@@ -80,16 +81,6 @@ def training_checkpoint(path: Path) -> dict:
             "continues from. Resume from the run's last.pt; decode this one with evaluate.py or translate.py"
         )
     return payload
-
-
-def flatten(tree: dict, prefix: str = "") -> dict:
-    flat = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            flat.update(flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
 
 
 def check_changes(saved: dict, new: dict, path: Path) -> dict[str, tuple]:

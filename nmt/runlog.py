@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 from torch.utils.tensorboard import SummaryWriter
 
+from nmt.config import flatten
 from nmt.data import BOS_ID, EOS_ID, PAD_ID, Vocabulary
 from nmt.decoding import Scores
 from nmt.device import autocast
@@ -74,23 +75,10 @@ class RunLog:
     def hparams(self, config: dict, results: dict[str, float]) -> None:
         """The model and trainer options beside the run's results, for TensorBoard's HPARAMS tab."""
         if self.writer:
-            options = flatten({"model": config.get("model", {}), "trainer": config.get("trainer", {})})
+            flat = flatten({"model": config.get("model", {}), "trainer": config.get("trainer", {})})
+            options = {k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in flat.items()}  # hparams
             self.writer.add_hparams(options, {f"hparam/{k}": v for k, v in results.items()}, run_name=".")
 
     def close(self) -> None:
         if self.writer:
             self.writer.close()
-
-
-def flatten(tree: dict, prefix: str = "") -> dict:
-    """{'model': {'hidden_size': 512}} -> {'model.hidden_size': 512}, with values TensorBoard's hparams accept."""
-    flat = {}
-    for key, value in tree.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            flat.update(flatten(value, f"{name}."))
-        elif isinstance(value, (int, float, str, bool)):
-            flat[name] = value
-        else:
-            flat[name] = str(value)
-    return flat

@@ -20,6 +20,11 @@ def make(sample_vocabulary, model_name):
     return build.model(cfg.model, sample_vocabulary).eval()
 
 
+def made(sample_vocabulary, model_name):
+    """(model, source, mask, target) for a contract check."""
+    return make(sample_vocabulary, model_name), *inputs(sample_vocabulary.source_size)
+
+
 def inputs(vocabulary_size, lengths=(6, 3), target_length=5):
     generator = torch.Generator().manual_seed(2)
     source = torch.randint(4, vocabulary_size, (len(lengths), max(lengths)), generator=generator)
@@ -38,8 +43,7 @@ def test_model_declares_the_contract(sample_vocabulary, model_name):
 
 @pytest.mark.parametrize("model_name", MODELS)
 def test_forward_is_the_output_layer_over_features(sample_vocabulary, model_name):
-    model = make(sample_vocabulary, model_name)
-    source, mask, target = inputs(sample_vocabulary.source_size)
+    model, source, mask, target = made(sample_vocabulary, model_name)
     with torch.no_grad():
         logits, attention = model(source, mask, target)
         features, feature_attention = model.features(source, mask, target)
@@ -51,8 +55,7 @@ def test_forward_is_the_output_layer_over_features(sample_vocabulary, model_name
 
 @pytest.mark.parametrize("model_name", MODELS)
 def test_decoding_state_follows_the_naming_rule(sample_vocabulary, model_name):
-    model = make(sample_vocabulary, model_name)
-    source, mask, target = inputs(sample_vocabulary.source_size)
+    model, source, mask, target = made(sample_vocabulary, model_name)
     with torch.no_grad():
         state = model.encode(source, mask)
         assert state and all(isinstance(v, torch.Tensor) and v.shape[0] == 2 for v in state.values())
@@ -70,8 +73,7 @@ def test_decoding_state_follows_the_naming_rule(sample_vocabulary, model_name):
 
 @pytest.mark.parametrize("model_name", MODELS)
 def test_attention_maps_have_the_promised_shapes(sample_vocabulary, model_name):
-    model = make(sample_vocabulary, model_name)
-    source, mask, target = inputs(sample_vocabulary.source_size)
+    model, source, mask, target = made(sample_vocabulary, model_name)
     with torch.no_grad():
         _, attention = model(source, mask, target)
         maps = model.attention_maps(source, mask, target)
