@@ -27,13 +27,13 @@ demo: install
 	$(BIN)/python train.py data=sample model=bahdanau experiment=demo
 
 # The four families, then the Luong scores and local alignments, one after another on the same data and the same
-# CPU-sized budget; then the report (multirun/compare/report.md and its figures). About 80 minutes on 2 cores.
+# CPU-sized budget; then the report (multirun/compare/report.md and its figures). About 90 minutes on 2 cores.
 COMPARE_MINUTES ?= 8
 COMPARE_ARGS = trainer.max_minutes=$(COMPARE_MINUTES) trainer.progress=false $(DATA_ARG)
 compare: install
 	$(BIN)/python train.py -m model=sutskever,bahdanau,luong,transformer \
 		hydra.sweep.dir=multirun/compare/families $(COMPARE_ARGS)
-	$(BIN)/python train.py -m model=luong model/attention=dot,concat \
+	$(BIN)/python train.py -m model=luong model/attention=dot,concat,location \
 		hydra.sweep.dir=multirun/compare/luong_scores $(COMPARE_ARGS)
 	$(BIN)/python train.py -m model=luong model.alignment=local_m,local_p \
 		hydra.sweep.dir=multirun/compare/luong_local $(COMPARE_ARGS)

@@ -75,15 +75,18 @@ class ConcatAttention(AdditiveAttention):
 
 
 class DotAttention(Attention):
-    """Luong et al. 2015, eq. 8 'dot': h_t^T h_s."""
+    """Luong et al. 2015, eq. 8 'dot': h_t^T h_s; with `scaled`, h_t^T h_s / sqrt(H), as Vaswani et al. 2017 scale it
+    (section 3.2.1) so that the softmax does not saturate while the states grow."""
 
-    def __init__(self, query_size: int, key_size: int):
+    def __init__(self, query_size: int, key_size: int, scaled: bool = False):
         super().__init__()
         if query_size != key_size:
             raise ValueError(f"dot attention needs equal query and key sizes, got {query_size} and {key_size}")
+        self.scale = 1 / math.sqrt(key_size) if scaled else 1.0
 
     def score(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-        return torch.bmm(query, keys.transpose(1, 2))  # (B, T, S)
+        scores = torch.bmm(query, keys.transpose(1, 2))  # (B, T, S)
+        return scores * self.scale if self.scale != 1.0 else scores
 
 
 class GeneralAttention(DotAttention):
@@ -91,6 +94,7 @@ class GeneralAttention(DotAttention):
 
     def __init__(self, query_size: int, key_size: int):
         nn.Module.__init__(self)
+        self.scale = 1.0
         self.key_projection = nn.Linear(key_size, query_size, bias=False)  # W_a
 
     def prepare(self, memory: torch.Tensor) -> torch.Tensor:

@@ -73,7 +73,7 @@ def check_model_config(config: DictConfig, prefix: str = "model") -> None:
             raise UserError(f"{name}={value!r}: must be a whole number of at least 1")
         elif str(key).endswith(POSITIVE_MODEL_KEYS) and value < 1:
             raise UserError(f"{name}={value}: must be at least 1")
-        elif "dropout" in str(key) and not (is_kind(value, float) and 0 <= value < 1):
+        elif "dropout" in str(key) and kind is not bool and not (is_kind(value, float) and 0 <= value < 1):
             raise UserError(f"{name}={value!r}: a dropout probability must be in [0, 1)")
         elif kind is not None and not is_kind(value, kind):
             raise UserError(f"{name}={value!r}: must be {KINDS[kind]}")

@@ -267,7 +267,9 @@ class LuongSeq2Seq(AlignmentMaps, nn.Module, Seq2Seq):
 
     c_t = sum_s a_t(s) h_s with a score from `attention` (dot, general or concat, eq. 8), global or local (section
     3.2); the attentional state h~_t = tanh(W_c [c_t; h_t]) (eq. 5) feeds the softmax (eq. 6) and, with input
-    feeding (section 3.3), the next step's input.
+    feeding (section 3.3), the next step's input. Dropout is applied where h~_t enters the softmax; the fed-back copy
+    skips it unless `feed_dropout` (a fresh mask each step on that path would be dropout on a recurrent connection,
+    which the paper's recipe, Zaremba et al. 2014, avoids).
     """
 
     def __init__(
@@ -282,6 +284,7 @@ class LuongSeq2Seq(AlignmentMaps, nn.Module, Seq2Seq):
         layers: int,
         dropout: float,
         input_feeding: bool,
+        feed_dropout: bool,
         alignment: str,
         window: int,
         reverse_source: bool,
@@ -291,7 +294,7 @@ class LuongSeq2Seq(AlignmentMaps, nn.Module, Seq2Seq):
         super().__init__()
         if alignment not in ("global", "local_m", "local_p"):
             raise ValueError(f"model.alignment={alignment!r}: use global, local_m or local_p")
-        self.input_feeding, self.reverse_source = input_feeding, reverse_source
+        self.input_feeding, self.feed_dropout, self.reverse_source = input_feeding, feed_dropout, reverse_source
         self.encoder = Encoder(source_vocab_size, pad_id, embedding_size, hidden_size, layers, dropout)
         score = attention(query_size=hidden_size, key_size=hidden_size)
         if alignment == "global":
@@ -345,15 +348,15 @@ class LuongSeq2Seq(AlignmentMaps, nn.Module, Seq2Seq):
             embedded = torch.cat([embedded, state["attentional"][:, None, :]], dim=-1)
         output, (hidden, cell) = self.decoder(embedded, (layers_first(state["hidden"]), layers_first(state["cell"])))
         attentional, weights = self.attend(output, state, state["position"][:, None])
-        attentional = self.dropout(attentional[:, 0])  # (B, H)
+        dropped = self.dropout(attentional[:, 0])  # (B, H)
         new_state = {
             **state,
             "hidden": batch_first(hidden),
             "cell": batch_first(cell),
-            "attentional": attentional,
+            "attentional": dropped if self.feed_dropout else attentional[:, 0],
             "position": state["position"] + 1,
         }
-        return attentional, new_state, weights[:, 0]
+        return dropped, new_state, weights[:, 0]
 
     def features(self, source: torch.Tensor, source_mask: torch.Tensor, target_in: torch.Tensor):
         state = self.encode(source, source_mask)

@@ -3,17 +3,26 @@
 It is small enough to train on in a couple of minutes and rich enough to need real translation: gender and case on
 articles and adjectives, plural nouns with numbers, verbs that agree with their subject, separable verbs whose
 particle goes to the end of a German main clause, subordinate clauses with the verb at the end, and a fronted time
-adverb that moves the German verb before its subject. The alignment plots of a trained attention model show these
-reorderings. The same seed always gives the same corpus.
+adverb that moves the German verb before its subject. The same seed always gives the same corpus.
 
-`python -m nmt.sample FOLDER` writes it out as plain parallel files.
+The grammar knows which German word each English word translates, so every pair comes with its gold word alignment
+(`nmt.alignment.Gold`): sure links between a word and its translation, possible links where a word has no
+counterpart of its own (the German separable particle and the English verb, the article folded into "im" and "the").
+Options make sentences longer (clauses, adjectives, prepositional phrases) and switch the reorderings on and off;
+`python -m nmt.sample FOLDER` writes the corpus as plain parallel files with `.align` files of gold links in Pharaoh
+format (0-based word indices), e.g. a long-sentence test set:
+
+    python -m nmt.sample data/long --clauses 8 --phrases 2 --min-words 30 --max-words 80 --sizes 0 0 500
 """
 
 from __future__ import annotations
 
+import argparse
 import random
-import sys
+from dataclasses import dataclass, field
+from pathlib import Path
 
+from nmt.alignment import Gold, format_links
 from nmt.corpus import Splits, copy_corpus
 
 # (German singular, German plural, gender, English singular, English plural)
@@ -69,7 +78,8 @@ INTRANSITIVE = [
     ("singt", "singen", "sings", "sing"),
     ("wartet", "warten", "waits", "wait"),
 ]
-# Separable verbs: (particle, 3rd singular stem, plural stem, English singular, English plural, objects they take)
+# Separable verbs: (particle, 3rd singular stem, plural stem, English singular, English plural, objects they take).
+# A two-word English verb (picks up) has its own particle, which the German particle translates.
 SEPARABLE = [
     ("auf", "macht", "machen", "opens", "open", ("Tür", "Tasche", "Buch")),
     ("an", "ruft", "rufen", "calls", "call", None),
@@ -78,6 +88,7 @@ SEPARABLE = [
 ]
 CONJUNCTIONS = [("weil", "because"), ("während", "while"), ("wenn", "when"), ("obwohl", "although")]
 TIMES = [("heute", "today"), ("morgen", "tomorrow"), ("jetzt", "now"), ("oft", "often")]
+COMPANIONS = [("mit", "with"), ("ohne", "without"), ("neben", "next to")]  # + dative (ohne takes the accusative)
 
 DEFINITE = {
     "nom": {"m": "der", "f": "die", "n": "das"},
@@ -106,127 +117,282 @@ def inflect(stem: str, ending: str) -> str:
     return stem + ending[1:] if stem.endswith("e") else stem + ending
 
 
-class Grammar:
-    def __init__(self, rng: random.Random):
-        self.rng = rng
+class Word:
+    """One word of one side of a sentence; links refer to words by identity, so they survive any reordering."""
 
-    def noun_phrase(self, nouns: list, case: str, plural: bool | None = None) -> tuple[str, str, bool]:
-        """A German and an English noun phrase and whether it is plural."""
+    __slots__ = ("text",)
+
+    def __init__(self, text: str):
+        self.text = text
+
+
+@dataclass
+class Phrase:
+    """German and English words (each side in its own order) and the links between them (German, English, sure)."""
+
+    de: list[Word] = field(default_factory=list)
+    en: list[Word] = field(default_factory=list)
+    links: list[tuple[Word, Word, bool]] = field(default_factory=list)
+
+    def __add__(self, other: Phrase) -> Phrase:
+        return Phrase(self.de + other.de, self.en + other.en, self.links + other.links)
+
+    def __bool__(self) -> bool:
+        return bool(self.de or self.en)
+
+
+def words(de: str, en: str) -> Phrase:
+    """A translation pair: a one-word German side is linked surely to the first English word and possibly to the
+    rest (sucht: looks for); words of equal count are linked one to one."""
+    de_words, en_words = [Word(w) for w in de.split()], [Word(w) for w in en.split()]
+    if len(de_words) == len(en_words):
+        links = [(d, e, True) for d, e in zip(de_words, en_words)]
+    else:
+        links = [(d, e, k == 0) for d in de_words for k, e in enumerate(en_words)]
+    return Phrase(de_words, en_words, links)
+
+
+def join(*phrases: Phrase) -> Phrase:
+    result = Phrase()
+    for phrase in phrases:
+        result = result + phrase
+    return result
+
+
+@dataclass
+class GrammarOptions:
+    """How long the sentences are and which reorderings they have; the defaults give the sample corpus."""
+
+    clauses: int = 2  # at most this many clauses (a main clause and subordinate ones)
+    adjectives: float = 0.4  # probability that a noun phrase has an adjective
+    phrases: int = 0  # at most this many extra prepositional phrases per clause (mit dem Hund, im Garten)
+    fronted: bool = True  # a fronted time adverb puts the German verb before its subject
+    subordinate: bool = True  # subordinate clauses with the German verb at the end
+    separable: bool = True  # separable verbs with the particle at the end of a German main clause
+    min_words: int = 0  # keep only sentences of at least this many German words
+    max_words: int = 0  # and at most this many (0: no limit)
+
+
+class Grammar:
+    def __init__(self, rng: random.Random, options: GrammarOptions | None = None):
+        self.rng, self.options = rng, options or GrammarOptions()
+
+    def noun_phrase(self, nouns: list, case: str, plural: bool | None = None) -> tuple[Phrase, bool]:
+        """A German and English noun phrase and whether it is plural."""
         rng = self.rng
         de_sg, de_pl, gender, en_sg, en_pl = rng.choice(nouns)
         plural = rng.random() < 0.25 if plural is None else plural
-        adjective = rng.choice(ADJECTIVES) if rng.random() < 0.4 else None
+        adjective = rng.choice(ADJECTIVES) if rng.random() < self.options.adjectives else None
         if plural:
             number = rng.choice(NUMBERS) if rng.random() < 0.6 else None
             article = "definite" if number is None else "none"
-            de, en = ([number[0]] if number else ["die"]), ([number[1]] if number else ["the"])
+            determiner = number if number else ("den" if case == "dat" else "die", "the")
             noun_de, noun_en = de_pl, en_pl
             if case == "dat" and not noun_de.endswith(("n", "s")):
                 noun_de += "n"  # dative plural: den Männern
-            if case == "dat" and not number:
-                de = ["den"]
         else:
             article = rng.choice(["definite", "indefinite"])
             table = DEFINITE if article == "definite" else INDEFINITE
-            de, en = [table[case][gender]], ["the" if article == "definite" else "a"]
+            determiner = (table[case][gender], "the" if article == "definite" else "a")
             noun_de, noun_en = de_sg, en_sg
             if noun_de == "Junge" and case != "nom":
                 noun_de = "Jungen"  # a weak noun: den Jungen, dem Jungen
+            if determiner[1] == "a" and (adjective[1] if adjective else noun_en)[0] in "aeiou":
+                determiner = (determiner[0], "an")
+        parts = [words(*determiner)]
         if adjective:
-            de.append(inflect(adjective[0], adjective_ending(article, case, gender, plural)))
-            en.append(adjective[1])
-        de.append(noun_de)
-        en.append(noun_en)
-        if en[0] == "a" and en[1][0] in "aeiou":
-            en[0] = "an"
-        return " ".join(de), " ".join(en), plural
+            parts.append(words(inflect(adjective[0], adjective_ending(article, case, gender, plural)), adjective[1]))
+        parts.append(words(noun_de, noun_en))
+        return join(*parts), plural
 
-    def place(self) -> tuple[str, str]:
+    def place(self) -> Phrase:
+        """in + a place: im Park (in dem: 'im' is 'in' and possibly 'the'), in der Küche."""
         de_noun, gender, en_noun = self.rng.choice(PLACES)
-        contraction = {"m": "im", "n": "im", "f": "in der"}[gender]
-        return f"{contraction} {de_noun}", f"in the {en_noun}"
+        if gender == "f":
+            return join(words("in der", "in the"), words(de_noun, en_noun))
+        contraction, preposition, article = Word("im"), Word("in"), Word("the")
+        contracted = Phrase([contraction], [preposition, article], [(contraction, preposition, True),
+                                                                   (contraction, article, False)])  # fmt: skip
+        return contracted + words(de_noun, en_noun)
 
-    def clause(self) -> dict:
-        """The parts of one clause; `main` and `subordinate` put them in German order."""
+    def companion(self) -> Phrase:
+        """A prepositional phrase with a person: mit dem Hund, ohne die Frau, neben einem Kind."""
+        preposition = self.rng.choice(COMPANIONS)
+        noun_phrase, _ = self.noun_phrase(PEOPLE, "acc" if preposition[0] == "ohne" else "dat")
+        return words(*preposition) + noun_phrase
+
+    def clause(self) -> dict[str, Phrase]:
+        """The parts of one clause; `main`, `subordinate` and `english` put them in each language's order."""
         rng = self.rng
-        subject_de, subject_en, plural = self.noun_phrase(PEOPLE, "nom")
-        kind = rng.choice(["transitive", "transitive", "intransitive", "separable"])
-        parts = {"subject": (subject_de, subject_en), "object": ("", ""), "particle": "", "place": ("", "")}
+        subject, plural = self.noun_phrase(PEOPLE, "nom")
+        kinds = ["transitive", "transitive", "intransitive"] + (["separable"] if self.options.separable else [])
+        kind = rng.choice(kinds)
+        parts = {"subject": subject, "object": Phrase(), "particle": Phrase(), "place": Phrase()}
         if kind == "intransitive":
             verb = rng.choice(INTRANSITIVE)
-            parts["verb"] = (verb[1] if plural else verb[0], verb[3] if plural else verb[2])
+            parts["verb"] = words(verb[1] if plural else verb[0], verb[3] if plural else verb[2])
             if rng.random() < 0.5:
                 parts["place"] = self.place()
         elif kind == "transitive":
             verb = rng.choice(TRANSITIVE)
-            parts["verb"] = (verb[1] if plural else verb[0], verb[3] if plural else verb[2])
-            parts["object"] = self.noun_phrase(THINGS, "acc")[:2]
+            parts["verb"] = words(verb[1] if plural else verb[0], verb[3] if plural else verb[2])
+            parts["object"] = self.noun_phrase(THINGS, "acc")[0]
         else:
             particle, singular, plural_stem, en_singular, en_plural, objects = rng.choice(SEPARABLE)
-            parts["verb"] = (plural_stem if plural else singular, en_plural if plural else en_singular)
-            parts["particle"] = particle
+            parts["verb"], parts["particle"], parts["joined"] = separable_verb(
+                particle, plural_stem if plural else singular, en_plural if plural else en_singular
+            )
             pool = [n for n in THINGS if n[0] in objects] if objects else PEOPLE
-            parts["object"] = self.noun_phrase(pool, "acc")[:2]
+            parts["object"] = self.noun_phrase(pool, "acc")[0]
+        for _ in range(self.options.phrases):  # drawn only when asked for, so the default corpus stays the same
+            if rng.random() < 0.5:
+                parts["place"] = parts["place"] + (self.place() if rng.random() < 0.5 else self.companion())
         return parts
 
-    @staticmethod
-    def english(parts: dict) -> str:
-        words = [parts["subject"][1], parts["verb"][1], parts["object"][1], parts["place"][1]]
-        return " ".join(w for w in words if w)
-
-    @staticmethod
-    def main(parts: dict) -> str:
-        """Verb second; a separable verb's particle goes to the end."""
-        words = [parts["subject"][0], parts["verb"][0], parts["object"][0], parts["place"][0], parts["particle"]]
-        return " ".join(w for w in words if w)
-
-    @staticmethod
-    def subordinate(parts: dict) -> str:
-        """Verb last, with a separable verb joined to its particle (weil der Mann die Frau anruft)."""
-        verb = parts["particle"] + parts["verb"][0]
-        words = [parts["subject"][0], parts["object"][0], parts["place"][0], verb]
-        return " ".join(w for w in words if w)
-
-    def sentence(self) -> tuple[str, str]:
+    def sentence(self) -> tuple[str, str, Gold]:
+        """A German sentence, its English translation and their gold word alignment."""
         rng = self.rng
         first = self.clause()
         roll = rng.random()
-        if roll < 0.35:
-            de, en = self.main(first), self.english(first)
-        elif roll < 0.55:
-            # A fronted time adverb: the German verb comes before the subject (V2), the English order stays.
-            time_de, time_en = rng.choice(TIMES)
-            words = [
-                time_de.capitalize(),
-                first["verb"][0],
-                first["subject"][0],
-                first["object"][0],
-                first["place"][0],
-                first["particle"],
-            ]
-            de = " ".join(w for w in words if w)
-            en = f"{time_en} {self.english(first)}"
-        else:
+        if 0.35 <= roll < 0.55 and self.options.fronted:
+            return fronted(words(*rng.choice(TIMES)), first)
+        if roll < 0.55 or not self.options.subordinate:
+            return render(main_clause(first), english(first), links(first))
+        count = rng.randint(1, self.options.clauses - 1) if self.options.clauses > 2 else 1
+        subordinates = []
+        for _ in range(count):
             second = self.clause()
-            conjunction_de, conjunction_en = rng.choice(CONJUNCTIONS)
-            de = f"{self.main(first)}, {conjunction_de} {self.subordinate(second)}"
-            en = f"{self.english(first)} {conjunction_en} {self.english(second)}"
-        return de[0].upper() + de[1:] + ".", en[0].upper() + en[1:] + "."
+            subordinates.append((words(*rng.choice(CONJUNCTIONS)), second))
+        return complex_sentence(first, subordinates)
+
+
+Clause = dict[str, Phrase]  # subject, verb, object, place, particle; `joined` for a separable verb
+
+
+def make_clause(subject: Phrase, verb: Phrase, object: Phrase | None = None, place: Phrase | None = None,
+           particle: Phrase | None = None, joined: Phrase | None = None) -> Clause:  # fmt: skip
+    parts = {"subject": subject, "verb": verb, "object": object or Phrase(), "place": place or Phrase(),
+             "particle": particle or Phrase()}  # fmt: skip
+    return parts | ({"joined": joined} if joined else {})
+
+
+def english(parts: Clause) -> list[Word]:
+    return [w for key in ("subject", "verb", "object", "place") for w in parts[key].en]
+
+
+def main_clause(parts: Clause) -> list[Word]:
+    """Verb second; a separable verb's particle goes to the end."""
+    return [w for key in ("subject", "verb", "object", "place", "particle") for w in parts[key].de]
+
+
+def subordinate_clause(parts: Clause) -> list[Word]:
+    """Verb last, with a separable verb joined to its particle (weil der Mann die Frau anruft)."""
+    verb = parts.get("joined", parts["verb"])
+    return [w for key in ("subject", "object", "place") for w in parts[key].de] + verb.de
+
+
+def links(*clauses: Clause) -> list[tuple[Word, Word, bool]]:
+    return [link for parts in clauses for phrase in parts.values() for link in phrase.links]
+
+
+def fronted(time: Phrase, parts: Clause) -> tuple[str, str, Gold]:
+    """A fronted time adverb: the German verb comes before the subject (V2), the English order stays."""
+    rest = [w for key in ("subject", "object", "place", "particle") for w in parts[key].de]
+    return render(time.de + parts["verb"].de + rest, time.en + english(parts), links(parts, {"time": time}))
+
+
+def complex_sentence(first: Clause, subordinates: list[tuple[Phrase, Clause]]) -> tuple[str, str, Gold]:
+    """A main clause, then subordinate clauses, each after a comma and its conjunction."""
+    de, en, clauses = main_clause(first), english(first), [first]
+    for conjunction, parts in subordinates:
+        de[-1].text += ","  # the words of a sentence are its own, so the comma can join the word it follows
+        de, en = de + conjunction.de + subordinate_clause(parts), en + conjunction.en + english(parts)
+        clauses += [parts, {"conjunction": conjunction}]
+    return render(de, en, links(*clauses))
+
+
+def separable_verb(particle: str, stem: str, english: str) -> tuple[Phrase, Phrase, Phrase]:
+    """The stem and the particle of a main clause, and the joined verb of a subordinate clause. A one-word English
+    verb is the stem's translation and possibly the particle's (ruft ... an: calls); a two-word one has its own
+    particle, the German particle's translation (holt ... ab: picks up)."""
+    stem_word, particle_word, joined_word = Word(stem), Word(particle), Word(particle + stem)
+    en = [Word(w) for w in english.split()]
+    if len(en) == 1:
+        links = [(stem_word, en[0], True), (particle_word, en[0], False)]
+    else:
+        links = [(stem_word, en[0], True), (stem_word, en[1], False), (particle_word, en[1], True),
+                 (particle_word, en[0], False)]  # fmt: skip
+    joined = Phrase([joined_word], en, [(joined_word, e, True) for e in en])
+    return Phrase([stem_word], en, links), Phrase([particle_word], [], []), joined
+
+
+def render(de: list[Word], en: list[Word], links: list[tuple[Word, Word, bool]]) -> tuple[str, str, Gold]:
+    """Sentence texts (capitalised, with a full stop on the last word) and the links as word indices."""
+    de_index = {id(w): i for i, w in enumerate(de)}
+    en_index = {id(w): j for j, w in enumerate(en)}
+    present = [(de_index[id(d)], en_index[id(e)], sure) for d, e, sure in links
+               if id(d) in de_index and id(e) in en_index]  # fmt: skip
+    gold = Gold.of([(i, j) for i, j, sure in present if sure], [(i, j) for i, j, sure in present if not sure])
+    de_text, en_text = " ".join(w.text for w in de) + ".", " ".join(w.text for w in en) + "."
+    return de_text[0].upper() + de_text[1:], en_text[0].upper() + en_text[1:], gold
+
+
+def generate_aligned(
+    train: int = 4000, valid: int = 300, test: int = 300, seed: int = 1234, options: GrammarOptions | None = None
+) -> tuple[Splits, dict[str, list[Gold]]]:
+    """A deterministic corpus of distinct sentence pairs, split into train/valid/test without overlap, and the gold
+    alignment of every pair, by split."""
+    options = options or GrammarOptions()
+    if options.clauses < 1 or options.phrases < 0 or not 0 <= options.adjectives <= 1:
+        raise ValueError("clauses must be at least 1, phrases at least 0 and adjectives a probability")
+    grammar = Grammar(random.Random(seed), options)
+    seen: dict[str, tuple[str, Gold]] = {}
+    wanted = train + valid + test
+    attempts = 0
+    while len(seen) < wanted:
+        de, en, gold = grammar.sentence()
+        length = len(de.split())
+        if length >= options.min_words and (not options.max_words or length <= options.max_words):
+            seen.setdefault(de, (en, gold))
+        attempts += 1
+        if attempts > 1000 * (wanted + 10):
+            raise ValueError(f"the grammar gives too few distinct sentences of {options.min_words} to "
+                             f"{options.max_words} words with these options")  # fmt: skip
+    items = list(seen.items())
+    bounds = {"train": (0, train), "valid": (train, train + valid), "test": (train + valid, wanted)}
+    splits = Splits(*([(de, en) for de, (en, _) in items[a:b]] for a, b in bounds.values()))
+    return splits, {name: [gold for _, (_, gold) in items[a:b]] for name, (a, b) in bounds.items()}
 
 
 def generate(train: int = 4000, valid: int = 300, test: int = 300, seed: int = 1234) -> Splits:
     """A deterministic corpus of distinct sentence pairs, split into train/valid/test without overlap."""
-    grammar = Grammar(random.Random(seed))
-    seen: dict[str, str] = {}
-    wanted = train + valid + test
-    while len(seen) < wanted:
-        de, en = grammar.sentence()
-        seen.setdefault(de, en)
-    pairs = list(seen.items())
-    return Splits(pairs[:train], pairs[train : train + valid], pairs[train + valid :])
+    return generate_aligned(train, valid, test, seed)[0]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m nmt.sample", description=__doc__.split("\n\n")[0])
+    parser.add_argument("folder", type=Path)
+    parser.add_argument("--sizes", type=int, nargs=3, default=[4000, 300, 300], metavar=("TRAIN", "VALID", "TEST"))
+    parser.add_argument("--seed", type=int, default=1234)
+    defaults = GrammarOptions()
+    for name, value in vars(defaults).items():
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=value)
+        else:
+            parser.add_argument(flag, type=type(value), default=value)
+    args = parser.parse_args(argv)
+    options = GrammarOptions(**{name: getattr(args, name) for name in vars(defaults)})
+    try:
+        splits, gold = generate_aligned(*args.sizes, seed=args.seed, options=options)
+    except ValueError as error:
+        parser.error(str(error))
+    copy_corpus(args.folder, splits, "de", "en")
+    for name, links in gold.items():
+        text = "".join(format_links(g.sure, g.possible) + "\n" for g in links)
+        Path(args.folder, f"{name}.align").write_text(text, encoding="utf-8")
+    print(f"wrote {', '.join(f'{len(v)} {k}' for k, v in gold.items())} pairs with gold alignments to {args.folder}")
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: python -m nmt.sample FOLDER")
-    copy_corpus(sys.argv[1], generate(), "de", "en")
+    main()

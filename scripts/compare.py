@@ -67,6 +67,8 @@ def describe(run: Path, test_cache: dict, beam: int) -> dict:
     if "attention" in model:
         name += f" ({model['attention']['_target_'].rsplit('.', 1)[-1].replace('Attention', '').lower()}"
         name += f", {model['alignment']})" if "alignment" in model else ")"
+    if model.get("attention", {}).get("scaled"):
+        name = name.replace("(dot", "(scaled dot")
     if model.get("input_feeding") is False:
         name = name[:-1] + ", no feeding)"
     sources = [s for s, _ in pairs]

@@ -40,8 +40,8 @@ def reference_scores(module, query, memory):
                     scores[b, t, s] = (numpy(module.position_scores.weight) @ q[b, t])[s]
                 elif isinstance(module, GeneralAttention):  # h_t^T W_a h_s
                     scores[b, t, s] = q[b, t] @ numpy(module.key_projection.weight) @ h[b, s]
-                else:  # dot: h_t^T h_s
-                    scores[b, t, s] = q[b, t] @ h[b, s]
+                else:  # dot: h_t^T h_s, or h_t^T h_s / sqrt(H) when scaled
+                    scores[b, t, s] = q[b, t] @ h[b, s] / (np.sqrt(h.shape[-1]) if module.scale != 1 else 1)
     return scores
 
 
@@ -49,6 +49,7 @@ MODULES = {
     "additive": lambda: AdditiveAttention(query_size=H, key_size=H, attention_size=5),
     "concat": lambda: ConcatAttention(query_size=H, key_size=H),
     "dot": lambda: DotAttention(query_size=H, key_size=H),
+    "dot_scaled": lambda: DotAttention(query_size=H, key_size=H, scaled=True),
     "general": lambda: GeneralAttention(query_size=H, key_size=H),
     "location": lambda: LocationAttention(query_size=H, key_size=H, max_positions=S + 2),
 }

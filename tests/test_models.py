@@ -10,12 +10,15 @@ from nmt import build
 from nmt.data import BOS_ID, PAD_ID
 from nmt.rnn import reverse_padded
 
+LUONG_SCORES = [a for a in ATTENTIONS if a != "additive"]  # dot, general, concat, location
 VARIANTS = (
     [[m] for m in MODELS]
     + [
         ["luong", f"model/attention={a}", f"model.alignment={k}", f"model.input_feeding={f}"]
-        for a, k, f in itertools.product(["dot", "general", "concat"], ["global", "local_m", "local_p"], [True, False])
+        for a, k, f in itertools.product(LUONG_SCORES, ["global", "local_m", "local_p"], [True, False])
     ]
+    + [["luong", f"model.reverse_source={r}", "model.alignment=local_m"] for r in [True, False]]
+    + [["luong", "model/attention=dot", "model.attention.scaled=true"]]
     + [["bahdanau", "model.cell=lstm"], ["sutskever", "model.reverse_source=false"]]
 )
 
@@ -148,3 +151,22 @@ def test_reversed_annotations_are_the_encoders_outputs_put_back_in_sentence_orde
         backwards, _ = model.encoder(reverse_padded(source, mask), mask)
     for row, length in enumerate(mask.sum(1).tolist()):
         torch.testing.assert_close(memory[row, :length], backwards[row, :length].flip(0))
+
+
+@pytest.mark.parametrize("feed_dropout", [False, True])
+def test_input_feeding_feeds_back_the_attentional_vector_before_dropout_unless_asked(sample_vocabulary, feed_dropout):
+    """The output layer reads the dropped-out h~_t; the next step reads h~_t itself (model.feed_dropout=false), so no
+    fresh dropout mask sits on the recurrent path, or the same dropped-out vector (true)."""
+    model = make_model(sample_vocabulary, ["luong", "model.dropout=0.5", f"model.feed_dropout={feed_dropout}"]).train()
+    source, mask, target = batch(sample_vocabulary.source_size)
+    torch.manual_seed(3)
+    with torch.no_grad():
+        dropped, state, _ = model.step(target[:, 0], model.encode(source, mask))
+    fed = state["attentional"]  # (B, H)
+    assert (dropped == 0).any()
+    if feed_dropout:
+        torch.testing.assert_close(fed, dropped)
+    else:
+        assert (fed != 0).all()
+        kept = dropped != 0
+        torch.testing.assert_close(dropped[kept], fed[kept] * 2)
