@@ -91,7 +91,8 @@ class AlignmentScores:
     sentences: int
 
     def __str__(self) -> str:
-        return f"AER {self.aer:.3f} (precision {self.precision:.3f}, recall {self.recall:.3f}, {self.sentences} sentences)"
+        counts = f"precision {self.precision:.3f}, recall {self.recall:.3f}, {self.sentences} sentences"
+        return f"AER {self.aer:.3f} ({counts})"
 
 
 def alignment_error(predicted: list[set[Link]], gold: list[Gold]) -> AlignmentScores:

@@ -209,8 +209,8 @@ class GoldAttention(torch.nn.Module):
             source_words = piece_words(vocabulary.source.encode(source, out_type=str))
             matrix = torch.zeros(len(target_pieces) + 1, len(source_pieces))
             for t, j in enumerate(piece_words(target_pieces)):
-                sure = sorted(i for i, jj in links_.sure if jj == j) or sorted(i for i, jj in links_.possible if jj == j)
-                columns = [s for s, w in enumerate(source_words) if w == sure[0]]
+                linked = sorted(i for i, k in links_.sure if k == j) or sorted(i for i, k in links_.possible if k == j)
+                columns = [s for s, w in enumerate(source_words) if w == linked[0]]
                 matrix[t, columns] = 1 / len(columns)
             matrix[-1, -1] = 1  # eos
             self.rows[tuple(source_pieces)] = matrix
