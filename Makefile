@@ -1,4 +1,4 @@
-# make install | train | demo | compare | bench | test | tensorboard | lint
+# make install | train | demo | compare | lab | bench | test | tensorboard | lint
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -7,7 +7,7 @@ TORCH ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo torch || echo tor
 DATA_DIR ?=
 DATA_ARG := $(if $(DATA_DIR),data.dir=$(abspath $(DATA_DIR)),)
 
-.PHONY: install train demo compare bench test tensorboard lint
+.PHONY: install train demo compare lab bench test tensorboard lint
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,11 @@ compare: install
 	$(BIN)/python train.py -m model=luong model.alignment=local_m,local_p \
 		hydra.sweep.dir=multirun/compare/luong_local $(COMPARE_ARGS)
 	$(BIN)/python scripts/compare.py multirun/compare
+
+# The alignment lab: the four families and the Luong variants on the sample grammar; AER against its gold alignments
+# and BLEU by sentence length up to 80 words (multirun/lab/report.md and its figures). About 30 minutes on 2 cores.
+lab: install
+	$(BIN)/python scripts/lab.py --output multirun/lab
 
 # Training tokens/s, peak memory and decoding sentences/s of each model (bench/benchmark.md); decodes with the
 # checkpoints in outputs/runs/<model>/best.pt when they exist.

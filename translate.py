@@ -26,6 +26,8 @@ def main(cfg: DictConfig) -> None:
             precision=cfg.precision,
             max_tokens=cfg.max_tokens,
             max_input_len=cfg.max_input_len,
+            alignments=cfg.alignments,
+            alignment_map=cfg.alignment_map,
             attention=cfg.attention,
         )
     except (UserError, OmegaConfBaseException) as error:

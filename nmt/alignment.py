@@ -20,7 +20,8 @@ import numpy as np
 import torch
 
 from nmt import UserError
-from nmt.data import BOS_ID, PAD_ID, Vocabulary
+from nmt.data import BOS_ID, EOS_ID, PAD_ID, Vocabulary
+from nmt.device import autocast
 
 Link = tuple[int, int]  # (source word, target word)
 LINK = re.compile(r"^(\d+)([-?p])(\d+)$")
@@ -70,7 +71,7 @@ def read_gold(path: str | Path, pairs: list[tuple[str, str]] | None = None) -> l
     if pairs is None:
         return gold
     if len(gold) != len(pairs):
-        raise UserError(f"{path}: {len(gold)} lines of links for {len(pairs)} sentence pairs; one line per pair")
+        raise UserError(f"{path}: {len(gold)} lines of links, {len(pairs)} sentence pairs: write one line per pair")
     for number, (links, (source, target)) in enumerate(zip(gold, pairs), 1):
         sizes = len(source.split()), len(target.split())
         for i, j in links.possible:
@@ -143,45 +144,132 @@ def alignment_maps(model: torch.nn.Module, device: torch.device) -> list[str]:
     """The names of the model's attention maps whose rows are target positions and columns source positions: the
     RNNs' one alignment, the Transformer's encoder-decoder attention of each layer; empty without attention."""
     source = torch.full((1, 1), BOS_ID, device=device)
-    names = model.attention_maps(source, source != PAD_ID, source)
+    with torch.no_grad():
+        names = model.attention_maps(source, source != PAD_ID, source)
     return [name for name in names if name == "alignment" or name.startswith("cross_layer_")]
 
 
+Key = tuple[str, bool]  # (attention map, shifted)
+
+
+def key_name(key: Key) -> str:
+    return key[0] + ("_shifted" if key[1] else "")
+
+
 @torch.no_grad()
-def attention_links(
+def word_attention(
     model: torch.nn.Module,
     vocabulary: Vocabulary,
     pairs: list[tuple[str, str]],
     device: torch.device,
+    dtype: torch.dtype,
     maps: list[str],
     shifts: tuple[bool, ...] = (False,),
     batch_size: int = 64,
-) -> dict[tuple[str, bool], list[set[Link]]]:
-    """Links from force-decoding each reference: for every map and shift, one link set per pair.
+) -> dict[Key, list[np.ndarray | None]]:
+    """Attention between words (target words, source words) from force-decoding each reference, for every map and
+    shift; None for a pair with an empty side.
 
     Row t of a map is the query that predicts target piece t (shift=False). With shift=True a piece's row is the
     next one, where the piece is the decoder's input: the Transformer's attention often aligns better there.
     """
-    results: dict[tuple[str, bool], list[set[Link]]] = {(name, shift): [] for name in maps for shift in shifts}
+    model.eval()
+    results: dict[Key, list[np.ndarray | None]] = {(name, shift): [] for name in maps for shift in shifts}
     for start in range(0, len(pairs), batch_size):
         chunk = pairs[start : start + batch_size]
-        sources = vocabulary.source.encode([s for s, _ in chunk], out_type=str)
-        targets = vocabulary.target.encode([t for _, t in chunk], out_type=str)
-        source_ids = pad([[vocabulary.source.piece_to_id(p) for p in pieces] for pieces in sources], device)
-        target_in = pad([[BOS_ID, *(vocabulary.target.piece_to_id(p) for p in pieces)] for pieces in targets], device)
-        weights = model.attention_maps(source_ids, source_ids != PAD_ID, target_in)
+        source_texts, target_texts = [s for s, _ in chunk], [t for _, t in chunk]
+        sources = vocabulary.source.encode(source_texts, out_type=str)  # pieces keep their word-start marks ...
+        targets = vocabulary.target.encode(target_texts, out_type=str)
+        # ... the ids are what the model reads; an empty line reads as eos, as in training, and gets no links
+        source_ids = pad([ids or [EOS_ID] for ids in vocabulary.encode_source(source_texts)], device)
+        target_in = pad([[BOS_ID, *ids] for ids in vocabulary.encode_target(target_texts)], device)
+        with autocast(device, dtype):
+            weights = model.attention_maps(source_ids, source_ids != PAD_ID, target_in)
         for name in maps:
             batch_weights = weights[name][:, 0].float().cpu().numpy()  # (B, T, S)
             for row, (source_pieces, target_pieces) in enumerate(zip(sources, targets)):
                 for shift in shifts:
                     if not source_pieces or not target_pieces:
-                        results[(name, shift)].append(set())
+                        results[(name, shift)].append(None)
                         continue
                     first = 1 if shift else 0  # target_in is bos + n pieces: rows 0..n-1 predict them, 1..n read them
                     rows = batch_weights[row, first : first + len(target_pieces), : len(source_pieces)]
                     words = word_weights(rows, piece_words(source_pieces), piece_words(target_pieces))
-                    results[(name, shift)].append(argmax_links(words))
+                    results[(name, shift)].append(words)
     return results
+
+
+def links_of(matrices: list[np.ndarray | None]) -> list[set[Link]]:
+    return [argmax_links(m) if m is not None else set() for m in matrices]
+
+
+def entropy(matrices: list[np.ndarray | None]) -> float:
+    """Mean entropy (nats) of a target word's attention over the source words: 0 when every word attends to one
+    source word, log(S) when attention is uniform."""
+    values = []
+    for m in matrices:
+        if m is not None:
+            p = m / np.maximum(m.sum(1, keepdims=True), 1e-12)
+            values.extend(-(p * np.log(np.maximum(p, 1e-12))).sum(1))
+    return float(np.mean(values)) if values else 0.0
+
+
+def diagonality(matrices: list[np.ndarray | None]) -> float:
+    """Mean over sentences of the correlation between a target word's position and the source position it attends
+    to on average (sum_i a_ji i): 1 for a monotonic alignment, about 0 for attention that ignores word order."""
+    values = []
+    for m in matrices:
+        if m is not None and m.shape[0] > 1 and m.shape[1] > 1:
+            p = m / np.maximum(m.sum(1, keepdims=True), 1e-12)
+            expected = p @ np.arange(m.shape[1])
+            if expected.std() > 1e-9:
+                values.append(np.corrcoef(np.arange(m.shape[0]), expected)[0, 1])
+    return float(np.mean(values)) if values else 0.0
+
+
+def attention_report(
+    model: torch.nn.Module, vocabulary: Vocabulary, pairs: list[tuple[str, str]], device: torch.device,
+    dtype: torch.dtype, gold: list[Gold] | None = None, shifts: tuple[bool, ...] | None = None,
+) -> dict[str, dict[str, float]]:  # fmt: skip
+    """{map name: {entropy, diagonality[, aer, precision, recall]}} for each alignment map of the model (the
+    Transformer's also shifted), from force-decoding the references; empty for a model without attention."""
+    maps = alignment_maps(model, device)
+    if shifts is None:
+        shifts = (False, True) if any(name.startswith("cross_layer_") for name in maps) else (False,)
+    matrices = word_attention(model, vocabulary, pairs, device, dtype, maps, shifts)
+    report = {}
+    for key, values in matrices.items():
+        figures = {"entropy": entropy(values), "diagonality": diagonality(values)}
+        if gold is not None:
+            scores = alignment_error(links_of(values), gold)
+            figures.update(aer=scores.aer, precision=scores.precision, recall=scores.recall)
+        report[key_name(key)] = figures
+    return report
+
+
+def choose_map(available: list[str], requested: str | None, valid_report: dict | None = None) -> str:
+    """The attention map that gives alignments: the one asked for, else the one with the lowest valid AER when a
+    valid report with AER is given, else the RNNs' `alignment` or the Transformer's last layer."""
+    if requested:
+        if requested not in available:
+            raise UserError(f"alignment_map={requested!r}: this model has {', '.join(available)}")
+        return requested
+    if valid_report and all("aer" in figures for figures in valid_report.values()):
+        return min(valid_report, key=lambda name: valid_report[name]["aer"])
+    unshifted = [name for name in available if not name.endswith("_shifted")]
+    return max(unshifted, key=lambda name: (len(name), name))  # alignment, or cross_layer_N with the largest N
+
+
+def map_names(model: torch.nn.Module, device: torch.device) -> list[str]:
+    """Every name `attention_report` gives for this model: its maps, and the Transformer's shifted ones too."""
+    maps = alignment_maps(model, device)
+    if any(name.startswith("cross_layer_") for name in maps):
+        return maps + [key_name((name, True)) for name in maps]
+    return maps
+
+
+def parse_key(name: str) -> Key:
+    return (name[: -len("_shifted")], True) if name.endswith("_shifted") else (name, False)
 
 
 def pad(rows: list[list[int]], device: torch.device) -> torch.Tensor:

@@ -14,10 +14,10 @@ from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from nmt import UserError
-from nmt.config import DataConfig
+from nmt.config import DataConfig, GrammarOptions
 from nmt.corpus import Splits, load_files, load_multi30k
 from nmt.data import PAD_ID, Vocabulary, build_vocabulary
-from nmt.sample import generate
+from nmt.sample import generate_aligned
 
 CORPORA = ("multi30k", "sample", "files")
 
@@ -30,7 +30,9 @@ def load_corpus(data: DataConfig | DictConfig) -> Splits:
     if data.corpus == "sample":
         if (data.src_lang, data.tgt_lang) != ("de", "en"):
             raise UserError(f"data.src_lang/tgt_lang={data.src_lang}/{data.tgt_lang}: the sample corpus is de -> en")
-        return generate(data.sizes.train, data.sizes.valid, data.sizes.test, data.sample_seed)
+        grammar = data.get("grammar") if isinstance(data, DictConfig) else data.grammar  # older runs have none
+        grammar = grammar if isinstance(grammar, GrammarOptions) else GrammarOptions(**(grammar or {}))
+        return generate_aligned(data.sizes.train, data.sizes.valid, data.sizes.test, data.sample_seed, grammar)[0]
     if data.corpus == "files":
         return load_files(data.train, data.valid, data.test)
     raise UserError(f"data.corpus={data.corpus!r}: use one of {', '.join(CORPORA)}")

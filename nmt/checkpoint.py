@@ -11,6 +11,33 @@ from pathlib import Path
 import torch
 
 from nmt import UserError
+from nmt.config import GrammarOptions
+
+# Options added after checkpoints had been written without them, with the value that keeps such a checkpoint's
+# behaviour (the code's behaviour before the option existed). Loading fills them in, so an older run still decodes,
+# and resuming it with today's different defaults is refused by name instead of silently changing the model.
+ADDED_OPTIONS = {
+    "nmt.rnn.LuongSeq2Seq": {"uniform_embeddings": True, "feed_dropout": True},
+    "nmt.attention.DotAttention": {"scaled": False},
+}
+
+
+def upgrade(config: dict) -> dict:
+    """A checkpoint's config with the options added since it was written (`ADDED_OPTIONS`, the sample grammar's
+    options) filled in with the values it was trained with."""
+
+    def fill(node) -> None:
+        if isinstance(node, dict):
+            for key, value in ADDED_OPTIONS.get(node.get("_target_"), {}).items():
+                node.setdefault(key, value)
+            for value in node.values():
+                fill(value)
+
+    fill(config.get("model"))
+    data = config.get("data")
+    if isinstance(data, dict) and data.get("corpus") == "sample" and "grammar" not in data:
+        data["grammar"] = asdict(GrammarOptions())  # the one grammar there was
+    return config
 
 
 def save(payload: dict, path: str | Path) -> None:
@@ -43,6 +70,7 @@ def load(path: str | Path) -> dict:
         raise UserError(f"{path}: not a readable checkpoint; the file is truncated or corrupt ({error})") from None
     if not isinstance(payload, dict) or "model" not in payload or "config" not in payload:
         raise UserError(f"{path}: not an nmt checkpoint (no model weights and config inside)")
+    upgrade(payload["config"])
     return payload
 
 

@@ -57,12 +57,36 @@ class SampleSizes:
 
 
 @dataclass
+class GrammarOptions:
+    """How long the sample grammar's sentences are and which reorderings they have; the defaults give the sample
+    corpus."""
+
+    clauses: int = 2  # at most this many clauses (a main clause and subordinate ones)
+    adjectives: float = 0.4  # probability that a noun phrase has an adjective
+    phrases: int = 0  # at most this many extra prepositional phrases per clause (mit dem Hund, im Garten)
+    fronted: bool = True  # a fronted time adverb puts the German verb before its subject
+    subordinate: bool = True  # subordinate clauses with the German verb at the end
+    separable: bool = True  # separable verbs with the particle at the end of a German main clause
+    min_words: int = 0  # keep only sentences of at least this many German words
+    max_words: int = 0  # and at most this many (0: no limit)
+
+    def check(self) -> None:
+        if self.clauses < 1 or self.phrases < 0 or not 0 <= self.adjectives <= 1 or self.min_words < 0:
+            raise UserError("data.grammar: clauses must be at least 1, phrases and min_words at least 0, adjectives a "
+                            "probability")  # fmt: skip
+        if self.max_words and self.max_words < self.min_words:
+            raise UserError(f"data.grammar.max_words={self.max_words} is below min_words={self.min_words}")
+
+
+@dataclass
 class SampleConfig(DataConfig):
-    """The built-in German-English sample corpus (nmt/sample.py): offline, generated from a small grammar."""
+    """The built-in German-English sample corpus (nmt/sample.py): offline, generated from a small grammar that also
+    gives every pair's gold word alignment."""
 
     corpus: str = "sample"
     sizes: SampleSizes = field(default_factory=SampleSizes)
     sample_seed: int = 1234
+    grammar: GrammarOptions = field(default_factory=GrammarOptions)
     vocab_size: int = 250
     max_tokens: int = 2048
 
@@ -176,6 +200,10 @@ class SearchOptions:
     precision: str | None = None  # null: the precision the model was trained with
     max_tokens: int = 8000  # padded source tokens (times the beam) per decoding batch
     max_input_len: int = 1024  # longer lines (subwords) are refused, naming the line: split them into sentences
+    # The attention that gives word alignments: `alignment` for the RNNs; cross_layer_N or cross_layer_N_shifted for
+    # the Transformer. null: the RNNs' one; for the Transformer the map that aligns best on the valid split when the
+    # training corpus has gold alignments (the sample corpus), else the last layer.
+    alignment_map: str | None = None
 
 
 @dataclass
@@ -187,6 +215,9 @@ class EvaluateConfig(SearchOptions):
     reference: str | None = None  # ... and its reference translations (one sentence per line)
     data_dir: str | None = None  # where the corpus lies, if not where it was when training ($NMT_DATA_DIR)
     output: str | None = None  # hypotheses file; null: beside the checkpoint, <checkpoint>.<split>.beam<N>.hyp
+    # Gold word alignments of the scored pairs (Pharaoh format: i-j sure, i?j possible, 0-based words) for AER;
+    # null: the sample corpus's own when scoring one of its splits, else none
+    alignments: str | None = None
 
 
 @dataclass
@@ -197,6 +228,7 @@ class TranslateConfig(SearchOptions):
     input: str | None = None  # a file with one sentence per line; null reads stdin
     output: str | None = None  # null writes to stdout
     attention: str | None = None  # a folder: also write each line's attention heatmap there as line<N>.png
+    alignments: str | None = None  # a file: also write each translation's word alignment there (Pharaoh format)
 
 
 def flatten(tree: dict, prefix: str = "") -> dict:

@@ -45,11 +45,13 @@ Pairs = list[tuple[str, str]]
 
 @dataclass
 class Splits:
-    """Parallel text of one corpus: lists of (source, target) sentence pairs."""
+    """Parallel text of one corpus: lists of (source, target) sentence pairs, and where the corpus knows them (the
+    sample grammar does), the gold word alignment of every pair (`nmt.alignment.Gold`), by split name."""
 
     train: Pairs
     valid: Pairs
     test: Pairs
+    alignments: dict[str, list] | None = None
 
     def split(self, name: str) -> Pairs:
         if name not in ("train", "valid", "test"):
@@ -181,13 +183,3 @@ def load_files(train, valid, test) -> Splits:
     if not drop_empty(splits["train"]):
         raise UserError(f"{train.src}: the training corpus has no pair with text on both sides")
     return Splits(drop_empty(splits["train"]), splits["valid"], splits["test"])
-
-
-def copy_corpus(folder: str | Path, splits: Splits, src_lang: str, tgt_lang: str) -> None:
-    """Write a corpus as plain parallel files (`train.de`, `train.en`, ...), e.g. to inspect the sample corpus."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    for name in ("train", "valid", "test"):
-        pairs = splits.split(name)
-        for side, lang in ((0, src_lang), (1, tgt_lang)):
-            Path(folder, f"{name}.{lang}").write_text("".join(pair[side] + "\n" for pair in pairs), encoding="utf-8")

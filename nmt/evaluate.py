@@ -10,7 +10,18 @@ import sacrebleu
 from omegaconf import OmegaConf
 
 from nmt import UserError, build
-from nmt.corpus import Pairs, read_lines, read_parallel
+from nmt.alignment import (
+    Gold,
+    attention_report,
+    choose_map,
+    format_links,
+    links_of,
+    map_names,
+    parse_key,
+    read_gold,
+    word_attention,
+)
+from nmt.corpus import Pairs, Splits, read_lines, read_parallel
 from nmt.decoding import Translator
 from nmt.paths import output_file, output_folder
 from nmt.plot import plt
@@ -32,15 +43,55 @@ def bleu_by_length(sources: list[str], hypotheses: list[str], references: list[s
     return buckets
 
 
-def pairs_to_score(config: dict, split: str, source: str | None, reference: str | None, data_dir: str | None) -> Pairs:
-    if source or reference:
-        if not (source and reference):
-            raise UserError("give both source=FILE and reference=FILE to score your own files")
-        return read_parallel(source, reference)
+def corpus_of(config: dict, data_dir: str | None) -> Splits:
+    """The corpus a checkpoint was trained on, read from `data_dir` when given."""
     data = OmegaConf.create(config["data"])
     if data_dir and data.corpus == "multi30k":
         data.dir = data_dir
-    return build.load_corpus(data).split(split)
+    return build.load_corpus(data)
+
+
+def pairs_to_score(
+    config: dict, split: str, source: str | None, reference: str | None, data_dir: str | None
+) -> tuple[Pairs, list[Gold] | None]:
+    """The pairs to score, and their gold alignments when the corpus knows them."""
+    if source or reference:
+        if not (source and reference):
+            raise UserError("give both source=FILE and reference=FILE to score your own files")
+        return read_parallel(source, reference), None
+    splits = corpus_of(config, data_dir)
+    return splits.split(split), splits.alignments[split] if splits.alignments else None
+
+
+def alignment_map_of(translator: Translator, requested: str | None, data_dir: str | None) -> str | None:
+    """The map whose attention gives alignments (`nmt.alignment.choose_map`); None for a model without attention.
+    Without a request, a Transformer trained on a corpus with gold alignments takes the map best on its valid split."""
+    available = map_names(translator.model, translator.device)
+    if not available:
+        return None
+    valid_report = None
+    if not requested and len(available) > 1 and translator.config.get("data", {}).get("corpus") == "sample":
+        splits = corpus_of(translator.config, data_dir)
+        valid_report = attention_report(translator.model, translator.vocabulary, splits.valid, translator.device,
+                                        translator.dtype, splits.alignments["valid"])  # fmt: skip
+    return choose_map(available, requested, valid_report)
+
+
+def score_alignment(translator: Translator, pairs: Pairs, gold: list[Gold], chosen: str | None) -> dict:
+    """AER, precision and recall of every attention map against gold links, printed as a table with the chosen map
+    marked; the chosen map's figures."""
+    if chosen is None:
+        print("alignment: this model has no attention (the Sutskever model), so no alignment to score")
+        return {}
+    report = attention_report(translator.model, translator.vocabulary, pairs, translator.device, translator.dtype,
+                              gold)  # fmt: skip
+    print("alignment (argmax of each target word's attention, force-decoding the reference; Och and Ney 2003):")
+    print(f"  {'map':24} {'AER':>6} {'prec.':>6} {'recall':>6} {'entropy':>8} {'diag.':>6}")
+    for name, figures in report.items():
+        mark = " <" if name == chosen else ""
+        print(f"  {name:24} {figures['aer']:6.3f} {figures['precision']:6.3f} {figures['recall']:6.3f} "
+              f"{figures['entropy']:8.3f} {figures['diagonality']:6.3f}{mark}")  # fmt: skip
+    return {"alignment_map": chosen, **report[chosen]}
 
 
 def evaluate(
@@ -56,16 +107,22 @@ def evaluate(
     precision: str | None = None,
     max_tokens: int = 8000,
     max_input_len: int = 1024,
+    alignments: str | None = None,
+    alignment_map: str | None = None,
 ) -> dict:
     """Decode a split (or source=/reference= files), print BLEU, chrF and TER with their signatures and BLEU by
-    source length, and write the hypotheses; returns the scores."""
+    source length, and write the hypotheses; with gold alignments (`alignments=FILE`, or the sample corpus's own),
+    also AER. Returns the scores."""
     name = Path(source).name if source else split
     default_output = Path(checkpoint_path).with_suffix(f".{name}.beam{beam}.hyp")
     output_path = output_file(output or default_output, "output", (source, reference, checkpoint_path))
     translator = Translator.load(checkpoint_path, beam, alpha, device, precision, max_tokens, max_input_len)
-    pairs = pairs_to_score(translator.config, split, source, reference, data_dir)
+    pairs, gold = pairs_to_score(translator.config, split, source, reference, data_dir)
     if not pairs:
         raise UserError(f"{source or split}: no sentences to score")
+    if alignments:
+        gold = read_gold(alignments, pairs)
+    chosen = alignment_map_of(translator, alignment_map, data_dir) if gold is not None else None  # checked early
     sources, references = [s for s, _ in pairs], [t for _, t in pairs]
     hypotheses = translator.translate(sources)
     metrics = [sacrebleu.metrics.BLEU(), sacrebleu.metrics.CHRF(), sacrebleu.metrics.TER()]
@@ -79,12 +136,15 @@ def evaluate(
     print("BLEU by source length (words): " + ", ".join(
         f"{low}-{high if high < 1000 else ''}: {bleu:.1f} ({count})" for (low, high), (bleu, count) in buckets.items()
     ))  # fmt: skip
-    return {
+    results = {
         "bleu": scores[0].score,
         "chrf": scores[1].score,
         "ter": scores[2].score,
         "bleu_by_length": {f"{low}-{high}": bleu for (low, high), (bleu, _) in buckets.items()},
     }
+    if gold is not None:
+        results.update(score_alignment(translator, pairs, gold, chosen))
+    return results
 
 
 def translate_file(
@@ -98,14 +158,20 @@ def translate_file(
     max_tokens: int = 8000,
     attention: str | None = None,
     max_input_len: int = 1024,
+    alignments: str | None = None,
+    alignment_map: str | None = None,
 ) -> list[str]:
     """Translate the lines of `source` (stdin when None) and write them to `output` (stdout when None); with
-    `attention=DIR`, also the heatmap of each line's attention as DIR/line<N>.png."""
+    `attention=DIR`, also the heatmap of each line's attention as DIR/line<N>.png; with `alignments=FILE`, each
+    translation's word alignment to its line in Pharaoh format (source word i - translation word j, 0-based)."""
     output_path = output_file(output, "output", (source, checkpoint_path)) if output else None
     folder = output_folder(attention, "attention") if attention else None
+    links_path = output_file(alignments, "alignments", (source, checkpoint_path, output)) if alignments else None
     translator = Translator.load(checkpoint_path, beam, alpha, device, precision, max_tokens, max_input_len)
-    if folder and not translator.has_attention():
-        raise UserError(f"{checkpoint_path}: this model has no attention to plot; leave out attention=")
+    if (folder or links_path) and not translator.has_attention():
+        option = "attention=" if folder else "alignments="
+        raise UserError(f"{checkpoint_path}: this model has no attention to plot or align with; leave out {option}")
+    chosen = alignment_map_of(translator, alignment_map, None) if links_path else None
     lines = read_lines(source) if source else read_stdin()
     translations, hypotheses = translator.search_lines(lines)
     if folder:
@@ -114,6 +180,11 @@ def translate_file(
                 figure = translator.alignment_figure(line, translation, hypothesis)
                 figure.savefig(folder / f"line{number}.png")
                 plt.close(figure)
+    if links_path:
+        key = parse_key(chosen)
+        matrices = word_attention(translator.model, translator.vocabulary, list(zip(lines, translations)),
+                                  translator.device, translator.dtype, [key[0]], (key[1],))[key]  # fmt: skip
+        links_path.write_text("".join(format_links(links) + "\n" for links in links_of(matrices)), encoding="utf-8")
     text = "".join(t + "\n" for t in translations)
     if output_path:
         output_path.write_text(text, encoding="utf-8")

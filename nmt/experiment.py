@@ -43,8 +43,9 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
         check_test_split(splits.test, vocabulary, settings.trainer.decode_max_input_len)
     model = build.model(resolved["model"], vocabulary)
     log.info("model %s: %s parameters", resolved["model"]["_target_"], f"{parameter_count(model):,}")
+    gold = splits.alignments["valid"] if splits.alignments else None
     trainer = Trainer(model, vocabulary, splits.train, splits.valid, run_dir, settings.trainer,
-                      settings.data.max_tokens, settings.data.max_len, settings.seed, resolved)  # fmt: skip
+                      settings.data.max_tokens, settings.data.max_len, settings.seed, resolved, gold)  # fmt: skip
     if resumed:
         trainer.restore_payload(*resumed)
         if "trainer.lr" in changes:

@@ -22,8 +22,10 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nmt import UserError
 from nmt.alignment import Gold, format_links
-from nmt.corpus import Splits, copy_corpus
+from nmt.config import GrammarOptions
+from nmt.corpus import Splits
 
 # (German singular, German plural, gender, English singular, English plural)
 PEOPLE = [
@@ -157,20 +159,6 @@ def join(*phrases: Phrase) -> Phrase:
     for phrase in phrases:
         result = result + phrase
     return result
-
-
-@dataclass
-class GrammarOptions:
-    """How long the sentences are and which reorderings they have; the defaults give the sample corpus."""
-
-    clauses: int = 2  # at most this many clauses (a main clause and subordinate ones)
-    adjectives: float = 0.4  # probability that a noun phrase has an adjective
-    phrases: int = 0  # at most this many extra prepositional phrases per clause (mit dem Hund, im Garten)
-    fronted: bool = True  # a fronted time adverb puts the German verb before its subject
-    subordinate: bool = True  # subordinate clauses with the German verb at the end
-    separable: bool = True  # separable verbs with the particle at the end of a German main clause
-    min_words: int = 0  # keep only sentences of at least this many German words
-    max_words: int = 0  # and at most this many (0: no limit)
 
 
 class Grammar:
@@ -343,8 +331,7 @@ def generate_aligned(
     """A deterministic corpus of distinct sentence pairs, split into train/valid/test without overlap, and the gold
     alignment of every pair, by split."""
     options = options or GrammarOptions()
-    if options.clauses < 1 or options.phrases < 0 or not 0 <= options.adjectives <= 1:
-        raise ValueError("clauses must be at least 1, phrases at least 0 and adjectives a probability")
+    options.check()
     grammar = Grammar(random.Random(seed), options)
     seen: dict[str, tuple[str, Gold]] = {}
     wanted = train + valid + test
@@ -356,17 +343,26 @@ def generate_aligned(
             seen.setdefault(de, (en, gold))
         attempts += 1
         if attempts > 1000 * (wanted + 10):
-            raise ValueError(f"the grammar gives too few distinct sentences of {options.min_words} to "
-                             f"{options.max_words} words with these options")  # fmt: skip
+            raise UserError(f"data.grammar: the grammar gives too few distinct sentences of {options.min_words} to "
+                            f"{options.max_words or 'any number of'} words with these options; allow more clauses "
+                            f"or phrases, or fewer sentences")  # fmt: skip
     items = list(seen.items())
     bounds = {"train": (0, train), "valid": (train, train + valid), "test": (train + valid, wanted)}
-    splits = Splits(*([(de, en) for de, (en, _) in items[a:b]] for a, b in bounds.values()))
-    return splits, {name: [gold for _, (_, gold) in items[a:b]] for name, (a, b) in bounds.items()}
+    gold = {name: [links for _, (_, links) in items[a:b]] for name, (a, b) in bounds.items()}
+    return Splits(*([(de, en) for de, (en, _) in items[a:b]] for a, b in bounds.values()), alignments=gold), gold
 
 
 def generate(train: int = 4000, valid: int = 300, test: int = 300, seed: int = 1234) -> Splits:
     """A deterministic corpus of distinct sentence pairs, split into train/valid/test without overlap."""
     return generate_aligned(train, valid, test, seed)[0]
+
+
+def write_aligned(paths: tuple[Path, Path, Path], pairs: list[tuple[str, str]], gold: list[Gold]) -> None:
+    """German lines, English lines and gold links (Pharaoh format), one pair per line, to the three paths."""
+    paths[0].parent.mkdir(parents=True, exist_ok=True)
+    paths[0].write_text("".join(de + "\n" for de, _ in pairs), encoding="utf-8")
+    paths[1].write_text("".join(en + "\n" for _, en in pairs), encoding="utf-8")
+    paths[2].write_text("".join(format_links(g.sure, g.possible) + "\n" for g in gold), encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -385,12 +381,11 @@ def main(argv: list[str] | None = None) -> None:
     options = GrammarOptions(**{name: getattr(args, name) for name in vars(defaults)})
     try:
         splits, gold = generate_aligned(*args.sizes, seed=args.seed, options=options)
-    except ValueError as error:
+    except UserError as error:
         parser.error(str(error))
-    copy_corpus(args.folder, splits, "de", "en")
     for name, links in gold.items():
-        text = "".join(format_links(g.sure, g.possible) + "\n" for g in links)
-        Path(args.folder, f"{name}.align").write_text(text, encoding="utf-8")
+        folder = args.folder
+        write_aligned((folder / f"{name}.de", folder / f"{name}.en", folder / f"{name}.align"), splits.split(name), links)
     print(f"wrote {', '.join(f'{len(v)} {k}' for k, v in gold.items())} pairs with gold alignments to {args.folder}")
 
 

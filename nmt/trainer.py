@@ -65,11 +65,12 @@ class Trainer:
     def __init__(
         self, model: torch.nn.Module, vocabulary: Vocabulary, train_pairs: Pairs, valid_pairs: Pairs,
         run_dir: str | Path, config: TrainerConfig | None = None, max_tokens: int = 4096, max_len: int = 100,
-        seed: int = 1234, run_config: dict | None = None,
+        seed: int = 1234, run_config: dict | None = None, valid_alignments: list | None = None,
     ):  # fmt: skip
         self.config = config = config or TrainerConfig()
         config.check()
         self.vocabulary, self.valid_pairs, self.run_dir, self.seed = vocabulary, valid_pairs, Path(run_dir), seed
+        self.valid_alignments = valid_alignments  # gold links of the valid pairs, for valid AER
         self.run_config = run_config or {"trainer": asdict(config)}  # what checkpoints store as their config
         self.device = distributed.setup(find_device(config.device))
         self.dtype = find_precision(config.precision)
@@ -308,7 +309,7 @@ class Trainer:
     def validate(self) -> dict[str, float]:
         """Valid loss, then greedy decoding with BLEU and chrF; logged with samples and heatmaps."""
         return validate(self.model, self.vocabulary, self.valid_dataset, self.valid_pairs, self.search, self.config,
-                        self.log, self.progress.step, self.device, self.dtype)  # fmt: skip
+                        self.log, self.progress.step, self.device, self.dtype, self.valid_alignments)  # fmt: skip
 
     def validate_and_save(self) -> None:
         metrics = distributed.share(self.validate() if self.rank == 0 else None)  # every replica steps the schedule
@@ -323,9 +324,10 @@ class Trainer:
             progress.bad_validations += 1
         self.save_weights()
         self.save("last.pt")
+        alignment = f"AER {metrics['aer']:.3f} " if "aer" in metrics else ""
         tqdm.write(
             f"step {self.step:>6} epoch {progress.epoch + 1:>3} | valid loss {metrics['loss']:.3f} "
-            f"ppl {metrics['perplexity']:.2f} BLEU {metrics['bleu']:.2f} chrF {metrics['chrf']:.2f} "
+            f"ppl {metrics['perplexity']:.2f} BLEU {metrics['bleu']:.2f} chrF {metrics['chrf']:.2f} {alignment}"
             f"| {progress.train_seconds / 60:.1f} min trained, {self.tokens_per_second:,.0f} tok/s"
             + (" *" if improved else "")
         )

@@ -8,6 +8,7 @@ import time
 
 import torch
 
+from nmt.alignment import Gold, attention_report
 from nmt.config import TrainerConfig
 from nmt.corpus import Pairs
 from nmt.data import ParallelDataset, TokenBatchSampler, Vocabulary, collate
@@ -33,10 +34,11 @@ def valid_loss(model, dataset: ParallelDataset, max_tokens: int, device: torch.d
 
 def validate(
     model, vocabulary: Vocabulary, dataset: ParallelDataset, pairs: Pairs, search: Search, config: TrainerConfig,
-    run_log: RunLog, step: int, device: torch.device, dtype: torch.dtype,
+    run_log: RunLog, step: int, device: torch.device, dtype: torch.dtype, gold: list[Gold] | None = None,
 ) -> dict[str, float]:  # fmt: skip
-    """{step, loss, perplexity, bleu, chrf, seconds} of the model on the valid pairs; logged to `run_log` with
-    sample translations and attention heatmaps."""
+    """{step, loss, perplexity, bleu, chrf, seconds} of the model on the valid pairs, and `aer` when the gold
+    alignments of the valid pairs are known; logged to `run_log` with sample translations, attention heatmaps and,
+    for each attention map, its entropy, diagonality and AER (`nmt.alignment`)."""
     started = time.perf_counter()
     loss = valid_loss(model, dataset, config.valid_max_tokens, device, dtype)
     texts, hypotheses, scores = decode_split(model, vocabulary, pairs, search, device, dtype)
@@ -44,9 +46,15 @@ def validate(
         log.info("sacrebleu signatures: BLEU %s | chrF %s", scores.bleu_signature, scores.chrf_signature)
     run_log.signatures(scores, step)
     metrics = {"step": step, "loss": loss, "perplexity": math.exp(min(loss, 50)), "bleu": scores.bleu,
-               "chrf": scores.chrf, "seconds": time.perf_counter() - started}  # fmt: skip
+               "chrf": scores.chrf}  # fmt: skip
     run_log.scalars({f"valid/{k}": metrics[k] for k in ("loss", "perplexity", "bleu", "chrf")}, step)
+    report = attention_report(model, vocabulary, pairs, device, dtype, gold)
+    for name, figures in report.items():
+        run_log.scalars({f"valid/{metric}/{name}": value for metric, value in figures.items()}, step)
+    if report and gold is not None:
+        metrics["aer"] = min(figures["aer"] for figures in report.values())  # the best-aligning map
+        run_log.scalars({"valid/aer": metrics["aer"]}, step)
     sources, references = [s for s, _ in pairs], [t for _, t in pairs]
     run_log.samples(sources, references, texts, config.num_samples, step)
     run_log.attention(model, vocabulary, sources, hypotheses, config.num_plots, device, dtype, step)
-    return metrics
+    return {**metrics, "seconds": time.perf_counter() - started}

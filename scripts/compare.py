@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from omegaconf import OmegaConf  # noqa: E402
 
 from nmt import UserError, build, checkpoint  # noqa: E402
+from nmt.alignment import attention_report, choose_map  # noqa: E402
 from nmt.decoding import Translator  # noqa: E402
 from nmt.evaluate import LENGTH_BUCKETS, bleu_by_length  # noqa: E402
 from nmt.paths import output_folder  # noqa: E402
@@ -49,6 +50,14 @@ def beam_hypotheses(run: Path, sources: list[str], beam: int) -> list[str]:
         translator = Translator.load(run / "best.pt", beam=beam)
         path.write_text("".join(h + "\n" for h in translator.translate(sources)), encoding="utf-8")
     return path.read_text(encoding="utf-8").split("\n")[: len(sources)]
+
+
+def attention_shape(run: Path, pairs: list[tuple[str, str]]) -> dict | None:
+    """Entropy and diagonality (`nmt.alignment`) of the best checkpoint's attention, force-decoding the test
+    references: the RNNs' one attention, the Transformer's last layer; None without attention."""
+    translator = Translator.load(run / "best.pt")
+    report = attention_report(translator.model, translator.vocabulary, pairs, translator.device, translator.dtype)
+    return report[choose_map(list(report), None)] if report else None
 
 
 def describe(run: Path, test_cache: dict, beam: int) -> dict:
@@ -88,6 +97,7 @@ def describe(run: Path, test_cache: dict, beam: int) -> dict:
         "seed": config.get("seed"),
         "by_length": by_length,
         "curve": valid_curve(run),
+        "attention": attention_shape(run, pairs),
     }
 
 
@@ -155,15 +165,17 @@ def seed_summary(runs: list[dict]) -> list[str]:
 def report(runs: list[dict], output: Path, beam: int) -> str:
     lines = [
         f"| model | params | best step | train min | tok/s | valid BLEU | test BLEU | test BLEU beam {beam} | "
-        "test chrF | run |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "test chrF | attention entropy | diagonality | run |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in sorted(runs, key=lambda r: -(r["test_bleu_beam"] or r["test_bleu"])):
         beam_cell = f"{r['test_bleu_beam']:.2f}" if r["test_bleu_beam"] is not None else "-"
+        shape = r.get("attention")
+        attention = f"{shape['entropy']:.2f} | {shape['diagonality']:.2f}" if shape else "- | -"
         lines.append(
             f"| {r['name']} | {r['parameters']:,} | {r['best_step']} | {r['minutes']:.1f} | "
             f"{r['tokens_per_second']:,.0f} | {r['valid_bleu']:.2f} | {r['test_bleu']:.2f} | {beam_cell} | "
-            f"{r['test_chrf']:.2f} | `{r['run']}` |"
+            f"{r['test_chrf']:.2f} | {attention} | `{r['run']}` |"
         )
     lines += seed_summary(runs)
     header = [f"{low}-{high}" if high < 1000 else f"{low}+" for low, high in LENGTH_BUCKETS]
@@ -175,7 +187,10 @@ def report(runs: list[dict], output: Path, beam: int) -> str:
         lines.append(f"| {r['name']} | " + " | ".join(cells) + " |")
     lines += ["", "![BLEU by source length](bleu_by_length.png)", "", "![valid BLEU against time](bleu_by_time.png)"]
     intro = (f"Test BLEU and chrF: sacrebleu on detokenized output, best checkpoint; greedy unless marked beam "
-             f"(beam {beam}, length penalty alpha 0.6). Minutes are training time, validation excluded.")  # fmt: skip
+             f"(beam {beam}, length penalty alpha 0.6). Minutes are training time, validation excluded. Attention "
+             f"entropy (nats; lower is sharper) and diagonality (1: target words attend in source order; 0: no order) "
+             f"of the best checkpoint force-decoding the test references (the Transformer: its last layer's "
+             f"encoder-decoder attention averaged over heads).")  # fmt: skip
     text = f"# Comparison\n\n{intro}\n\n" + "\n".join(lines) + "\n"
     (output / "report.md").write_text(text, encoding="utf-8")
     return text

@@ -9,11 +9,16 @@ from nmt.alignment import (
     Gold,
     alignment_error,
     argmax_links,
-    attention_links,
+    diagonality,
+    entropy,
+    attention_report,
+    choose_map,
     format_links,
+    links_of,
     parse_links,
     piece_words,
     read_gold,
+    word_attention,
     word_weights,
 )
 from nmt.sample import (
@@ -80,7 +85,7 @@ def test_pharaoh_format_round_trips_and_bad_links_name_the_place(tmp_path):
     assert len(read_gold(path, pairs)) == 2
     with pytest.raises(UserError, match=r"test.align:2: link 2-1 is past the sentence"):
         read_gold(path, pairs[:1] + [("a b.", "x y.")])
-    with pytest.raises(UserError, match="2 lines of links for 3 sentence pairs"):
+    with pytest.raises(UserError, match="2 lines of links, 3 sentence pairs"):
         read_gold(path, pairs + pairs[:1])
 
 
@@ -228,8 +233,50 @@ class GoldAttention(torch.nn.Module):
 def test_an_attention_that_is_the_gold_alignment_scores_aer_zero_through_the_whole_extraction(sample_vocabulary):
     splits, gold = generate_aligned(0, 0, 40, seed=7)
     model = GoldAttention(sample_vocabulary, splits.test, gold["test"])
-    found = attention_links(model, sample_vocabulary, splits.test, torch.device("cpu"), ["alignment"], batch_size=16)
-    predicted = found[("alignment", False)]
+    matrices = word_attention(model, sample_vocabulary, splits.test, torch.device("cpu"), torch.float32,
+                              ["alignment"], batch_size=16)[("alignment", False)]  # fmt: skip
+    predicted = links_of(matrices)
     assert all(len(p) == len(en.split()) for p, (_, en) in zip(predicted, splits.test))
     scores = alignment_error(predicted, gold["test"])
     assert (scores.aer, scores.precision, scores.recall) == (0, 1, 1)
+    report = attention_report(model, sample_vocabulary, splits.test, torch.device("cpu"), torch.float32, gold["test"])
+    assert report["alignment"]["aer"] == 0 and report["alignment"]["entropy"] < 1e-6
+    assert report["alignment"]["diagonality"] > 0.8  # German and English order are close in the sample grammar
+
+
+def test_entropy_and_diagonality_of_known_matrices():
+    diagonal, uniform = np.eye(4), np.full((4, 4), 0.25)
+    anti = np.eye(4)[::-1]
+    assert entropy([diagonal]) == pytest.approx(0, abs=1e-9) and entropy([uniform]) == pytest.approx(np.log(4))
+    assert diagonality([diagonal]) == pytest.approx(1) and diagonality([anti]) == pytest.approx(-1)
+    assert diagonality([uniform, None]) == 0  # no variation of the attended position: no sentence to count
+
+
+def test_the_transformer_offers_every_layer_and_its_shifted_reading_and_defaults_to_the_last(sample_vocabulary):
+    from conftest import compose_config, tiny_model_overrides
+
+    from nmt import build
+
+    cfg = compose_config(*tiny_model_overrides("transformer"), "data=sample")
+    torch.manual_seed(0)
+    model = build.model(cfg.model, sample_vocabulary).eval()
+    splits, gold = generate_aligned(0, 0, 12, seed=4)
+    report = attention_report(model, sample_vocabulary, splits.test, torch.device("cpu"), torch.float32, gold["test"])
+    assert set(report) == {"cross_layer_1", "cross_layer_2", "cross_layer_1_shifted", "cross_layer_2_shifted"}
+    assert all(0 <= figures["aer"] <= 1 and figures["entropy"] >= 0 for figures in report.values())
+    assert choose_map(list(report), None) == "cross_layer_2"
+    best = choose_map(list(report), None, report)
+    assert report[best]["aer"] == min(figures["aer"] for figures in report.values())
+    with pytest.raises(UserError, match="alignment_map='alignment': this model has cross_layer_1"):
+        choose_map(list(report), "alignment")
+
+
+def test_a_model_without_attention_has_no_alignment(sample_vocabulary):
+    from conftest import compose_config, tiny_model_overrides
+
+    from nmt import build
+
+    cfg = compose_config(*tiny_model_overrides("sutskever"), "data=sample")
+    model = build.model(cfg.model, sample_vocabulary).eval()
+    pairs = [("Der Hund läuft.", "The dog runs.")]
+    assert attention_report(model, sample_vocabulary, pairs, torch.device("cpu"), torch.float32, None) == {}

@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 from nmt import UserError, build
 from nmt.config import TrainerConfig
 from nmt.corpus import read_lines, read_parallel
-from nmt.decoding import Search, Translator
+from nmt.decoding import Search, Translator, load_model
 from nmt.evaluate import translate_file
 from nmt.trainer import Trainer
 from nmt.transformer import Embedding, sinusoids
@@ -134,3 +134,22 @@ def test_translate_reads_any_bytes_on_stdin_or_says_they_are_not_text(saved_chec
         text = data.decode("utf-8-sig")  # lines end at \n only, as in files: a lone \r stays inside its line
         assert len(translations) == len(text.split("\n")) - (1 if text.endswith("\n") or not text else 0)
         assert output.getvalue().count("\n") == len(translations)
+
+
+def test_a_checkpoint_from_before_an_option_existed_still_loads_with_its_old_behaviour(tmp_path, sample_vocabulary):
+    cfg = compose_config(*tiny_model_overrides("luong"), "data=sample", "model/attention=dot")
+    model_config = OmegaConf.to_container(cfg.model)
+    for key in ("feed_dropout", "uniform_embeddings"):
+        del model_config[key]  # written before these options existed
+    del model_config["attention"]["scaled"]
+    data_config = OmegaConf.to_container(cfg.data)
+    del data_config["grammar"]
+    config = TrainerConfig(precision="fp32", device="cpu")
+    run_config = {"model": model_config, "data": data_config, "trainer": dataclasses.asdict(config)}
+    pairs = [("Der Hund läuft.", "The dog runs.")]
+    torch.manual_seed(0)
+    built = build.model(cfg.model, sample_vocabulary)
+    Trainer(built, sample_vocabulary, pairs, pairs, tmp_path, config, run_config=run_config).save("old.pt")
+    model, _, loaded = load_model(tmp_path / "old.pt", torch.device("cpu"))
+    assert model.feed_dropout is True and loaded["model"]["uniform_embeddings"] is True  # as the code was then
+    assert loaded["model"]["attention"]["scaled"] is False and loaded["data"]["grammar"]["clauses"] == 2

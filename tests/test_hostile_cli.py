@@ -143,6 +143,10 @@ def test_decoding_output_paths_are_checked_before_decoding(trained, tmp_path):
     refused(run("translate.py", f"checkpoint={best}", "output=/missing/dir/x", stdin=b"Der Hund.\n"),
             "output=/missing/dir/x: the folder /missing/dir does not exist")  # fmt: skip
     refused(run("evaluate.py", f"checkpoint={best}", "split=valid", "output=/missing/y.hyp"), "/missing")
+    refused(run("evaluate.py", f"checkpoint={best}", "split=valid", "alignments=/missing/gold.align"),
+            "alignments=/missing/gold.align: no such file")  # fmt: skip
+    refused(run("translate.py", f"checkpoint={best}", "alignments=/missing/dir/x", stdin=b"Der Hund.\n"),
+            "alignments=/missing/dir/x: the folder /missing/dir does not exist")  # fmt: skip
     (tmp_path / "a.png").mkdir()
     refused(run("scripts/plot_attention.py", f"checkpoint={best}", "text=Der Hund.", f"output={tmp_path / 'a.png'}"),
             "is a folder")  # fmt: skip
@@ -173,6 +177,33 @@ def test_evaluate_on_empty_files_says_so(trained, tmp_path):
     result = run("evaluate.py", f"checkpoint={trained[0] / 'best.pt'}", f"source={tmp_path / 'empty.de'}",
                  f"reference={tmp_path / 'empty.en'}")  # fmt: skip
     refused(result, "no sentences to score")
+
+
+@pytest.mark.parametrize(
+    "gold, options, message",
+    [("0-0 1-1\n1:2\n", [], "gold.align:2: '1:2' is not a link: write i-j (sure) or i?j / ipj (possible)"),
+     ("0-0\n", [], "gold.align: 1 lines of links, 2 sentence pairs: write one line per pair"),
+     ("0-0\n0-9\n", [], "gold.align:2: link 0-9 is past the sentence"),
+     ("0-0\n0-0\n", ["alignment_map=cross_layer_9"], "alignment_map='cross_layer_9': this model has alignment")],
+)  # fmt: skip
+def test_gold_alignments_are_checked_before_decoding_naming_the_line(trained, tmp_path, gold, options, message):
+    (tmp_path / "my.de").write_text("Der Hund läuft.\nDie Katze schläft.\n")
+    (tmp_path / "my.en").write_text("The dog runs.\nThe cat sleeps.\n")
+    (tmp_path / "gold.align").write_text(gold)
+    result = run("evaluate.py", f"checkpoint={trained[0] / 'best.pt'}", f"source={tmp_path / 'my.de'}",
+                 f"reference={tmp_path / 'my.en'}", f"alignments={tmp_path / 'gold.align'}", *options)  # fmt: skip
+    refused(result, message)
+    assert not list(tmp_path.glob("*.hyp"))
+
+
+def test_gold_alignments_of_your_own_files_are_scored(trained, tmp_path):
+    (tmp_path / "my.de").write_text("Der Hund läuft.\nDie Katze schläft.\n")
+    (tmp_path / "my.en").write_text("The dog runs.\nThe cat sleeps.\n")
+    (tmp_path / "gold.align").write_text("0-0 1-1 2-2\n0-0 1-1 2-2\n")
+    result = run("evaluate.py", f"checkpoint={trained[0] / 'best.pt'}", f"source={tmp_path / 'my.de'}",
+                 f"reference={tmp_path / 'my.en'}", f"alignments={tmp_path / 'gold.align'}")  # fmt: skip
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+    assert "alignment (argmax" in result.stdout.decode() and " <" in result.stdout.decode()
 
 
 def test_invalid_utf8_on_stdin_names_the_line(trained):

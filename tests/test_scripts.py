@@ -64,3 +64,25 @@ def test_flop_count_includes_the_cpu_lstm_kernel():
 
     forward = 2 * 40 * 512 * (64 + 128) + 2 * 40 * 512 * (128 + 128)  # two layers, 40 tokens, 4 gates of 128
     assert benchmark.counted_flops(step) == 3 * forward  # forward, and backward twice that
+
+
+def test_the_lab_trains_scores_alignment_and_length_and_resumes_where_it_stopped(tmp_path, capsys):
+    lab = load_script("lab")
+    small = ["--variants", "sutskever,luong_local_m", "--steps", "6", "--minutes", "0", "--per-bucket", "2",
+             "--output", str(tmp_path / "lab"), "--extra", "data.sizes.train=300", "data.sizes.valid=10",
+             "data.sizes.test=10", "trainer.valid_every=3", "model.embedding_size=16", "model.hidden_size=24",
+             f"data.spm_cache={tmp_path / 'spm'}"]  # fmt: skip
+    lab.main(small)
+    report = (tmp_path / "lab" / "report.md").read_text()
+    assert "| luong (general, local_m) | alignment |" in report and "| 0.34 |" in report  # beside the paper's AER
+    assert "| sutskever | no attention |" in report
+    assert "| model | 1-10 (" in report and "61-80 (" in report
+    for name in ("bleu_by_length.png", "valid_aer.png", "lab.json", "data/long.align"):
+        assert (tmp_path / "lab" / name).is_file(), name
+    results = lab.json.loads((tmp_path / "lab" / "lab.json").read_text())
+    luong = next(r for r in results if r["name"].startswith("luong"))
+    assert 0 <= luong["test_alignment"]["aer"] <= 1 and [step for step, _ in luong["valid_aer"]] == [3, 6]
+    assert len(lab.read_gold(tmp_path / "lab" / "data" / "long.align")) == 12  # 2 per bucket
+    capsys.readouterr()
+    lab.main(small)  # a second run keeps the finished runs
+    assert capsys.readouterr().out.count("done before, kept") == 2

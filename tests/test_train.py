@@ -12,6 +12,7 @@ import time
 
 import pytest
 import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 import torch.nn.functional as F
 from conftest import MODELS, ROOT, compose_config, tiny_model_overrides
 
@@ -20,6 +21,7 @@ from nmt import UserError, build, checkpoint
 from nmt.config import TrainerConfig
 from nmt.data import PAD_ID
 from nmt.decoding import Search, score, translate
+from nmt.alignment import parse_links
 from nmt.evaluate import evaluate as evaluate_checkpoint
 from nmt.resume import latest_good
 from nmt.search import beam_search
@@ -188,6 +190,10 @@ def test_train_and_evaluate_command_lines_end_to_end(tmp_path, monkeypatch):
     assert "BLEU" in evaluate.stdout and "nrefs:1|case:mixed" in evaluate.stdout
     assert "TER" in evaluate.stdout and "BLEU by source length (words): 1-10:" in evaluate.stdout
     assert len((run_dir / "best.valid.beam1.hyp").read_text().splitlines()) == 20
+    assert "alignment (argmax" in evaluate.stdout and "alignment " in evaluate.stdout  # the sample corpus's own gold
+    events = EventAccumulator(str(run_dir))
+    events.Reload()
+    assert {"valid/aer", "valid/entropy/alignment", "valid/diagonality/alignment"} <= set(events.Tags()["scalars"])
     searched = []
     monkeypatch.setattr(nmt.decoding, "beam_search", lambda *a, **k: searched.append(a[3]) or beam_search(*a, **k))
     evaluate_checkpoint(str(run_dir / "best.pt"), split="valid", beam=3, device="cpu")
@@ -198,6 +204,16 @@ def test_train_and_evaluate_command_lines_end_to_end(tmp_path, monkeypatch):
     lines = translate.stdout.split("\n")
     assert len(lines) == 4 and lines[1] == "" and lines[0] and lines[2]  # line for line, an empty line stays empty
     assert sorted(p.name for p in (tmp_path / "maps").iterdir()) == ["line1.png", "line3.png"]
+    aligned = run("translate.py", f"checkpoint={run_dir / 'best.pt'}", f"alignments={tmp_path / 'links.txt'}",
+                  stdin="Der Hund läuft.\n\nDie Frau liest ein Buch.\n")  # fmt: skip
+    assert aligned.returncode == 0, aligned.stderr
+    links = (tmp_path / "links.txt").read_text().split("\n")
+    translations = aligned.stdout.split("\n")
+    assert len(links) == 4 and links[1] == "" and links[0] and links[2]
+    for line, translation, text in zip(["Der Hund läuft.", "", "Die Frau liest ein Buch."], translations, links):
+        parsed = parse_links(text)
+        assert len(parsed.sure) == len(translation.split())  # one link per translated word
+        assert all(i < len(line.split()) and j < len(translation.split()) for i, j in parsed.sure)
     plotted = run("scripts/plot_attention.py", f"checkpoint={run_dir / 'best.pt'}", "text=Der Hund, der läuft.",
                   f"output={tmp_path / 'a.png'}")  # fmt: skip
     assert plotted.returncode == 0 and (tmp_path / "a.png").stat().st_size > 1000, plotted.stderr

@@ -1,0 +1,209 @@
+"""The alignment lab: every attention variant on the sample grammar, scored as alignment (AER) and by length.
+
+python scripts/lab.py [--output multirun/lab] [--minutes 2.5] [--variants bahdanau,luong_local_p,...]
+
+The sample grammar knows the gold word alignment of each pair it writes, so attention can be scored as alignment
+(AER, Och and Ney 2003), as Luong et al. (2015, Table 6) did on gold German-English alignments, and it writes
+sentences of any length, so BLEU can be measured against sentence length past what the models were trained on, as
+Bahdanau et al. (2015, Figure 2) did. Each variant trains for the same few minutes on sentences of at most
+--train-words words (`train.py experiment=lab`); then every model decodes a test set of length buckets up to
+80 words. The report (OUTPUT/report.md with its figures, OUTPUT/lab.json, and the figures in TensorBoard under
+OUTPUT/tensorboard) holds the AER table beside the paper's figures, BLEU by length and valid AER during training.
+Rerunning continues where it stopped: finished runs are kept, an interrupted one resumes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import sacrebleu
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from torch.utils.tensorboard import SummaryWriter
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from nmt import UserError, checkpoint  # noqa: E402
+from nmt.alignment import attention_report, read_gold  # noqa: E402
+from nmt.config import GrammarOptions  # noqa: E402
+from nmt.corpus import read_parallel  # noqa: E402
+from nmt.decoding import Translator  # noqa: E402
+from nmt.evaluate import alignment_map_of, corpus_of  # noqa: E402
+from nmt.paths import output_folder  # noqa: E402
+from nmt.plot import plt  # noqa: E402
+from nmt.sample import generate_aligned, write_aligned  # noqa: E402
+from nmt.sweep import train_run  # noqa: E402
+
+# Small sizes of each family for a few minutes on 2 CPU cores; the corpus and the recipe are configs/experiment/lab.yaml.
+SIZES = {
+    "sutskever": ["model=sutskever", "model.embedding_size=128", "model.hidden_size=256", "model.dropout=0.1"],
+    "bahdanau": ["model=bahdanau", "model.embedding_size=128", "model.hidden_size=256", "model.readout_size=256",
+                 "model.attention.attention_size=256", "model.dropout=0.1"],
+    "luong": ["model=luong", "model.embedding_size=128", "model.hidden_size=256", "model.dropout=0.1"],
+    "transformer": ["model=transformer", "model.d_model=128", "model.feedforward_size=512", "model.encoder_layers=2",
+                    "model.decoder_layers=2", "trainer.lr=0.001", "trainer.warmup_steps=300"],
+}  # fmt: skip
+# The variants: (name, train.py overrides).
+VARIANTS = {
+    "sutskever": ("sutskever", SIZES["sutskever"]),
+    "bahdanau": ("bahdanau (additive)", SIZES["bahdanau"]),
+    "transformer": ("transformer", SIZES["transformer"]),
+    "luong": ("luong (general, global)", SIZES["luong"]),
+    "luong_dot": ("luong (dot, global)", [*SIZES["luong"], "model/attention=dot"]),
+    "luong_concat": ("luong (concat, global)", [*SIZES["luong"], "model/attention=concat"]),
+    "luong_location": ("luong (location, global)", [*SIZES["luong"], "model/attention=location"]),
+    "luong_local_m": ("luong (general, local_m)", [*SIZES["luong"], "model.alignment=local_m"]),
+    "luong_local_p": ("luong (general, local_p)", [*SIZES["luong"], "model.alignment=local_p"]),
+}
+# Luong et al. 2015, Table 6: AER on the RWTH German-English gold alignments (different data, same measure).
+PAPER_AER = {"luong (location, global)": 0.39, "luong (general, local_m)": 0.34, "luong (general, local_p)": 0.36}
+BUCKETS = [(1, 10), (11, 20), (21, 30), (31, 40), (41, 60), (61, 80)]  # source words
+
+
+def length_test_set(folder: Path, per_bucket: int, train: set[str], seed: int) -> tuple[Path, Path, Path]:
+    """Sentences of every length bucket, none of them in the training split, with their gold links."""
+    paths = folder / "long.de", folder / "long.en", folder / "long.align"
+    if all(p.is_file() for p in paths):
+        return paths
+    pairs, gold = [], []
+    for number, (low, high) in enumerate(BUCKETS):
+        options = GrammarOptions(clauses=12, phrases=1, min_words=low, max_words=high)
+        splits, links = generate_aligned(0, 0, per_bucket + len(train) // 50, seed + number, options)
+        kept = [(pair, g) for pair, g in zip(splits.test, links["test"]) if pair[0] not in train][:per_bucket]
+        pairs += [pair for pair, _ in kept]
+        gold += [g for _, g in kept]
+    write_aligned(paths, pairs, gold)
+    return paths
+
+
+def valid_aer_curve(run_dir: Path) -> list[tuple[int, float]]:
+    events = EventAccumulator(str(run_dir))
+    events.Reload()
+    if "valid/aer" not in events.Tags()["scalars"]:
+        return []
+    return [(s.step, s.value) for s in events.Scalars("valid/aer")]
+
+
+def measure(name: str, run_dir: Path, long_set: tuple[Path, Path, Path]) -> dict:
+    """BLEU by length on the length test set, AER on the sample test split and on the length test set."""
+    translator = Translator.load(run_dir / "best.pt", beam=1, device="cpu")
+    splits = corpus_of(translator.config, None)
+    pairs = read_parallel(long_set[0], long_set[1])
+    gold = read_gold(long_set[2], pairs)
+    hypotheses = translator.translate([s for s, _ in pairs])
+    by_length = {}
+    for low, high in BUCKETS:
+        chosen = [i for i, (s, _) in enumerate(pairs) if low <= len(s.split()) <= high]
+        if chosen:
+            bleu = sacrebleu.corpus_bleu([hypotheses[i] for i in chosen], [[pairs[i][1] for i in chosen]])
+            by_length[f"{low}-{high}"] = {"bleu": bleu.score, "sentences": len(chosen)}
+    result = {"name": name, "run": str(run_dir), "by_length": by_length, "valid_aer": valid_aer_curve(run_dir),
+              "test_bleu": json.loads((run_dir / "results.json").read_text())["test/bleu"]}  # fmt: skip
+    chosen_map = alignment_map_of(translator, None, None)
+    if chosen_map is not None:
+        test = attention_report(translator.model, translator.vocabulary, splits.test, translator.device,
+                                translator.dtype, splits.alignments["test"])[chosen_map]  # fmt: skip
+        long = attention_report(translator.model, translator.vocabulary, pairs, translator.device,
+                                translator.dtype, gold)[chosen_map]  # fmt: skip
+        result.update(alignment_map=chosen_map, test_alignment=test, long_alignment=long)
+    return result
+
+
+def figures(results: list[dict], output: Path) -> None:
+    labels = [f"{low}-{high}" for low, high in BUCKETS]
+    length, axes = plt.subplots(figsize=(6.5, 4), dpi=110)
+    for r in results:
+        kept = [label for label in labels if label in r["by_length"]]
+        axes.plot(kept, [r["by_length"][k]["bleu"] for k in kept], marker="o", markersize=4, label=r["name"])
+    axes.set(xlabel="source sentence length (words)", ylabel="BLEU (greedy)", title="BLEU by sentence length")
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=7)
+    length.tight_layout()
+    length.savefig(output / "bleu_by_length.png")
+    curves, axes = plt.subplots(figsize=(6.5, 4), dpi=110)
+    for r in results:
+        if r["valid_aer"]:
+            steps, values = zip(*r["valid_aer"])
+            axes.plot(steps, values, marker="o", markersize=3, label=r["name"])
+    axes.set(xlabel="update", ylabel="valid AER (lower is better)", title="Attention learning to align")
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=7)
+    curves.tight_layout()
+    curves.savefig(output / "valid_aer.png")
+    with SummaryWriter(str(output / "tensorboard")) as writer:
+        writer.add_figure("lab/bleu_by_length", length)
+        writer.add_figure("lab/valid_aer", curves)
+
+
+def report(results: list[dict], output: Path, command: str, train_words: int) -> str:
+    lines = ["| model | map | test AER | precision | recall | long-set AER | entropy | diagonality | "
+             "paper's AER (Table 6) | test BLEU |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in sorted(results, key=lambda r: r.get("test_alignment", {}).get("aer", 2)):
+        paper = f"{PAPER_AER[r['name']]:.2f}" if r["name"] in PAPER_AER else "-"
+        if "test_alignment" not in r:
+            lines.append(f"| {r['name']} | no attention | - | - | - | - | - | - | {paper} | {r['test_bleu']:.2f} |")
+            continue
+        t, long = r["test_alignment"], r["long_alignment"]
+        lines.append(f"| {r['name']} | {r['alignment_map']} | {t['aer']:.3f} | {t['precision']:.3f} | "
+                     f"{t['recall']:.3f} | {long['aer']:.3f} | {t['entropy']:.2f} | {t['diagonality']:.2f} | "
+                     f"{paper} | {r['test_bleu']:.2f} |")  # fmt: skip
+    labels = [f"{low}-{high}" for low, high in BUCKETS]
+    counts = {label: next((r["by_length"][label]["sentences"] for r in results if label in r["by_length"]), 0)
+              for label in labels}  # fmt: skip
+    lines += ["", f"BLEU (greedy) by source length, words; trained on sentences of at most {train_words} words "
+              "(sentences per bucket in brackets):", "",
+              "| model | " + " | ".join(f"{label} ({counts[label]})" for label in labels) + " |",
+              "|---|" + "---|" * len(labels)]  # fmt: skip
+    for r in results:
+        cells = [f"{r['by_length'][label]['bleu']:.1f}" if label in r["by_length"] else "-" for label in labels]
+        lines.append(f"| {r['name']} | " + " | ".join(cells) + " |")
+    lines += ["", "![BLEU by sentence length](bleu_by_length.png) ![valid AER during training](valid_aer.png)"]
+    intro = (
+        f"`{command}`\n\nAER, precision and recall (Och and Ney 2003) of each target word's argmax attention "
+        "against the grammar's gold links (sure and possible), force-decoding the reference, on the sample test "
+        "split and on the length test set; for the Transformer, the encoder-decoder attention map that aligns best "
+        "on the valid split. Entropy (nats) and diagonality (correlation of target position and attended source "
+        "position) on the test split. The paper's figures are on the RWTH German-English gold set: different data, "
+        "the same measure. BLEU: sacrebleu, greedy decoding of the best checkpoint."
+    )
+    text = "# The alignment lab\n\n" + intro + "\n\n" + "\n".join(lines) + "\n"
+    (output / "report.md").write_text(text, encoding="utf-8")
+    (output / "lab.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
+    return text
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--output", type=Path, default=Path("multirun/lab"))
+    parser.add_argument("--variants", default=",".join(VARIANTS), help=f"any of {', '.join(VARIANTS)}")
+    parser.add_argument("--minutes", type=float, default=2.5, help="training minutes per variant")
+    parser.add_argument("--steps", type=int, default=0, help="or a number of updates per variant")
+    parser.add_argument("--per-bucket", type=int, default=100, help="length test sentences per bucket")
+    parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--extra", nargs="*", default=[], help="more train.py overrides for every variant")
+    args = parser.parse_args(argv)
+    unknown = [v for v in args.variants.split(",") if v not in VARIANTS]
+    if unknown:
+        raise UserError(f"--variants: {', '.join(unknown)} unknown; use any of {', '.join(VARIANTS)}")
+    output = output_folder(args.output, "--output").resolve()  # train.py runs from the repository root
+    budget = [f"trainer.max_minutes={args.minutes}", f"trainer.max_steps={args.steps}", f"seed={args.seed}",
+              *args.extra]  # fmt: skip
+    for key in args.variants.split(","):
+        name, overrides = VARIANTS[key]
+        train_run(name, ["experiment=lab", *overrides, *budget], output / "runs" / key)
+    config = checkpoint.load(output / "runs" / args.variants.split(",")[0] / "best.pt")["config"]
+    train_pairs = corpus_of(config, None).train
+    long_set = length_test_set(output / "data", args.per_bucket, {s for s, _ in train_pairs}, args.seed + 1)
+    results = [measure(VARIANTS[key][0], output / "runs" / key, long_set) for key in args.variants.split(",")]
+    figures(results, output)
+    command = "python scripts/lab.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    print(report(results, output, command.strip(), config["data"]["grammar"]["max_words"]))
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except UserError as error:
+        sys.exit(f"error: {error}")
