@@ -385,7 +385,9 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(str(error))
     for name, links in gold.items():
         folder = args.folder
-        write_aligned((folder / f"{name}.de", folder / f"{name}.en", folder / f"{name}.align"), splits.split(name), links)
+        write_aligned(
+            (folder / f"{name}.de", folder / f"{name}.en", folder / f"{name}.align"), splits.split(name), links
+        )
     print(f"wrote {', '.join(f'{len(v)} {k}' for k, v in gold.items())} pairs with gold alignments to {args.folder}")
 
 

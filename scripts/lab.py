@@ -36,7 +36,7 @@ from nmt.plot import plt  # noqa: E402
 from nmt.sample import generate_aligned, write_aligned  # noqa: E402
 from nmt.sweep import train_run  # noqa: E402
 
-# Small sizes of each family for a few minutes on 2 CPU cores; the corpus and the recipe are configs/experiment/lab.yaml.
+# Small sizes of each family, for a few minutes on 2 CPU cores; corpus and recipe: configs/experiment/lab.yaml.
 SIZES = {
     "sutskever": ["model=sutskever", "model.embedding_size=128", "model.hidden_size=256", "model.dropout=0.1"],
     "bahdanau": ["model=bahdanau", "model.embedding_size=128", "model.hidden_size=256", "model.readout_size=256",

@@ -12,16 +12,16 @@ import time
 
 import pytest
 import torch
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 import torch.nn.functional as F
 from conftest import MODELS, ROOT, compose_config, tiny_model_overrides
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 import nmt.decoding
 from nmt import UserError, build, checkpoint
+from nmt.alignment import parse_links
 from nmt.config import TrainerConfig
 from nmt.data import PAD_ID
 from nmt.decoding import Search, score, translate
-from nmt.alignment import parse_links
 from nmt.evaluate import evaluate as evaluate_checkpoint
 from nmt.resume import latest_good
 from nmt.search import beam_search
