@@ -92,34 +92,31 @@ def test_pharaoh_format_round_trips_and_bad_links_name_the_place(tmp_path):
 # --- the grammar's gold links, phenomenon by phenomenon --------------------------------------------------------------
 
 
-def np_(de, en):
-    return words(de, en)
+def separable_main_clause(subject, verb, object):
+    """A main clause with a separable verb (particle, stem, English) between two noun phrases (German, English)."""
+    stem, particle, joined = separable_verb(*verb)
+    parts = make_clause(words(*subject), stem, words(*object), particle=particle, joined=joined)
+    return render(main_clause(parts), english(parts), links(parts))
 
 
 def test_separable_verb_in_a_main_clause_links_the_particle_possibly_to_the_verb():
-    verb, particle, joined = separable_verb("an", "ruft", "calls")
-    parts = make_clause(np_("der Mann", "the man"), verb, np_("die Frau", "the woman"), particle=particle,
-                        joined=joined)  # fmt: skip
-    de, en, gold = render(main_clause(parts), english(parts), links(parts))
+    de, en, gold = separable_main_clause(("der Mann", "the man"), ("an", "ruft", "calls"), ("die Frau", "the woman"))
     assert (de, en) == ("Der Mann ruft die Frau an.", "The man calls the woman.")
     assert gold.sure == {(0, 0), (1, 1), (2, 2), (3, 3), (4, 4)}
     assert gold.possible - gold.sure == {(5, 2)}  # an (the particle) - calls
 
 
 def test_two_word_english_verbs_get_their_particle_from_the_german_one():
-    verb, particle, joined = separable_verb("ab", "holt", "picks up")
-    parts = make_clause(np_("das Kind", "the child"), verb, np_("den Hund", "the dog"), particle=particle,
-                        joined=joined)  # fmt: skip
-    de, en, gold = render(main_clause(parts), english(parts), links(parts))
+    de, en, gold = separable_main_clause(("das Kind", "the child"), ("ab", "holt", "picks up"), ("den Hund", "the dog"))
     assert (de, en) == ("Das Kind holt den Hund ab.", "The child picks up the dog.")
     assert gold.sure == {(0, 0), (1, 1), (2, 2), (5, 3), (3, 4), (4, 5)}  # holt - picks, ab - up
     assert gold.possible - gold.sure == {(2, 3), (5, 2)}
 
 
 def test_verb_final_subordinate_clause_with_a_joined_separable_verb():
-    first = make_clause(np_("das Kind", "the child"), words("lacht", "laughs"))
+    first = make_clause(words("das Kind", "the child"), words("lacht", "laughs"))
     verb, particle, joined = separable_verb("an", "ruft", "calls")
-    second = make_clause(np_("der Mann", "the man"), verb, np_("die Frau", "the woman"), particle=particle,
+    second = make_clause(words("der Mann", "the man"), verb, words("die Frau", "the woman"), particle=particle,
                          joined=joined)  # fmt: skip
     de, en, gold = complex_sentence(first, [(words("weil", "because"), second)])
     assert de == "Das Kind lacht, weil der Mann die Frau anruft."
@@ -130,7 +127,7 @@ def test_verb_final_subordinate_clause_with_a_joined_separable_verb():
 
 
 def test_fronted_adverb_puts_the_verb_before_the_subject():
-    parts = make_clause(np_("der Hund", "the dog"), words("läuft", "runs"), place=None)
+    parts = make_clause(words("der Hund", "the dog"), words("läuft", "runs"), place=None)
     de, en, gold = fronted(words("heute", "today"), parts)
     assert (de, en) == ("Heute läuft der Hund.", "Today the dog runs.")
     assert gold.sure == {(0, 0), (1, 3), (2, 1), (3, 2)}
