@@ -26,23 +26,20 @@ train: install
 demo: install
 	$(BIN)/python train.py data=sample model=bahdanau experiment=demo
 
-# The four families, then the Luong scores and local alignments, one after another on the same data and the same
-# CPU-sized budget; then the report (multirun/compare/report.md and its figures). About 90 minutes on 2 cores.
+# Every family and Luong variant (scripts/compare.py VARIANTS) on the same data and CPU-sized budget, SEEDS seeds
+# each, then the report with significance and the papers' claims (multirun/compare/report.md). About two hours per
+# seed on 2 cores; rerunning continues where it stopped. The lab's lab.json, when there, feeds two of the claims.
+SEEDS ?= 1
 COMPARE_MINUTES ?= 8
-COMPARE_ARGS = trainer.max_minutes=$(COMPARE_MINUTES) trainer.progress=false $(DATA_ARG)
+LAB_JSON = $(wildcard multirun/lab/lab.json)
 compare: install
-	$(BIN)/python train.py -m model=sutskever,bahdanau,luong,transformer \
-		hydra.sweep.dir=multirun/compare/families $(COMPARE_ARGS)
-	$(BIN)/python train.py -m model=luong model/attention=dot,concat,location \
-		hydra.sweep.dir=multirun/compare/luong_scores $(COMPARE_ARGS)
-	$(BIN)/python train.py -m model=luong model.alignment=local_m,local_p \
-		hydra.sweep.dir=multirun/compare/luong_local $(COMPARE_ARGS)
-	$(BIN)/python scripts/compare.py multirun/compare
+	$(BIN)/python scripts/compare.py --train --output multirun/compare --seeds $(SEEDS) \
+		--minutes $(COMPARE_MINUTES) $(if $(LAB_JSON),--lab $(LAB_JSON),) --extra $(DATA_ARG)
 
 # The alignment lab: the four families and the Luong variants on the sample grammar; AER against its gold alignments
-# and BLEU by sentence length up to 80 words (multirun/lab/report.md and its figures). About 30 minutes on 2 cores.
+# and BLEU by sentence length up to 80 words (multirun/lab/report.md and its figures). About 30 minutes per seed.
 lab: install
-	$(BIN)/python scripts/lab.py --output multirun/lab
+	$(BIN)/python scripts/lab.py --output multirun/lab --seeds $(SEEDS)
 
 # Training tokens/s, peak memory and decoding sentences/s of each model (bench/benchmark.md); decodes with the
 # checkpoints in outputs/runs/<model>/best.pt when they exist.

@@ -30,19 +30,27 @@ def attention_figure(weights: np.ndarray, source: list[str], target: list[str], 
 
 def heads_figure(weights: np.ndarray, source: list[str], target: list[str], title: str = "") -> plt.Figure:
     """A grid of heatmaps, one per attention head: weights (heads, len(target), len(source))."""
-    heads, height, width = weights.shape
-    columns = math.ceil(math.sqrt(heads))  # 4 heads: a 2 x 2 grid
-    rows = -(-heads // columns)
+    return panels_figure(list(weights), [f"head {h + 1}" for h in range(len(weights))], source, target, title)
+
+
+def panels_figure(
+    panels: list[np.ndarray], titles: list[str], source: list[str], target: list[str], title: str = ""
+) -> plt.Figure:
+    """A grid of heatmaps of one sentence pair on the same axes, each (len(target), len(source)) with its title:
+    the heads of a layer, or the models of a comparison side by side."""
+    count, (height, width) = len(panels), panels[0].shape
+    columns = math.ceil(math.sqrt(count))  # 4 panels: a 2 x 2 grid
+    rows = -(-count // columns)
     cell = (max(3.0, 0.3 * width + 1.5), max(2.5, 0.26 * height + 1.2))
     figure, grid = plt.subplots(rows, columns, figsize=(cell[0] * columns, cell[1] * rows), dpi=90, squeeze=False)
-    for head, axes in enumerate(grid.flat):
-        if head >= heads:
+    for index, axes in enumerate(grid.flat):
+        if index >= count:
             axes.axis("off")
             continue
-        axes.imshow(weights[head], cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
+        axes.imshow(panels[index], cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
         axes.set_xticks(range(width), source, rotation=70, ha="right", fontsize=7)
-        axes.set_yticks(range(height), target if head % columns == 0 else [""] * height, fontsize=7)
-        axes.set_title(f"head {head + 1}", fontsize=8)
+        axes.set_yticks(range(height), target if index % columns == 0 else [""] * height, fontsize=7)
+        axes.set_title(titles[index], fontsize=8)
     if title:
         figure.suptitle(title, fontsize=9)
     figure.tight_layout()

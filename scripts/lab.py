@@ -1,14 +1,16 @@
 """The alignment lab: every attention variant on the sample grammar, scored as alignment (AER) and by length.
 
-python scripts/lab.py [--output multirun/lab] [--minutes 2.5] [--variants bahdanau,luong_local_p,...]
+python scripts/lab.py [--output multirun/lab] [--minutes 2] [--seeds 1] [--variants bahdanau,luong_local_p,...]
 
 The sample grammar knows the gold word alignment of each pair it writes, so attention can be scored as alignment
 (AER, Och and Ney 2003), as Luong et al. (2015, Table 6) did on gold German-English alignments, and it writes
 sentences of any length, so BLEU can be measured against sentence length past what the models were trained on, as
 Bahdanau et al. (2015, Figure 2) did. Each variant trains for the same few minutes on sentences of at most
---train-words words (`train.py experiment=lab`); then every model decodes a test set of length buckets up to
-80 words. The report (OUTPUT/report.md with its figures, OUTPUT/lab.json, and the figures in TensorBoard under
-OUTPUT/tensorboard) holds the AER table beside the paper's figures, BLEU by length and valid AER during training.
+20 words (`train.py experiment=lab`), once per seed (OUTPUT/runs/<variant>/seed<N>); then every model decodes a
+test set of length buckets up to 80 words. The report (OUTPUT/report.md with its figures, OUTPUT/lab.json, and the
+figures in TensorBoard under OUTPUT/tensorboard) holds the AER table beside the paper's figures, BLEU by length and
+valid AER during training; OUTPUT/comparison/report.md compares the same runs as `make compare` does (seeds,
+significance on the sample test split, the papers' claims, with the lab's AER and length figures).
 Rerunning continues where it stopped: finished runs are kept, an interrupted one resumes.
 """
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -27,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from nmt import UserError, checkpoint  # noqa: E402
 from nmt.alignment import attention_report, read_gold  # noqa: E402
+from nmt.comparison import describe_runs, summarise  # noqa: E402
 from nmt.config import GrammarOptions  # noqa: E402
 from nmt.corpus import read_parallel  # noqa: E402
 from nmt.decoding import Translator  # noqa: E402
@@ -51,6 +55,7 @@ VARIANTS = {
     "bahdanau": ("bahdanau (additive)", SIZES["bahdanau"]),
     "transformer": ("transformer", SIZES["transformer"]),
     "luong": ("luong (general, global)", SIZES["luong"]),
+    "luong_no_feeding": ("luong (general, global, no feeding)", [*SIZES["luong"], "model.input_feeding=false"]),
     "luong_dot": ("luong (dot, global)", [*SIZES["luong"], "model/attention=dot"]),
     "luong_concat": ("luong (concat, global)", [*SIZES["luong"], "model/attention=concat"]),
     "luong_location": ("luong (location, global)", [*SIZES["luong"], "model/attention=location"]),
@@ -146,7 +151,8 @@ def report(results: list[dict], output: Path, command: str, train_words: int) ->
             lines.append(f"| {r['name']} | no attention | - | - | - | - | - | - | {paper} | {r['test_bleu']:.2f} |")
             continue
         t, long = r["test_alignment"], r["long_alignment"]
-        lines.append(f"| {r['name']} | {r['alignment_map']} | {t['aer']:.3f} | {t['precision']:.3f} | "
+        aer = f"{t['aer']:.3f}" + (f" ± {t['aer_sd']:.3f}" if "aer_sd" in t else "")
+        lines.append(f"| {r['name']} | {r['alignment_map']} | {aer} | {t['precision']:.3f} | "
                      f"{t['recall']:.3f} | {long['aer']:.3f} | {t['entropy']:.2f} | {t['diagonality']:.2f} | "
                      f"{paper} | {r['test_bleu']:.2f} |")  # fmt: skip
     labels = [f"{low}-{high}" for low, high in BUCKETS]
@@ -166,40 +172,73 @@ def report(results: list[dict], output: Path, command: str, train_words: int) ->
         "split and on the length test set; for the Transformer, the encoder-decoder attention map that aligns best "
         "on the valid split. Entropy (nats) and diagonality (correlation of target position and attended source "
         "position) on the test split. The paper's figures are on the RWTH German-English gold set: different data, "
-        "the same measure. BLEU: sacrebleu, greedy decoding of the best checkpoint."
+        "the same measure. BLEU: sacrebleu, greedy decoding of the best checkpoint. With several seeds, every "
+        "figure is the mean over seeds (AER ± its standard deviation); valid AER is the first seed's curve."
     )
     text = "# The alignment lab\n\n" + intro + "\n\n" + "\n".join(lines) + "\n"
     (output / "report.md").write_text(text, encoding="utf-8")
-    (output / "lab.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
+    record = {"command": command, "results": results}
+    (output / "lab.json").write_text(json.dumps(record, indent=1), encoding="utf-8")
     return text
+
+
+def aggregate(name: str, runs: list[dict]) -> dict:
+    """One variant over its seeds: mean BLEU by length and mean AER (each seed's figures kept under "seeds")."""
+    first = runs[0]
+    result = {"name": name, "seeds": runs, "test_bleu": statistics.mean(r["test_bleu"] for r in runs),
+              "valid_aer": first["valid_aer"],  # the curve of the first seed
+              "by_length": {label: {"bleu": statistics.mean(r["by_length"][label]["bleu"] for r in runs),
+                                    "sentences": first["by_length"][label]["sentences"]}
+                            for label in first["by_length"] if all(label in r["by_length"] for r in runs)}}  # fmt: skip
+    if "test_alignment" in first:
+        result["alignment_map"] = first["alignment_map"]
+        for split in ("test_alignment", "long_alignment"):
+            result[split] = {k: statistics.mean(r[split][k] for r in runs) for k in first[split]}
+        if len(runs) > 1:
+            result["test_alignment"]["aer_sd"] = statistics.stdev(r["test_alignment"]["aer"] for r in runs)
+    return result
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", type=Path, default=Path("multirun/lab"))
     parser.add_argument("--variants", default=",".join(VARIANTS), help=f"any of {', '.join(VARIANTS)}")
-    parser.add_argument("--minutes", type=float, default=2.5, help="training minutes per variant")
+    parser.add_argument("--minutes", type=float, default=2.0, help="training minutes per variant")
     parser.add_argument("--steps", type=int, default=0, help="or a number of updates per variant")
     parser.add_argument("--per-bucket", type=int, default=100, help="length test sentences per bucket")
-    parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--seed", type=int, default=1234, help="the first seed")
+    parser.add_argument("--seeds", type=int, default=1, help="seeds per variant (the report gives their mean)")
     parser.add_argument("--extra", nargs="*", default=[], help="more train.py overrides for every variant")
+    parser.add_argument("--samples", type=int, default=1000, help="paired bootstrap resamples (the comparison)")
+    parser.add_argument("--trials", type=int, default=10000, help="approximate randomization trials (the comparison)")
     args = parser.parse_args(argv)
-    unknown = [v for v in args.variants.split(",") if v not in VARIANTS]
+    keys = args.variants.split(",")
+    unknown = [v for v in keys if v not in VARIANTS]
     if unknown:
         raise UserError(f"--variants: {', '.join(unknown)} unknown; use any of {', '.join(VARIANTS)}")
+    if args.seeds < 1:
+        raise UserError(f"--seeds {args.seeds}: at least 1")
     output = output_folder(args.output, "--output").resolve()  # train.py runs from the repository root
-    budget = [f"trainer.max_minutes={args.minutes}", f"trainer.max_steps={args.steps}", f"seed={args.seed}",
-              *args.extra]  # fmt: skip
-    for key in args.variants.split(","):
-        name, overrides = VARIANTS[key]
-        train_run(name, ["experiment=lab", *overrides, *budget], output / "runs" / key)
-    config = checkpoint.load(output / "runs" / args.variants.split(",")[0] / "best.pt")["config"]
+    budget = [f"trainer.max_minutes={args.minutes}", f"trainer.max_steps={args.steps}", *args.extra]
+    seeds = range(args.seed, args.seed + args.seeds)
+    for seed in seeds:  # seed by seed: a stopped lab is complete so far
+        for key in keys:
+            name, overrides = VARIANTS[key]
+            train_run(f"{name} seed {seed}", ["experiment=lab", *overrides, *budget, f"seed={seed}"],
+                      output / "runs" / key / f"seed{seed}")  # fmt: skip
+    config = checkpoint.load(output / "runs" / keys[0] / f"seed{args.seed}" / "best.pt")["config"]
     train_pairs = corpus_of(config, None).train
     long_set = length_test_set(output / "data", args.per_bucket, {s for s, _ in train_pairs}, args.seed + 1)
-    results = [measure(VARIANTS[key][0], output / "runs" / key, long_set) for key in args.variants.split(",")]
+    results = [aggregate(VARIANTS[key][0], [measure(VARIANTS[key][0], output / "runs" / key / f"seed{seed}", long_set)
+                                            for seed in seeds]) for key in keys]  # fmt: skip
     figures(results, output)
-    command = "python scripts/lab.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    print(report(results, output, command.strip(), config["data"]["grammar"]["max_words"]))
+    command = ("python scripts/lab.py " + " ".join(argv if argv is not None else sys.argv[1:])).strip()
+    print(report(results, output, command, config["data"]["grammar"]["max_words"]))
+    # The same runs as a comparison on the sample test split: seeds, significance and the papers' claims.
+    runs, pairs = describe_runs([output / "runs" / key / f"seed{seed}" for seed in seeds for key in keys], beam=1)
+    lab = json.loads((output / "lab.json").read_text(encoding="utf-8"))
+    comparison = output_folder(output / "comparison", "--output")
+    print(summarise(runs, pairs, comparison, 1, command, lab, args.samples, args.trials))
 
 
 if __name__ == "__main__":

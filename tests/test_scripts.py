@@ -1,8 +1,14 @@
-"""The report's arithmetic: scripts are loaded as modules, their pure parts tested without training anything."""
+"""The reports' arithmetic and the scripts that train and report (loaded as modules), on tiny runs."""
 
 import importlib.util
+import json
 
+import pytest
 from conftest import ROOT
+
+from nmt import comparison as compare
+from nmt.claims import NOT_MEASURED, NOT_SIGNIFICANT, NOT_SUPPORTED, PARTLY, SUPPORTED, check_claims
+from nmt.significance import Difference
 
 
 def load_script(name: str):
@@ -13,17 +19,99 @@ def load_script(name: str):
 
 
 def test_runs_that_differ_only_in_seed_get_mean_and_spread():
-    compare = load_script("compare")
     runs = [
-        {"name": "bahdanau (additive)", "valid_bleu": 30.0, "test_bleu": 31.0, "test_bleu_beam": 32.0},
-        {"name": "bahdanau (additive)", "valid_bleu": 32.0, "test_bleu": 33.0, "test_bleu_beam": 34.0},
-        {"name": "sutskever", "valid_bleu": 15.0, "test_bleu": 16.0, "test_bleu_beam": None},
+        {"name": "bahdanau (additive)", "seed": 2, "run": "b2", "test_bleu": 33.0, "test_bleu_beam": 34.0},
+        {"name": "bahdanau (additive)", "seed": 1, "run": "b1", "test_bleu": 31.0, "test_bleu_beam": 32.0},
+        {"name": "sutskever", "seed": 1, "run": "s1", "test_bleu": 16.0, "test_bleu_beam": None},
     ]
-    lines = compare.seed_summary(runs)
-    rows = [line for line in lines if line.startswith("| bahdanau")]
-    assert rows == ["| bahdanau (additive) | 2 | 31.00 ± 1.41 | 32.00 ± 1.41 | 33.00 ± 1.41 |"]
-    assert not any(line.startswith("| sutskever") for line in lines)  # one run: no spread to show
-    assert compare.seed_summary(runs[2:]) == []
+    groups = compare.group(runs)
+    assert [r["seed"] for r in groups["bahdanau (additive)"]] == [1, 2]
+    assert compare.spread([compare.headline(r) for r in groups["bahdanau (additive)"]]) == "33.00 ± 1.41"
+    assert compare.spread([compare.headline(r) for r in groups["sutskever"]]) == "16.00"  # greedy when no beam
+    with pytest.raises(compare.UserError, match="both sutskever with seed 1"):
+        compare.group([*runs, {**runs[2], "run": "s1 again"}])
+
+
+def test_equal_updates_reads_every_curve_at_the_updates_all_of_them_reached():
+    seed_a = {"curve": [(1.0, 30, 10.0), (2.0, 60, 20.0), (3.0, 90, 24.0)]}
+    seed_b = {"curve": [(1.2, 30, 12.0), (2.2, 60, 22.0)]}  # stopped earlier
+    mean = compare.mean_curve([seed_a, seed_b])
+    assert [step for _, step, _ in mean] == [30, 60]
+    assert [(m, b) for m, _, b in mean] == [pytest.approx((1.1, 11.0)), pytest.approx((2.1, 21.0))]
+    curves = {"slow": [(4.0, 30, 5.0), (8.0, 60, 9.0)], "fast": [(1.0, 30, 7.0), (2.0, 60, 15.0), (3.0, 90, 19.0)]}
+    steps, table = compare.equal_updates(curves)
+    assert steps == [30, 60] and table == {"slow": [5.0, 9.0], "fast": [7.0, 15.0]}
+    assert compare.equal_updates({"a": [(1.0, 30, 1.0)], "b": [(1.0, 40, 1.0)]}) == ([], {})
+
+
+def test_the_claims_table_reports_what_the_run_shows():
+    bleu = {
+        "sutskever": 10.0,
+        "bahdanau (additive)": 29.0,
+        "luong (general, global)": 21.0,
+        "luong (general, global, no feeding)": 20.5,
+        "luong (general, local_p)": 17.0,
+        "transformer": 30.0,
+    }
+
+    def tester(a, b):  # significant exactly when the gap is above 1 BLEU
+        delta = bleu[a] - bleu[b]
+        p = 0.001 if abs(delta) > 1 else 0.4
+        return Difference(delta, p, p, 2, True)
+
+    lab = {"results": [
+        {"name": "sutskever", "by_length": {"1-10": {"bleu": 40.0}, "61-80": {"bleu": 2.0}}},
+        {"name": "bahdanau (additive)", "by_length": {"1-10": {"bleu": 60.0}, "61-80": {"bleu": 35.0}},
+         "test_alignment": {"aer": 0.2}},
+        {"name": "luong (general, global)", "by_length": {"1-10": {"bleu": 55.0}, "61-80": {"bleu": 20.0}},
+         "test_alignment": {"aer": 0.30}},
+        {"name": "luong (general, local_m)", "by_length": {}, "test_alignment": {"aer": 0.25}},
+        {"name": "luong (general, local_p)", "by_length": {}, "test_alignment": {"aer": 0.35}},
+    ]}  # fmt: skip
+    claims = {c.claim: c for c in check_claims(bleu, tester, lab)}
+    verdicts = {claim: c.verdict for claim, c in claims.items()}
+    assert verdicts == {
+        "Attention beats the fixed-vector encoder-decoder": SUPPORTED,
+        "The gap grows with sentence length": SUPPORTED,  # +20 on short sentences, +33 on long ones
+        "Input feeding helps": NOT_SIGNIFICANT,  # +0.5
+        "Local-p attention with the general score is the best Luong variant": NOT_SUPPORTED,
+        "Local attention aligns better than global (lower AER)": PARTLY,  # local-m yes, local-p no
+        "The Transformer beats the recurrent models": NOT_SIGNIFICANT,  # +1.0 over Bahdanau
+    }
+    assert (
+        "5 of 5 attention models significantly above sutskever"
+        in claims["Attention beats the fixed-vector encoder-decoder"].evidence
+    )
+    assert "rank 3 of 3" in claims["Local-p attention with the general score is the best Luong variant"].evidence
+    assert all(c.verdict == NOT_MEASURED for c in check_claims({"transformer": 30.0}, tester, None))
+
+
+def test_the_comparison_trains_seeds_tests_significance_and_resumes(tmp_path, capsys):
+    script = load_script("compare")
+    small = ["--train", "--variants", "sutskever,luong", "--seeds", "2", "--minutes", "5", "--valid-every", "3",
+             "--beam", "2", "--samples", "50", "--trials", "50", "--output", str(tmp_path / "compare"), "--extra",
+             "data=sample", "data.sizes.train=300", "data.sizes.valid=10", "data.sizes.test=12",
+             "trainer.max_steps=6", "model.embedding_size=16", "model.hidden_size=24",
+             f"data.spm_cache={tmp_path / 'spm'}"]  # fmt: skip
+    script.main(small)
+    output = tmp_path / "compare"
+    report = (output / "report.md").read_text()
+    assert "| claim | paper | this run | evidence |" in report and "Δ sutskever (p bs, p ar)" in report
+    assert "| 3 updates | 6 updates |" in report  # equal updates: both validated at 3 and 6
+    row = next(line for line in report.splitlines() if line.startswith("| luong (general, global) | 2 |"))
+    record = json.loads((output / "compare.json").read_text())
+    seeds = [r["test_bleu_beam"] for r in record["variants"]["luong (general, global)"]["runs"]]
+    assert [r["seed"] for r in record["variants"]["luong (general, global)"]["runs"]] == [1234, 1235]
+    assert f"| {seeds[0]:.2f}, {seeds[1]:.2f} |" in row  # each seed's figure beside the mean
+    assert record["variants"]["luong (general, global)"]["mean_bleu"] == pytest.approx(sum(seeds) / 2)
+    significance = record["significance"]["baseline"]["luong (general, global)"]["BLEU"]
+    assert significance["seeds"] == 2 and 0 < significance["p_bootstrap"] <= 1
+    assert "bs BLEU" in record["signatures"] and len(record["claims"]) == 6
+    for name in ("bleu_by_time.png", "bleu_by_updates.png", "bleu_by_length.png", "attention.png"):
+        assert (output / name).is_file(), name
+    capsys.readouterr()
+    script.main(small)  # a rerun keeps the four finished runs
+    assert capsys.readouterr().out.count("done before, kept") == 4
 
 
 def test_benchmark_table_reports_flops_against_the_measured_peak():
@@ -69,9 +157,9 @@ def test_flop_count_includes_the_cpu_lstm_kernel():
 def test_the_lab_trains_scores_alignment_and_length_and_resumes_where_it_stopped(tmp_path, capsys):
     lab = load_script("lab")
     small = ["--variants", "sutskever,luong_local_m", "--steps", "6", "--minutes", "0", "--per-bucket", "2",
-             "--output", str(tmp_path / "lab"), "--extra", "data.sizes.train=300", "data.sizes.valid=10",
-             "data.sizes.test=10", "trainer.valid_every=3", "model.embedding_size=16", "model.hidden_size=24",
-             f"data.spm_cache={tmp_path / 'spm'}"]  # fmt: skip
+             "--samples", "50", "--trials", "50", "--output", str(tmp_path / "lab"), "--extra",
+             "data.sizes.train=300", "data.sizes.valid=10", "data.sizes.test=10", "trainer.valid_every=3",
+             "model.embedding_size=16", "model.hidden_size=24", f"data.spm_cache={tmp_path / 'spm'}"]  # fmt: skip
     lab.main(small)
     report = (tmp_path / "lab" / "report.md").read_text()
     assert "| luong (general, local_m) | alignment |" in report and "| 0.34 |" in report  # beside the paper's AER
@@ -79,10 +167,15 @@ def test_the_lab_trains_scores_alignment_and_length_and_resumes_where_it_stopped
     assert "| model | 1-10 (" in report and "61-80 (" in report
     for name in ("bleu_by_length.png", "valid_aer.png", "lab.json", "data/long.align"):
         assert (tmp_path / "lab" / name).is_file(), name
-    results = lab.json.loads((tmp_path / "lab" / "lab.json").read_text())
+    results = lab.json.loads((tmp_path / "lab" / "lab.json").read_text())["results"]
     luong = next(r for r in results if r["name"].startswith("luong"))
     assert 0 <= luong["test_alignment"]["aer"] <= 1 and [step for step, _ in luong["valid_aer"]] == [3, 6]
     assert len(lab.read_gold(tmp_path / "lab" / "data" / "long.align")) == 12  # 2 per bucket
+    comparison = (tmp_path / "lab" / "comparison" / "report.md").read_text()  # the same runs, compared
+    record = json.loads((tmp_path / "lab" / "comparison" / "compare.json").read_text())
+    claims = {c["claim"]: c for c in record["claims"]}
+    assert claims["The gap grows with sentence length"]["verdict"] != "not measured"  # from the lab's own figures
+    assert "| luong (general, local_m) | 1 |" in comparison and "Δ sutskever (p bs, p ar)" in comparison
     capsys.readouterr()
     lab.main(small)  # a second run keeps the finished runs
     assert capsys.readouterr().out.count("done before, kept") == 2

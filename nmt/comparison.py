@@ -1,0 +1,346 @@
+"""A comparison of finished training runs: seeds grouped, significance, equal-time and equal-update views, the
+papers' claims, attention side by side; written as report.md, figures, compare.json and TensorBoard.
+
+`scripts/compare.py` (make compare) and `scripts/lab.py` (make lab) train the runs and call `summarise`. Runs whose
+configs differ only in the seed are seeds of one variant, named from the config (`luong (general, local_p)`).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import sacrebleu
+from omegaconf import OmegaConf
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from torch.utils.tensorboard import SummaryWriter
+
+from nmt import UserError, build, checkpoint
+from nmt.alignment import attention_report, choose_map, parse_key, word_attention
+from nmt.claims import BASELINE, check_claims
+from nmt.decoding import Translator
+from nmt.evaluate import LENGTH_BUCKETS, bleu_by_length
+from nmt.plot import panels_figure, plt
+from nmt.significance import seeded_tests
+
+
+def find_runs(folders: list[Path]) -> list[Path]:
+    runs = []
+    for folder in folders:
+        if not folder.is_dir():
+            raise UserError(f"{folder}: not a folder")
+        runs += sorted(p.parent for p in folder.rglob("best.pt") if (p.parent / "best.test.hyp").is_file())
+    if not runs:
+        raise UserError(f"no finished runs (best.pt with best.test.hyp) under {', '.join(map(str, folders))}")
+    return runs
+
+
+def beam_hypotheses(run: Path, sources: list[str], beam: int) -> list[str]:
+    """The best checkpoint's beam-search test output: `best.test.beam<N>.hyp` (what evaluate.py writes), decoded
+    here once when it is not there yet."""
+    path = run / f"best.test.beam{beam}.hyp"
+    if not path.is_file():
+        translator = Translator.load(run / "best.pt", beam=beam)
+        path.write_text("".join(h + "\n" for h in translator.translate(sources)), encoding="utf-8")
+    return path.read_text(encoding="utf-8").split("\n")[: len(sources)]
+
+
+def variant_name(model: dict) -> str:
+    """A readable name from a checkpoint's model config: `luong (general, local_p)`, `bahdanau (additive)`."""
+    name = model["_target_"].rsplit(".", 1)[-1].replace("Seq2Seq", "").lower()
+    if "attention" in model:
+        score = model["attention"]["_target_"].rsplit(".", 1)[-1].replace("Attention", "").lower()
+        if model["attention"].get("scaled"):
+            score = "scaled " + score
+        details = [score] + ([model["alignment"]] if "alignment" in model else [])
+        if model.get("input_feeding") is False:
+            details.append("no feeding")
+        name += f" ({', '.join(details)})"
+    return name
+
+
+def attention_shape(translator: Translator, pairs: list[tuple[str, str]]) -> tuple[str, dict] | None:
+    """The alignment map (the RNNs' one attention, the Transformer's last layer) and its entropy and diagonality
+    (`nmt.alignment`), force-decoding the test references; None without attention."""
+    report = attention_report(translator.model, translator.vocabulary, pairs, translator.device, translator.dtype)
+    if not report:
+        return None
+    chosen = choose_map(list(report), None)
+    return chosen, report[chosen]
+
+
+def describe(run: Path, test_cache: dict, beam: int) -> dict:
+    best, last = checkpoint.load(run / "best.pt"), checkpoint.load(run / "last.pt")
+    config = best["config"]
+    data = OmegaConf.create(config["data"])
+    key = OmegaConf.to_yaml(data)
+    if key not in test_cache:
+        test_cache[key] = build.load_corpus(data).test
+    pairs = test_cache[key]
+    hypotheses = (run / "best.test.hyp").read_text(encoding="utf-8").split("\n")[: len(pairs)]
+    references = [t for _, t in pairs]
+    progress = last["progress"]
+    sources = [s for s, _ in pairs]
+    beam_output = beam_hypotheses(run, sources, beam) if beam > 1 else None
+    shape = attention_shape(Translator.load(run / "best.pt"), pairs)
+    return {
+        "run": str(run),
+        "name": variant_name(config["model"]),
+        "seed": config.get("seed"),
+        "parameters": sum({t.data_ptr(): t.numel() for t in best["model"].values()}.values()),  # tied ones once
+        "best_step": best["progress"]["step"],
+        "updates": progress["step"],
+        "minutes": progress["train_seconds"] / 60,
+        "tokens_per_second": progress["tokens_trained"] / max(progress["train_seconds"], 1e-9),
+        "valid_bleu": best["progress"]["best_bleu"],
+        "test_bleu": sacrebleu.corpus_bleu(hypotheses, [references]).score,
+        "test_chrf": sacrebleu.corpus_chrf(hypotheses, [references]).score,
+        "test_bleu_beam": sacrebleu.corpus_bleu(beam_output, [references]).score if beam_output else None,
+        "by_length": {
+            f"{low}-{high}": value for (low, high), value in bleu_by_length(sources, hypotheses, references).items()
+        },  # fmt: skip
+        "curve": valid_curve(run),
+        "alignment_map": shape[0] if shape else None,
+        "attention": shape[1] if shape else None,
+        "hypotheses": beam_output or hypotheses,  # what the significance tests compare
+    }
+
+
+def valid_curve(run: Path) -> list[tuple[float, int, float]]:
+    """(minutes since the run's first event, update, valid BLEU) at each validation."""
+    events = EventAccumulator(str(run))
+    events.Reload()
+    if "valid/bleu" not in events.Tags()["scalars"]:
+        return []
+    scalars = events.Scalars("valid/bleu")
+    start = min(e.wall_time for e in events.Scalars("train/loss")) if "train/loss" in events.Tags()["scalars"] else 0
+    return [((s.wall_time - start) / 60, s.step, s.value) for s in scalars]
+
+
+def spread(values: list[float]) -> str:
+    """`mean ± sd` over seeds, or the one value."""
+    if len(values) == 1:
+        return f"{values[0]:.2f}"
+    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
+
+
+def group(runs: list[dict]) -> dict[str, list[dict]]:
+    """{variant name: its runs by seed}; two runs of one variant with the same seed are refused."""
+    groups: dict[str, list[dict]] = {}
+    for run in runs:
+        same = [r for r in groups.get(run["name"], []) if r["seed"] == run["seed"]]
+        if same:
+            raise UserError(f"{run['run']} and {same[0]['run']} are both {run['name']} with seed {run['seed']}: "
+                            "compare one of them")  # fmt: skip
+        groups.setdefault(run["name"], []).append(run)
+    return {name: sorted(g, key=lambda r: r["seed"]) for name, g in groups.items()}
+
+
+def headline(run: dict) -> float:
+    return run["test_bleu_beam"] if run["test_bleu_beam"] is not None else run["test_bleu"]
+
+
+def mean_curve(runs: list[dict]) -> list[tuple[float, int, float]]:
+    """(minutes, update, valid BLEU) averaged over seeds at the updates every seed validated at."""
+    steps = set.intersection(*({step for _, step, _ in r["curve"]} for r in runs)) if runs[0]["curve"] else set()
+    points = []
+    for step in sorted(steps):
+        at = [next(p for p in r["curve"] if p[1] == step) for r in runs]
+        points.append((statistics.mean(p[0] for p in at), step, statistics.mean(p[2] for p in at)))
+    return points
+
+
+def equal_updates(curves: dict[str, list[tuple[float, int, float]]], columns: int = 5) -> tuple[list[int], dict]:
+    """Valid BLEU at the same numbers of updates: up to `columns` updates that every variant validated at, spread up
+    to the largest; ({variant: [BLEU at each]}, the updates)."""
+    shared = set.intersection(*({step for _, step, _ in c} for c in curves.values())) if curves else set()
+    shared = sorted(shared)
+    if not shared:
+        return [], {}
+    chosen = sorted({shared[round(i * (len(shared) - 1) / max(columns - 1, 1))] for i in range(columns)})
+    return chosen, {n: [next(b for _, s, b in c if s == step) for step in chosen] for n, c in curves.items()}
+
+
+def significance(groups: dict[str, list[dict]], references: list[str], against: str, samples: int, trials: int):
+    hypotheses = {name: {r["seed"]: r["hypotheses"] for r in runs} for name, runs in groups.items()}
+    return seeded_tests(hypotheses, references, against, samples, trials)
+
+
+def heatmaps(groups: dict[str, list[dict]], pairs: list[tuple[str, str]]) -> plt.Figure | None:
+    """One test sentence (the first of 10-14 words), each attention model's word alignment (first seed) side by
+    side, force-decoding the reference."""
+    pair = next((p for p in pairs if 10 <= len(p[0].split()) <= 14), pairs[0])
+    panels, titles = [], []
+    for name, runs in groups.items():
+        if runs[0]["alignment_map"] is None:
+            continue
+        translator = Translator.load(Path(runs[0]["run"]) / "best.pt")
+        key = parse_key(runs[0]["alignment_map"])
+        matrices = word_attention(translator.model, translator.vocabulary, [pair], translator.device,
+                                  translator.dtype, [key[0]], (key[1],))  # fmt: skip
+        panels.append(matrices[key][0])
+        titles.append(name)
+    if not panels:
+        return None
+    return panels_figure(panels, titles, pair[0].split(), pair[1].split(), "attention of each model, one test sentence")
+
+
+def line_figure(lines: dict[str, tuple[list, list]], xlabel: str, ylabel: str, title: str, path: Path):
+    """One line per variant: {name: (x values, y values)}."""
+    figure, axes = plt.subplots(figsize=(7, 4.2), dpi=110)
+    for name, (x, y) in lines.items():
+        axes.plot(x, y, marker="o", markersize=3, label=name)
+    axes.set(xlabel=xlabel, ylabel=ylabel, title=title)
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path)
+    return figure
+
+
+def figures(groups: dict[str, list[dict]], curves: dict, pairs: list, output: Path) -> dict[str, plt.Figure]:
+    labels = [f"{low}-{high}" for low, high in LENGTH_BUCKETS]
+    by_length = {}
+    for name, runs in groups.items():
+        kept = [label for label in labels if all(label in r["by_length"] for r in runs)]
+        by_length[name] = ([k.replace("-1000", "+") for k in kept],
+                           [statistics.mean(r["by_length"][k][0] for r in runs) for k in kept])  # fmt: skip
+    made = {
+        "bleu_by_length": line_figure(by_length, "source sentence length (words)", "test BLEU (greedy)",
+                                      "BLEU by source length", output / "bleu_by_length.png"),
+        "bleu_by_time": line_figure({n: ([p[0] for p in c], [p[2] for p in c]) for n, c in curves.items() if c},
+                                    "wall-clock minutes (training and validation)", "valid BLEU (greedy)",
+                                    "Equal time: valid BLEU against minutes", output / "bleu_by_time.png"),
+        "bleu_by_updates": line_figure({n: ([p[1] for p in c], [p[2] for p in c]) for n, c in curves.items() if c},
+                                       "updates", "valid BLEU (greedy)", "Equal updates: valid BLEU against updates",
+                                       output / "bleu_by_updates.png"),
+    }  # fmt: skip
+    attention = heatmaps(groups, pairs)
+    if attention is not None:
+        attention.savefig(output / "attention.png")
+        made["attention"] = attention
+    return made
+
+
+def p_cell(difference) -> str:
+    if difference is None:
+        return "-"
+    d = difference
+    return f"{d.delta:+.2f}{d.mark()} ({d.p_bootstrap:.3f}, {d.p_randomization:.3f})"
+
+
+def report(groups, tests, claims, curves, signatures, output: Path, beam: int, command: str) -> str:
+    """report.md: the claims, then the tables behind them; figures beside it."""
+    lines = [f"# Comparison\n\n`{command}`\n", "## The papers' claims\n", "| claim | paper | this run | evidence |",
+             "|---|---|---|---|"]  # fmt: skip
+    lines += [f"| {c.claim} | {c.source} | **{c.verdict}** | {c.evidence} |" for c in claims]
+    lines += ["", "![attention of each model](attention.png)", "", "## Equal time\n",
+              f"Each run trains for the same wall-clock budget; test BLEU of the best checkpoint (beam {beam}, "
+              "length penalty 0.6, else greedy), mean ± standard deviation over seeds with each seed's figure. "
+              "Δ: the difference in BLEU against the baseline and against the best variant, with the p-values of "
+              "paired bootstrap resampling and approximate randomization (the largest over seeds; * when both are "
+              "below 0.05 for every seed, in one direction).\n",
+              f"| variant | seeds | test BLEU | each seed | chrF | Δ {BASELINE} (p bs, p ar) | Δ best (p bs, p ar) | "
+              "updates | tok/s | entropy | diagonality |", "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    ranked = sorted(groups, key=lambda n: -statistics.mean(headline(r) for r in groups[n]))
+    for name in ranked:
+        runs, against = groups[name], {k: tests[k].get(name, {}) for k in ("baseline", "best")}
+        shape = [r["attention"] for r in runs if r["attention"]]
+        attention = (f"{statistics.mean(s['entropy'] for s in shape):.2f} | "
+                     f"{statistics.mean(s['diagonality'] for s in shape):.2f}") if shape else "- | -"  # fmt: skip
+        lines.append(
+            f"| {name} | {len(runs)} | {spread([headline(r) for r in runs])} | "
+            f"{', '.join(f'{headline(r):.2f}' for r in runs)} | {spread([r['test_chrf'] for r in runs])} | "
+            f"{p_cell(against['baseline'].get('BLEU'))} | {p_cell(against['best'].get('BLEU'))} | "
+            f"{statistics.mean(r['updates'] for r in runs):.0f} | "
+            f"{statistics.mean(r['tokens_per_second'] for r in runs):,.0f} | {attention} |"
+        )  # fmt: skip
+    lines += ["", "![valid BLEU against time](bleu_by_time.png)", ""]
+    steps, at_steps = equal_updates(curves)
+    lines += ["## Equal updates\n", "Valid BLEU (greedy, mean over seeds) after the same number of updates, "
+              "whatever each took in time.\n"]  # fmt: skip
+    if steps:
+        lines += ["| variant | " + " | ".join(f"{s} updates" for s in steps) + " |", "|---|" + "---|" * len(steps)]
+        for name in sorted(at_steps, key=lambda n: -at_steps[n][-1]):
+            lines.append(f"| {name} | " + " | ".join(f"{b:.2f}" for b in at_steps[name]) + " |")
+    else:
+        lines.append("No update count that every variant validated at (use `--train`, or one trainer.valid_every).")
+    lines += ["", "![valid BLEU against updates](bleu_by_updates.png)", "", "## chrF\n",
+              f"| variant | Δ chrF {BASELINE} (p bs, p ar) | Δ chrF best (p bs, p ar) |", "|---|---|---|"]  # fmt: skip
+    for name in ranked:
+        lines.append(f"| {name} | {p_cell(tests['baseline'].get(name, {}).get('chrF'))} | "
+                     f"{p_cell(tests['best'].get(name, {}).get('chrF'))} |")  # fmt: skip
+    header = [f"{low}-{high}" for low, high in LENGTH_BUCKETS]
+    labels = " | ".join(h.replace("-1000", "+") for h in header)
+    lines += ["", "## BLEU by source length\n", "Test BLEU (greedy, mean over seeds) by source length in words, "
+              "sentences per bucket in brackets; the figure Bahdanau et al. (2015, Figure 2) drew.\n",
+              f"| variant | {labels} |", "|---|" + "---|" * len(header)]  # fmt: skip
+    for name in ranked:
+        runs = groups[name]
+        cells = [f"{statistics.mean(r['by_length'][h][0] for r in runs):.1f} ({runs[0]['by_length'][h][1]})"
+                 if all(h in r["by_length"] for r in runs) else "-" for h in header]  # fmt: skip
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += ["", "![BLEU by source length](bleu_by_length.png)", "", "## Signatures\n",
+              *[f"- {key}: `{value}`" for key, value in sorted(signatures.items())], "",
+              "Entropy (nats; lower is sharper) and diagonality (1: target words attend in source order) of each "
+              "best checkpoint's attention force-decoding the test references (the Transformer: its last layer "
+              "averaged over heads). Runs: " + ", ".join(f"`{r['run']}`" for n in ranked for r in groups[n]),
+              ]  # fmt: skip
+    text = "\n".join(lines) + "\n"
+    (output / "report.md").write_text(text, encoding="utf-8")
+    return text
+
+
+def summarise(
+    runs: list[dict], pairs: list, output: Path, beam: int, command: str, lab: dict | None, samples: int, trials: int
+) -> str:
+    """The report of finished runs on the test `pairs`: significance, claims, figures, report.md, compare.json and
+    TensorBoard."""
+    groups = group(runs)
+    references = [t for _, t in pairs]
+    bleu = {name: statistics.mean(headline(r) for r in g) for name, g in groups.items()}
+    best = max(bleu, key=bleu.get)
+    tests, signatures = {"baseline": {}, "best": {}}, {}
+    if BASELINE in groups:
+        tests["baseline"], signatures = significance(groups, references, BASELINE, samples, trials)
+    tests["best"], signatures = significance(groups, references, best, samples, trials)
+    for name, metric in (("BLEU", sacrebleu.BLEU()), ("chrF", sacrebleu.CHRF())):  # the scores' own signatures
+        metric.corpus_score(runs[0]["hypotheses"], [references])
+        signatures[name] = str(metric.get_signature())
+
+    def tester(a: str, b: str):  # a against b on BLEU, reusing the tests against the baseline and the best
+        done = tests["baseline"] if b == BASELINE else tests["best"] if b == best else {}
+        if a in done:
+            return done[a]["BLEU"]
+        return significance({a: groups[a], b: groups[b]}, references, b, samples, trials)[0][a]["BLEU"]
+
+    claims = check_claims(bleu, tester, lab)
+    curves = {name: mean_curve(g) for name, g in groups.items()}
+    made = figures(groups, curves, pairs, output)
+    text = report(groups, tests, claims, curves, signatures, output, beam, command)
+    record = {
+        "command": command,
+        "signatures": signatures,
+        "claims": [vars(c) for c in claims],
+        "variants": {name: {"mean_bleu": bleu[name], "runs": [{k: v for k, v in r.items() if k != "hypotheses"}
+                                                              for r in g]} for name, g in groups.items()},
+        "significance": {against: {name: {m: vars(d) for m, d in by_metric.items()} for name, by_metric in t.items()}
+                         for against, t in tests.items()},
+        "best": best,
+    }  # fmt: skip
+    (output / "compare.json").write_text(json.dumps(record, indent=1, default=float), encoding="utf-8")
+    with SummaryWriter(str(output / "tensorboard")) as writer:  # the same figures and text in TensorBoard
+        for key, figure in made.items():
+            writer.add_figure(f"compare/{key}", figure)
+        writer.add_text("compare/report", text)
+    return text
+
+
+def describe_runs(run_dirs: list[Path], beam: int) -> tuple[list[dict], list[tuple[str, str]]]:
+    """`describe` of every run, and the test pairs they share (runs tested on different test sets are refused)."""
+    cache: dict = {}
+    runs = [describe(run, cache, beam) for run in run_dirs]
+    if len({tuple(pairs) for pairs in cache.values()}) > 1:
+        raise UserError("the runs were tested on different test sets; compare runs of one corpus at a time")
+    return runs, next(iter(cache.values()))
