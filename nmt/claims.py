@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from nmt.significance import Difference
+from nmt.significance import Difference, p_value
 
 SUPPORTED, PARTLY, NOT_SIGNIFICANT = "supported", "partly supported", "not significant"
 NOT_SUPPORTED, NOT_MEASURED = "not supported", "not measured"
@@ -39,8 +39,8 @@ Tester = Callable[[str, str], Difference]
 
 def _signed(difference: Difference) -> str:
     seeds = f"{difference.seeds} seed" + "s" * (difference.seeds > 1)
-    return (f"{difference.delta:+.2f} BLEU{difference.mark()} (p {difference.p_bootstrap:.3f} bootstrap, "
-            f"{difference.p_randomization:.3f} randomization, {seeds})")  # fmt: skip
+    return (f"{difference.delta:+.2f} BLEU{difference.mark()} (p {p_value(difference.p_bootstrap)} bootstrap, "
+            f"{p_value(difference.p_randomization)} randomization, {seeds})")  # fmt: skip
 
 
 def _verdict(differences: list[Difference]) -> str:

@@ -22,7 +22,7 @@ from nmt.claims import BASELINE, check_claims
 from nmt.decoding import Translator
 from nmt.evaluate import LENGTH_BUCKETS, bleu_by_length
 from nmt.plot import panels_figure, plt
-from nmt.significance import seeded_tests
+from nmt.significance import p_value, seeded_tests
 
 
 def find_runs(folders: list[Path]) -> list[Path]:
@@ -227,7 +227,7 @@ def p_cell(difference) -> str:
     if difference is None:
         return "-"
     d = difference
-    return f"{d.delta:+.2f}{d.mark()} ({d.p_bootstrap:.3f}, {d.p_randomization:.3f})"
+    return f"{d.delta:+.2f}{d.mark()} ({p_value(d.p_bootstrap)}, {p_value(d.p_randomization)})"
 
 
 def report(groups, tests, claims, curves, signatures, output: Path, beam: int, command: str) -> str:
@@ -236,8 +236,9 @@ def report(groups, tests, claims, curves, signatures, output: Path, beam: int, c
              "|---|---|---|---|"]  # fmt: skip
     lines += [f"| {c.claim} | {c.source} | **{c.verdict}** | {c.evidence} |" for c in claims]
     lines += ["", "![attention of each model](attention.png)", "", "## Equal time\n",
-              f"Each run trains for the same wall-clock budget; test BLEU of the best checkpoint (beam {beam}, "
-              "length penalty 0.6, else greedy), mean ± standard deviation over seeds with each seed's figure. "
+              "Each run trains for the same wall-clock budget; test BLEU of the best checkpoint ("
+              + (f"beam {beam}, length penalty 0.6" if beam > 1 else "greedy")
+              + "), mean ± standard deviation over seeds with each seed's figure. "
               "Δ: the difference in BLEU against the baseline and against the best variant, with the p-values of "
               "paired bootstrap resampling and approximate randomization (the largest over seeds; * when both are "
               "below 0.05 for every seed, in one direction).\n",

@@ -44,6 +44,11 @@ class Difference:
         return "*" if self.significant(level) else ""
 
 
+def p_value(p: float) -> str:
+    """A p-value for a table: three decimals, or '<0.001' (the smallest a test of 10,000 trials gives is 0.0001)."""
+    return "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
 def _metrics() -> dict:
     return {"BLEU": BLEU(), "chrF": CHRF()}
 

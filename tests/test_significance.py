@@ -19,7 +19,8 @@ def degrade(sentence: str, every: int, offset: int = 0) -> str:
 @pytest.fixture(scope="module")
 def one_seed():
     good = [degrade(r, 3 + i % 3, i) for i, r in enumerate(REFERENCES)]  # sentences differ in how many words fail
-    systems = {"baseline": good, "same": list(good), "bad": [degrade(r, 2 + i % 2, i) for i, r in enumerate(REFERENCES)]}
+    bad = [degrade(r, 2 + i % 2, i) for i, r in enumerate(REFERENCES)]
+    systems = {"baseline": good, "same": list(good), "bad": bad}
     return paired_tests(systems, REFERENCES, "baseline", samples=200, trials=500)
 
 
