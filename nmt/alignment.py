@@ -199,6 +199,13 @@ def word_attention(
     return results
 
 
+def shifted_links(matrices: list[np.ndarray | None], shift: int) -> list[set[Link]]:
+    """Argmax links with every source index moved by `shift` words (kept inside the sentence): AER as a function of
+    the shift tells whether a model's attention sits a fixed number of words off the words it translates."""
+    return [{(min(max(i + shift, 0), m.shape[1] - 1), j) for i, j in argmax_links(m)} if m is not None else set()
+            for m in matrices]  # fmt: skip
+
+
 def links_of(matrices: list[np.ndarray | None]) -> list[set[Link]]:
     return [argmax_links(m) if m is not None else set() for m in matrices]
 
@@ -212,6 +219,13 @@ def entropy(matrices: list[np.ndarray | None]) -> float:
             p = m / np.maximum(m.sum(1, keepdims=True), 1e-12)
             values.extend(-(p * np.log(np.maximum(p, 1e-12))).sum(1))
     return float(np.mean(values)) if values else 0.0
+
+
+def support(matrices: list[np.ndarray | None]) -> float:
+    """Mean number of source words a target word gives weight above zero: every word of the sentence under softmax,
+    a few under sparsemax and entmax."""
+    counts = [count for m in matrices if m is not None for count in (m > 0).sum(1)]
+    return float(np.mean(counts)) if counts else 0.0
 
 
 def diagonality(matrices: list[np.ndarray | None]) -> float:
@@ -231,7 +245,7 @@ def attention_report(
     model: torch.nn.Module, vocabulary: Vocabulary, pairs: list[tuple[str, str]], device: torch.device,
     dtype: torch.dtype, gold: list[Gold] | None = None, shifts: tuple[bool, ...] | None = None,
 ) -> dict[str, dict[str, float]]:  # fmt: skip
-    """{map name: {entropy, diagonality[, aer, precision, recall]}} for each alignment map of the model (the
+    """{map name: {entropy, diagonality, support[, aer, precision, recall]}} for each alignment map of the model (the
     Transformer's also shifted), from force-decoding the references; empty for a model without attention."""
     maps = alignment_maps(model, device)
     if shifts is None:
@@ -239,7 +253,7 @@ def attention_report(
     matrices = word_attention(model, vocabulary, pairs, device, dtype, maps, shifts)
     report = {}
     for key, values in matrices.items():
-        figures = {"entropy": entropy(values), "diagonality": diagonality(values)}
+        figures = {"entropy": entropy(values), "diagonality": diagonality(values), "support": support(values)}
         if gold is not None:
             scores = alignment_error(links_of(values), gold)
             figures.update(aer=scores.aer, precision=scores.precision, recall=scores.recall)

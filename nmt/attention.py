@@ -8,20 +8,46 @@ Every module maps (query, keys, values, mask) to (context, weights):
     context (B, T, V), weights (B, T, S)
 `prepare(memory)` does the source-only work once per sentence (Bahdanau's U h_i, Luong's W_a h_s) so that no decoding
 step repeats it. A new score function is one subclass with `score` (and `prepare` when it has source-side work).
+Every score takes a `normalizer`: softmax, or sparsemax or 1.5-entmax, whose weights are exactly zero outside a few
+source positions.
 """
 
 from __future__ import annotations
 
 import math
 
+import entmax
 import torch
 from torch import nn
 
 from nmt.dropout import Dropout
 
+NORMALIZERS = ("softmax", "sparsemax", "entmax15")
+MASKED_SCORE = -1e6  # what sparsemax and entmax see on padding: far below any real score, yet finite
+
+
+def normalize(scores: torch.Tensor, allowed: torch.Tensor, normalizer: str) -> torch.Tensor:
+    """Attention weights (B, T, S) from fp32 scores (B, T, S), zero where `allowed` (bool, broadcastable) is False.
+
+    softmax: exp(e_s) / sum exp(e). sparsemax (Martins and Astudillo 2016) is the Euclidean projection of the scores
+    onto the probability simplex, and 1.5-entmax (Peters et al. 2019) lies between the two: both give exactly zero
+    weight to scores far enough below the largest. Those two come from the `entmax` package. They sort the scores, so
+    padding gets a large finite score instead of -inf, which would turn their cumulative sums into NaN.
+    """
+    if normalizer == "softmax":
+        return torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
+    function = entmax.sparsemax if normalizer == "sparsemax" else entmax.entmax15
+    return function(scores.masked_fill(~allowed, MASKED_SCORE), dim=-1) * allowed
+
 
 class Attention(nn.Module):
-    """Softmax attention over the source; subclasses supply `score` and, optionally, `prepare`."""
+    """Attention over the source; subclasses supply `score` and, optionally, `prepare`."""
+
+    def __init__(self, normalizer: str = "softmax"):
+        super().__init__()
+        if normalizer not in NORMALIZERS:
+            raise ValueError(f"model.attention.normalizer={normalizer!r}: use one of {', '.join(NORMALIZERS)}")
+        self.normalizer = normalizer
 
     def prepare(self, memory: torch.Tensor) -> torch.Tensor:
         """Keys from the encoder annotations (B, S, K); computed once per sentence."""
@@ -39,9 +65,8 @@ class Attention(nn.Module):
         mask: torch.Tensor,
         query_positions: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        scores = self.score(query, keys).float()  # (B, T, S); softmax in fp32 under autocast
-        scores = scores.masked_fill(~mask[:, None, :], float("-inf"))
-        weights = torch.softmax(scores, dim=-1)  # (B, T, S)
+        scores = self.score(query, keys).float()  # (B, T, S); normalised in fp32 under autocast
+        weights = normalize(scores, mask[:, None, :], self.normalizer)  # (B, T, S)
         context = torch.bmm(weights.to(values.dtype), values)  # (B, T, V)
         return context, weights
 
@@ -49,8 +74,8 @@ class Attention(nn.Module):
 class AdditiveAttention(Attention):
     """Bahdanau et al. 2015, eq. 6 (appendix A.1.2): e_ti = v^T tanh(W s_{t-1} + U h_i)."""
 
-    def __init__(self, query_size: int, key_size: int, attention_size: int):
-        super().__init__()
+    def __init__(self, query_size: int, key_size: int, attention_size: int, normalizer: str = "softmax"):
+        super().__init__(normalizer)
         self.query_projection = nn.Linear(query_size, attention_size, bias=False)  # W
         self.key_projection = nn.Linear(key_size, attention_size)  # U (its bias stands for the sum's bias)
         self.energy = nn.Linear(attention_size, 1, bias=False)  # v
@@ -70,16 +95,16 @@ class ConcatAttention(AdditiveAttention):
     the source half W_2 h_s is prepared once per sentence.
     """
 
-    def __init__(self, query_size: int, key_size: int, attention_size: int | None = None):
-        super().__init__(query_size, key_size, attention_size or query_size)
+    def __init__(self, query_size: int, key_size: int, attention_size: int | None = None, normalizer: str = "softmax"):
+        super().__init__(query_size, key_size, attention_size or query_size, normalizer)
 
 
 class DotAttention(Attention):
     """Luong et al. 2015, eq. 8 'dot': h_t^T h_s; with `scaled`, h_t^T h_s / sqrt(H), as Vaswani et al. 2017 scale it
     (section 3.2.1) so that the softmax does not saturate while the states grow."""
 
-    def __init__(self, query_size: int, key_size: int, scaled: bool = False):
-        super().__init__()
+    def __init__(self, query_size: int, key_size: int, scaled: bool = False, normalizer: str = "softmax"):
+        super().__init__(normalizer)
         if query_size != key_size:
             raise ValueError(f"dot attention needs equal query and key sizes, got {query_size} and {key_size}")
         self.scale = 1 / math.sqrt(key_size) if scaled else 1.0
@@ -92,8 +117,8 @@ class DotAttention(Attention):
 class GeneralAttention(DotAttention):
     """Luong et al. 2015, eq. 8 'general': h_t^T W_a h_s, with W_a h_s prepared once per sentence."""
 
-    def __init__(self, query_size: int, key_size: int):
-        nn.Module.__init__(self)
+    def __init__(self, query_size: int, key_size: int, normalizer: str = "softmax"):
+        Attention.__init__(self, normalizer)
         self.scale = 1.0
         self.key_projection = nn.Linear(key_size, query_size, bias=False)  # W_a
 
@@ -105,8 +130,8 @@ class LocationAttention(Attention):
     """Luong et al. 2015, eq. 8 'location': a_t = softmax(W_a h_t), scores from the target state alone, one per
     source position. W_a has a row for each of the first `max_positions` positions; later ones are never attended."""
 
-    def __init__(self, query_size: int, key_size: int, max_positions: int):
-        super().__init__()
+    def __init__(self, query_size: int, key_size: int, max_positions: int, normalizer: str = "softmax"):
+        super().__init__(normalizer)
         self.position_scores = nn.Linear(query_size, max_positions, bias=False)  # W_a
 
     def score(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
@@ -163,8 +188,8 @@ class LocalAttention(nn.Module):
         # The window always holds the source position nearest p_t, so no row is left without a real token.
         nearest = distance.abs() <= distance.abs().masked_fill(~mask[:, None, :], float("inf")).amin(-1, True)
         inside = ((distance.abs() <= self.window) | nearest) & mask[:, None, :]
-        scores = self.inner.score(query, keys).float().masked_fill(~inside, float("-inf"))
-        weights = torch.softmax(scores, dim=-1)  # eq. 7 within the window, (B, T, S)
+        scores = self.inner.score(query, keys).float()  # (B, T, S)
+        weights = normalize(scores, inside, self.inner.normalizer)  # eq. 7 within the window, (B, T, S)
         if self.predictive:
             sigma = self.window / 2
             weights = weights * torch.exp(-(distance**2) / (2 * sigma**2))  # eq. 10

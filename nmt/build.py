@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import typing
 
@@ -63,18 +64,29 @@ def is_kind(value, kind: type) -> bool:
     return isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
 
 
+def switched_off_by_zero(target: str | None) -> set[str]:
+    """Constructor arguments of `target` whose default is 0: for them 0 means "off" (the Transformer's window)."""
+    try:
+        parameters = inspect.signature(get_class(target).__init__).parameters if target else {}
+    except Exception:
+        return set()
+    return {name for name, p in parameters.items() if p.default == 0 and not isinstance(p.default, bool)}
+
+
 def check_model_config(config: DictConfig, prefix: str = "model") -> None:
-    """Each option has the type its constructor argument declares, sizes are at least 1 and dropouts in [0, 1):
-    said before anything is built, naming the key."""
+    """Each option has the type its constructor argument declares, sizes are at least 1 (or 0 where 0 is the
+    constructor's default, meaning off) and dropouts in [0, 1): said before anything is built, naming the key."""
     types = constructor_types(config.get("_target_"))
+    zero_allowed = switched_off_by_zero(config.get("_target_"))
     for key, value in config.items():
         name, kind = f"{prefix}.{key}", types.get(str(key))
+        low = 0 if str(key) in zero_allowed else 1
         if isinstance(value, DictConfig):
             check_model_config(value, name)
         elif str(key).endswith(POSITIVE_MODEL_KEYS) and not is_kind(value, int):
-            raise UserError(f"{name}={value!r}: must be a whole number of at least 1")
-        elif str(key).endswith(POSITIVE_MODEL_KEYS) and value < 1:
-            raise UserError(f"{name}={value}: must be at least 1")
+            raise UserError(f"{name}={value!r}: must be a whole number of at least {low}")
+        elif str(key).endswith(POSITIVE_MODEL_KEYS) and value < low:
+            raise UserError(f"{name}={value}: must be at least {low}")
         elif "dropout" in str(key) and kind is not bool and not (is_kind(value, float) and 0 <= value < 1):
             raise UserError(f"{name}={value!r}: a dropout probability must be in [0, 1)")
         elif kind is not None and not is_kind(value, kind):

@@ -28,6 +28,22 @@ def sinusoids(length: int, size: int) -> torch.Tensor:
     return table
 
 
+def band(queries: int, keys: int, window: int, causal: bool, device: torch.device) -> torch.Tensor | None:
+    """Where query i may attend to key j, (queries, keys) bool, for the last `queries` of `keys` positions: within
+    `window` positions of each other (sliding-window self-attention, as in Longformer and Mistral; 0: everywhere),
+    and not ahead when `causal`. None when nothing is masked."""
+    if not window and not causal:
+        return None
+    query_positions = torch.arange(keys - queries, keys, device=device)[:, None]  # (T, 1)
+    distance = query_positions - torch.arange(keys, device=device)[None, :]  # (T, S): i - j
+    allowed = torch.ones_like(distance, dtype=torch.bool)
+    if window:
+        allowed &= distance.abs() <= window
+    if causal:
+        allowed &= distance >= 0
+    return allowed
+
+
 class Embedding(nn.Module):
     """Token embedding scaled by sqrt(d_model) (section 3.4) plus positions, then dropout."""
 
@@ -134,17 +150,19 @@ class DecoderLayer(ResidualLayer):
         cross_keys: torch.Tensor,
         cross_values: torch.Tensor,
         source_mask: torch.Tensor,
+        self_mask: torch.Tensor | None,
         cache: tuple[torch.Tensor, torch.Tensor] | None = None,
         need_weights: bool = False,
     ):
-        """x (B, T, D); cross keys/values projected once per sentence (B, h, S, d_k); `cache` holds the projected
-        self-attention keys/values of earlier steps when decoding one position at a time (then no causal mask is
-        needed). Returns x, the cross-attention weights (B, h, T, S) or None, and the grown cache."""
+        """x (B, T, D); cross keys/values projected once per sentence (B, h, S, d_k); `self_mask` (T, T + cached)
+        where a position may attend to itself and earlier ones (causal, and within the window if any; None: all of
+        them); `cache` holds the projected self-attention keys/values of earlier steps when decoding one position at
+        a time. Returns x, the cross-attention weights (B, h, T, S) or None, and the grown cache."""
         h = self.sublayer_input(0, x)
         keys, values = self.self_attention.project_keys_values(h, h)  # (B, h, T, d_k)
         if cache is not None:
             keys, values = torch.cat([cache[0], keys], 2), torch.cat([cache[1], values], 2)
-        output, _ = self.self_attention.attend(h, keys, values, None, causal=cache is None)
+        output, _ = self.self_attention.attend(h, keys, values, self_mask)
         x = self.residual(0, x, output)
         output, weights = self.cross_attention.attend(
             self.sublayer_input(1, x), cross_keys, cross_values, source_mask, need_weights=need_weights
@@ -156,7 +174,9 @@ class DecoderLayer(ResidualLayer):
 
 class Transformer(nn.Module, Seq2Seq):
     """Encoder and decoder stacks (section 3.1). With a joint vocabulary, source and target embeddings can be one
-    matrix, and the output layer can share it (section 3.4)."""
+    matrix, and the output layer can share it (section 3.4). With `window` W > 0 self-attention is a sliding window:
+    each position attends to the positions at most W away (the decoder: the W before it and itself), while the
+    encoder-decoder attention stays global."""
 
     def __init__(
         self,
@@ -176,10 +196,13 @@ class Transformer(nn.Module, Seq2Seq):
         positions: str,
         share_embeddings: bool,
         tie_output: bool,
+        window: int = 0,
         max_len: int = 1024,
     ):
         super().__init__()
-        self.pre_norm, self.max_len = pre_norm, max_len
+        if window < 0:
+            raise ValueError(f"model.window={window}: 0 (global self-attention) or a number of positions")
+        self.pre_norm, self.max_len, self.window = pre_norm, max_len, window
         self.source_embedding = Embedding(source_vocab_size, d_model, pad_id, dropout, positions, max_len)
         self.target_embedding = Embedding(target_vocab_size, d_model, pad_id, dropout, positions, max_len)
         if share_embeddings:
@@ -205,6 +228,9 @@ class Transformer(nn.Module, Seq2Seq):
         positions = torch.arange(source.shape[1], device=source.device)[None, :]
         x = self.source_embedding(source, positions, source.shape[1])
         mask = source_mask[:, None, None, :]  # (B, 1, 1, S)
+        window = band(source.shape[1], source.shape[1], self.window, False, source.device)
+        if window is not None:  # a padded position far from every word still sees itself, so no row is all -inf
+            mask = (mask & window) | torch.eye(source.shape[1], dtype=torch.bool, device=source.device)  # (B, 1, S, S)
         weights = None
         for i, layer in enumerate(self.encoder):
             x, weights = layer(x, mask, need_weights and i == len(self.encoder) - 1)
@@ -227,6 +253,7 @@ class Transformer(nn.Module, Seq2Seq):
         length = state["self_keys_0"].shape[2] + 1  # positions so far, from the cache's shape
         x = self.target_embedding(previous[:, None], position[:, None], length)  # (B, 1, D)
         mask = state["source_mask"][:, None, None, :]
+        self_mask = band(1, length, self.window, False, x.device) if self.window else None  # the cache is the past
         new_state = {**state, "position": position + 1}
         for i, layer in enumerate(self.decoder):
             cache = (state[f"self_keys_{i}"], state[f"self_values_{i}"])
@@ -235,6 +262,7 @@ class Transformer(nn.Module, Seq2Seq):
                 state[f"source_keys_{i}"],
                 state[f"source_values_{i}"],
                 mask,
+                self_mask,
                 cache,
                 need_weights=i == len(self.decoder) - 1,
             )
@@ -253,10 +281,11 @@ class Transformer(nn.Module, Seq2Seq):
         positions = torch.arange(target_in.shape[1], device=target_in.device)[None, :]
         x = self.target_embedding(target_in, positions, target_in.shape[1])  # (B, T, D)
         mask = source_mask[:, None, None, :]
+        self_mask = band(target_in.shape[1], target_in.shape[1], self.window, True, x.device)  # (T, T)
         for i, layer in enumerate(self.decoder):
             cross_keys, cross_values = layer.cross_attention.project_keys_values(memory, memory)
             last = i == len(self.decoder) - 1
-            x, weights, _ = layer(x, cross_keys, cross_values, mask, need_weights=last and not self.training)
+            x, weights, _ = layer(x, cross_keys, cross_values, mask, self_mask, need_weights=last and not self.training)
         return self.decoder_norm(x), (weights.mean(1) if weights is not None else None)  # (B, T, D)
 
     @torch.no_grad()
@@ -267,10 +296,11 @@ class Transformer(nn.Module, Seq2Seq):
         positions = torch.arange(target_in.shape[1], device=target_in.device)[None, :]
         x = self.target_embedding(target_in, positions, target_in.shape[1])
         mask = source_mask[:, None, None, :]
+        self_mask = band(target_in.shape[1], target_in.shape[1], self.window, True, x.device)
         maps = {}
         for i, layer in enumerate(self.decoder):
             cross_keys, cross_values = layer.cross_attention.project_keys_values(memory, memory)
-            x, weights, _ = layer(x, cross_keys, cross_values, mask, need_weights=True)
+            x, weights, _ = layer(x, cross_keys, cross_values, mask, self_mask, need_weights=True)
             maps[f"cross_layer_{i + 1}"] = weights.mean(1, keepdim=True)
         maps["cross_heads_last_layer"] = weights
         maps["encoder_self_last_layer"] = encoder_weights

@@ -18,6 +18,8 @@ from nmt.alignment import (
     parse_links,
     piece_words,
     read_gold,
+    shifted_links,
+    support,
     word_attention,
     word_weights,
 )
@@ -247,6 +249,19 @@ def test_entropy_and_diagonality_of_known_matrices():
     assert entropy([diagonal]) == pytest.approx(0, abs=1e-9) and entropy([uniform]) == pytest.approx(np.log(4))
     assert diagonality([diagonal]) == pytest.approx(1) and diagonality([anti]) == pytest.approx(-1)
     assert diagonality([uniform, None]) == 0  # no variation of the attended position: no sentence to count
+    sparse = np.array([[0.7, 0.3, 0.0], [0.0, 0.0, 1.0]])  # 2 source words, then 1, get weight
+    assert support([uniform]) == 4 and support([sparse, None]) == 1.5
+
+
+def test_shifted_links_move_every_link_and_stay_inside_the_sentence():
+    diagonal = np.eye(3)  # target word j attends to source word j
+    assert shifted_links([diagonal, None], 0) == [{(0, 0), (1, 1), (2, 2)}, set()]
+    assert shifted_links([diagonal], 1) == [{(1, 0), (2, 1), (2, 2)}]  # the last one cannot leave the sentence
+    assert shifted_links([diagonal], -1) == [{(0, 0), (0, 1), (1, 2)}]
+    early = np.eye(4)[[0, 0, 1, 2]]  # attends one word early from the second word on, as Luong's model does
+    gold = [Gold.of({(0, 0), (1, 1), (2, 2), (3, 3)})]
+    assert alignment_error(shifted_links([early], 0), gold).aer == pytest.approx(0.75)
+    assert alignment_error(shifted_links([early], 1), gold).aer == pytest.approx(0.25)
 
 
 def test_the_transformer_offers_every_layer_and_its_shifted_reading_and_defaults_to_the_last(sample_vocabulary):

@@ -1,5 +1,6 @@
 """Every score function against a NumPy reference written from the papers' equations."""
 
+import entmax
 import numpy as np
 import pytest
 import torch
@@ -11,6 +12,7 @@ from nmt.attention import (
     GeneralAttention,
     LocalAttention,
     LocationAttention,
+    normalize,
 )
 
 B, T, S, H = 3, 4, 6, 8
@@ -155,3 +157,94 @@ def test_local_p_centres_span_exactly_the_real_words():
     mask = torch.arange(8)[None, :] < torch.tensor([[6]])
     centres = module.centres(query, mask, None)
     assert centres.min() == 0 and centres.max() == 5  # the first and the last of 6 words
+
+
+def sparsemax_reference(z):
+    """Martins and Astudillo 2016, eq. 3-4, one row at a time: sort, k(z) = max{k : 1 + k z_(k) > sum_{j<=k} z_(j)},
+    tau = (sum_{j<=k(z)} z_(j) - 1) / k(z), p = [z - tau]_+."""
+    out = np.zeros_like(z)
+    for index in np.ndindex(z.shape[:-1]):
+        row = z[index]
+        real = row[np.isfinite(row)]
+        ordered = np.sort(real)[::-1]
+        k = max(k for k in range(1, len(ordered) + 1) if 1 + k * ordered[k - 1] > ordered[:k].sum())
+        tau = (ordered[:k].sum() - 1) / k
+        out[index] = np.where(np.isfinite(row), np.maximum(row - tau, 0), 0)
+    return out
+
+
+def entmax15_reference(z):
+    """Peters et al. 2019, eq. 10 with alpha = 1.5: p = [z / 2 - tau]_+^2, tau found by bisection so that p sums to
+    one (a different algorithm from the package's sort-based one)."""
+    out = np.zeros_like(z)
+    for index in np.ndindex(z.shape[:-1]):
+        row = z[index] / 2
+        real = np.isfinite(row)
+        low, high = row[real].max() - 1, row[real].max()  # the sum is >= 1 at low and 0 at high
+        for _ in range(200):
+            tau = (low + high) / 2
+            total = (np.maximum(row[real] - tau, 0) ** 2).sum()
+            low, high = (tau, high) if total > 1 else (low, tau)
+        out[index] = np.where(real, np.maximum(row - tau, 0) ** 2, 0)
+    return out
+
+
+SPARSE = {"sparsemax": (sparsemax_reference, entmax.sparsemax), "entmax15": (entmax15_reference, entmax.entmax15)}
+
+
+@pytest.mark.parametrize("normalizer", SPARSE)
+@pytest.mark.parametrize("name", MODULES)
+def test_sparse_weights_match_the_formula_and_the_package_with_zeros_on_padding(name, normalizer, inputs):
+    torch.manual_seed(1)
+    module = MODULES[name]()
+    module.normalizer = normalizer
+    query, memory, mask = inputs
+    query = query * 3  # scores spread wide enough that some real positions get exactly zero
+    context, weights = module(query, module.prepare(memory), memory, mask)
+    scores = np.where(mask.numpy()[:, None, :], reference_scores(module, query, memory), -np.inf)
+    reference, package = SPARSE[normalizer]
+    np.testing.assert_allclose(numpy(weights), reference(scores), atol=1e-5)
+    real = torch.tensor(scores).float().masked_fill(~mask[:, None, :], -1e6)
+    torch.testing.assert_close(weights, package(real, dim=-1) * mask[:, None, :], atol=1e-6, rtol=1e-5)
+    np.testing.assert_allclose(numpy(context), numpy(weights) @ numpy(memory), atol=1e-5)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(B, T))
+    assert (weights.masked_select(~mask[:, None, :].expand_as(weights)) == 0).all()
+
+
+@pytest.mark.parametrize("normalizer", SPARSE)
+def test_sparse_normalizers_give_exact_zeros_to_low_scores_where_softmax_does_not(normalizer):
+    scores = torch.tensor([[[4.0, 3.5, 0.0, -2.0, 1.0]]])
+    allowed = torch.tensor([[[True, True, True, True, False]]])
+    weights = normalize(scores, allowed, normalizer)
+    assert weights[0, 0, :2].gt(0).all() and (weights[0, 0, 2:] == 0).all()  # the last one is padding
+    assert normalize(scores, allowed, "softmax")[0, 0, :4].gt(0).all()
+
+
+@pytest.mark.parametrize("normalizer", SPARSE)
+def test_sparse_normalizers_give_finite_gradients_through_padding(normalizer, inputs):
+    query, memory, mask = inputs
+    module = GeneralAttention(query_size=H, key_size=H, normalizer=normalizer)
+    query.requires_grad_(True)
+    context, _ = module(query, module.prepare(memory), memory, mask)
+    context.sum().backward()
+    assert torch.isfinite(query.grad).all() and query.grad.abs().sum() > 0
+
+
+def test_local_attention_with_sparsemax_stays_inside_the_window():
+    torch.manual_seed(0)
+    score = GeneralAttention(query_size=H, key_size=H, normalizer="sparsemax")
+    module = LocalAttention(score, H, window=1, predictive=False)
+    query, memory = torch.randn(2, 5, H) * 3, torch.randn(2, 9, H)
+    mask = torch.ones(2, 9, dtype=torch.bool)
+    _, weights = module(query, module.prepare(memory), memory, mask, torch.arange(5)[None, :])
+    for t in range(5):
+        outside = [s for s in range(9) if abs(s - t) > 1]
+        assert (weights[:, t, outside] == 0).all()
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2, 5))
+
+
+def test_an_unknown_normalizer_is_refused_naming_the_option():
+    with pytest.raises(ValueError, match="model.attention.normalizer='hardmax'"):
+        DotAttention(query_size=H, key_size=H, normalizer="hardmax")
+    scores, allowed = torch.zeros(1, 1, 3), torch.tensor([[[True, True, False]]])
+    torch.testing.assert_close(normalize(scores, allowed, "softmax"), torch.tensor([[[0.5, 0.5, 0.0]]]))

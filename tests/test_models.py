@@ -20,6 +20,12 @@ VARIANTS = (
     + [["luong", f"model.reverse_source={r}", "model.alignment=local_m"] for r in [True, False]]
     + [["luong", "model/attention=dot", "model.attention.scaled=true"]]
     + [["bahdanau", "model.cell=lstm"], ["sutskever", "model.reverse_source=false"]]
+    + [["bahdanau", f"model.attention.normalizer={n}"] for n in ("sparsemax", "entmax15")]
+    + [["transformer", "model.window=1"], ["transformer", "model.window=2", "model.pre_norm=false"]]
+    + [
+        ["luong", f"model.attention.normalizer={n}", f"model.alignment={k}"]
+        for n, k in itertools.product(("sparsemax", "entmax15"), ["global", "local_p"])
+    ]  # fmt: skip
 )
 
 

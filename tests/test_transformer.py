@@ -7,6 +7,7 @@ from conftest import compose_config, tiny_model_overrides
 from nmt import build
 from nmt.attention import MultiHeadAttention
 from nmt.data import BOS_ID, PAD_ID
+from nmt.transformer import band
 
 D, HEADS = 16, 4
 
@@ -75,6 +76,7 @@ def make_transformer(sample_vocabulary, *overrides):
         ["model.pre_norm=false"],
         ["model.positions=learned"],
         ["model.share_embeddings=false", "model.tie_output=false"],
+        ["model.window=1"],
     ],
 )
 def test_changing_a_future_target_token_changes_no_earlier_output(sample_vocabulary, overrides):
@@ -120,3 +122,63 @@ def test_attention_and_activation_dropout_are_off_by_default_and_on_when_asked(s
     both = make_transformer(sample_vocabulary, "model.attention_dropout=0.2", "model.activation_dropout=0.3")
     assert both.decoder[0].self_attention.dropout == 0.2
     assert both.encoder[0].feedforward[2].p == 0.3
+
+
+def test_the_band_lets_a_position_see_exactly_its_window():
+    assert band(4, 4, 1, False, torch.device("cpu")).int().tolist() == [[1, 1, 0, 0], [1, 1, 1, 0], [0, 1, 1, 1],
+                                                                        [0, 0, 1, 1]]  # fmt: skip
+    assert band(4, 4, 1, True, torch.device("cpu")).int().tolist() == [[1, 0, 0, 0], [1, 1, 0, 0], [0, 1, 1, 0],
+                                                                       [0, 0, 1, 1]]  # fmt: skip
+    assert band(1, 5, 2, False, torch.device("cpu")).int().tolist() == [[0, 0, 1, 1, 1]]  # a step: the last query
+    assert band(3, 3, 0, False, torch.device("cpu")) is None
+
+
+def test_sliding_window_self_attention_gives_exactly_zero_outside_the_band_fused_or_not(monkeypatch):
+    torch.manual_seed(2)
+    ours = MultiHeadAttention(D, HEADS).eval()
+    x = torch.randn(2, 7, D)
+    padding = torch.tensor([[True] * 7, [True] * 5 + [False] * 2])[:, None, None, :]
+    allowed = padding & band(7, 7, 2, False, x.device)  # (B, 1, 7, 7)
+    output, weights = ours(x, x, x, allowed, need_weights=True)
+    assert (weights.masked_select(~allowed.expand_as(weights)) == 0).all()
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2, HEADS, 7))
+    # the explicit product written out, one query at a time
+    q, k = (ours.split_heads(layer(x)) for layer in (ours.query_projection, ours.key_projection))
+    for i in range(7):
+        seen = allowed[:, :, i, :].expand(2, HEADS, 7)
+        scores = (q[:, :, i, None, :] @ k.transpose(-2, -1))[:, :, 0] / (D // HEADS) ** 0.5
+        expected = torch.softmax(scores.masked_fill(~seen, float("-inf")), -1)
+        torch.testing.assert_close(weights[:, :, i], expected, atol=1e-6, rtol=1e-5)
+    monkeypatch.setattr(MultiHeadAttention, "fused_on_cpu", True)
+    fused, _ = ours(x, x, x, allowed)  # F.scaled_dot_product_attention with the band as its mask
+    torch.testing.assert_close(fused, output, atol=1e-5, rtol=1e-5)
+
+
+def test_a_windowed_encoder_is_blind_beyond_its_window(sample_vocabulary):
+    """With window 1 and 2 encoder layers a source word reaches 2 positions: changing the last word of a 6-word
+    source leaves the encoder's output at the first three words unchanged."""
+    model = make_transformer(sample_vocabulary, "model.window=1", "model.encoder_layers=2")
+    source = torch.tensor([[5, 6, 7, 8, 9, 10]])
+    changed = source.clone()
+    changed[0, 5] = 11
+    with torch.no_grad():
+        first, _ = model.encode_memory(source, source != PAD_ID)
+        second, _ = model.encode_memory(changed, changed != PAD_ID)
+    torch.testing.assert_close(first[:, :3], second[:, :3])
+    assert not torch.allclose(first[:, 4:], second[:, 4:])
+
+
+@pytest.mark.parametrize(
+    "model_name, option, message",
+    [("transformer", "model.window=-1", "model.window=-1: must be at least 0"),
+     ("luong", "model.window=0", "model.window=0: must be at least 1"),  # Luong's local window has no "off"
+     ("luong", "model.attention.normalizer=hardmax", "model.attention.normalizer='hardmax': use one of softmax")],
+)  # fmt: skip
+def test_window_and_normalizer_values_that_make_no_sense_are_refused_naming_the_option(
+    sample_vocabulary, model_name, option, message
+):
+    from nmt import UserError
+
+    cfg = compose_config(*tiny_model_overrides(model_name), option)
+    with pytest.raises(UserError, match=message.replace("(", r"\(")):
+        build.model(cfg.model, sample_vocabulary)

@@ -1,0 +1,58 @@
+"""Does a model's attention sit a fixed number of words off the words it translates? AER of its argmax links, with
+every link moved by -3..+3 source words, against the gold alignments of the sample corpus it was trained on.
+
+python scripts/alignment_offset.py RUN_DIR [RUN_DIR ...] [--shifts 3]
+
+Luong's model with the reversed source of its paper attends one word early (docs/alignment.md): its AER is lowest
+at shift +1. A model that aligns where the words are is lowest at shift 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from nmt import UserError  # noqa: E402
+from nmt.alignment import alignment_error, choose_map, map_names, parse_key, shifted_links, word_attention  # noqa: E402
+from nmt.decoding import Translator  # noqa: E402
+from nmt.evaluate import corpus_of  # noqa: E402
+
+
+def offsets(run: Path, shifts: int) -> dict[int, float]:
+    """{shift: test AER} for the run's alignment map (the RNNs' attention, the Transformer's last layer)."""
+    translator = Translator.load(run / "best.pt", device="cpu")
+    splits = corpus_of(translator.config, None)
+    if splits.alignments is None:
+        raise UserError(f"{run}: not trained on the sample corpus, so there are no gold alignments to compare with")
+    names = map_names(translator.model, translator.device)
+    if not names:
+        raise UserError(f"{run}: this model has no attention")
+    key = parse_key(choose_map(names, None))
+    matrices = word_attention(translator.model, translator.vocabulary, splits.test, translator.device,
+                              translator.dtype, [key[0]], (key[1],))[key]  # fmt: skip
+    gold = splits.alignments["test"]
+    return {k: alignment_error(shifted_links(matrices, k), gold).aer for k in range(-shifts, shifts + 1)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("runs", nargs="+", type=Path)
+    parser.add_argument("--shifts", type=int, default=3)
+    args = parser.parse_args()
+    print("| run | " + " | ".join(f"{k:+d}" for k in range(-args.shifts, args.shifts + 1)) + " |")
+    print("|---|" + "---|" * (2 * args.shifts + 1))
+    for run in args.runs:
+        aer = offsets(run, args.shifts)
+        best = min(aer, key=aer.get)
+        cells = [f"**{v:.3f}**" if k == best else f"{v:.3f}" for k, v in aer.items()]
+        print(f"| `{run}` | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except UserError as error:
+        sys.exit(f"error: {error}")
