@@ -41,8 +41,9 @@ VARIANTS = {
     "transformer": ["model=transformer"],
 }
 # Validation every 30 updates gives each 8-minute curve 9-30 points at the same updates; the plateau schedule then
-# waits 3 validations (about half an epoch) before it cuts the rate, and the budget alone stops a run.
-RECIPE = ["trainer.plateau_patience=3", "trainer.patience=0", "trainer.progress=false"]
+# waits 6 validations (about one epoch of the RNNs, as the default recipe does with its validation per epoch) before
+# it cuts the rate, and the budget alone stops a run.
+RECIPE = ["trainer.plateau_patience=6", "trainer.patience=0", "trainer.progress=false"]
 
 
 def train(args: argparse.Namespace) -> list[Path]:
