@@ -9,7 +9,8 @@ Every module maps (query, keys, values, mask) to (context, weights):
 `prepare(memory)` does the source-only work once per sentence (Bahdanau's U h_i, Luong's W_a h_s) so that no decoding
 step repeats it. A new score function is one subclass with `score` (and `prepare` when it has source-side work).
 Every score takes a `normalizer`: softmax, or sparsemax or 1.5-entmax, whose weights are exactly zero outside a few
-source positions.
+source positions; and `hard`: the context is the weighted average of the annotations (none), or one annotation chosen
+by the weights, trained by REINFORCE or by the straight-through Gumbel-softmax (see `attend`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from torch import nn
 from nmt.dropout import Dropout
 
 NORMALIZERS = ("softmax", "sparsemax", "entmax15")
+HARD = ("none", "reinforce", "gumbel")
+BASELINE_DECAY = 0.9  # Xu et al. 2015, section 4.1: b_k = 0.9 b_{k-1} + 0.1 log p(y | s_k, a)
 MASKED_SCORE = -1e6  # what sparsemax and entmax see on padding: far below any real score, yet finite
 
 
@@ -40,14 +43,84 @@ def normalize(scores: torch.Tensor, allowed: torch.Tensor, normalizer: str) -> t
     return function(scores.masked_fill(~allowed, MASKED_SCORE), dim=-1) * allowed
 
 
+def attend(
+    weights: torch.Tensor, values: torch.Tensor, hard: str, temperature: float, training: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The context (B, T, V) from the weights (B, T, S) over `values` (B, S, V), and the weights to report (B, T, S).
+
+    none: c_t = sum_s a_t(s) h_s, the soft attention of Bahdanau and Luong.
+    Hard attention (Xu et al. 2015, section 4.1) takes one annotation, c_t = h_{s_t}: the position s_t with the largest
+    weight when decoding; in training one drawn from the weights (renormalised, as local-p's do not sum to one):
+    - reinforce: s_t ~ a_t. No gradient passes the draw; the weights learn from the score-function term of
+      `Attention.policy_loss`, which the reported weights carry: they equal the one-hot of s_t in value, and their
+      gradient is that of log p(s_t) (DiCE's magic box, Foerster et al. 2018: p(s_t) / p(s_t), value 1).
+    - gumbel: s_t = argmax_s (log a_t(s) + g_s), g ~ Gumbel(0, 1), which draws from a_t (Jang et al. 2017; Maddison
+      et al. 2017); straight-through: the forward pass uses the one-hot, the backward pass the gradient of
+      softmax((log a_t + g) / temperature).
+    Either way the context is the chosen annotation exactly, and the reported weights are one-hot.
+    """
+    if hard == "none":
+        return torch.bmm(weights.to(values.dtype), values), weights
+    if hard == "gumbel" and training:
+        log_weights = torch.where(weights > 0, weights.clamp_min(1e-30).log(), float("-inf"))  # -inf: never chosen
+        perturbed = log_weights - torch.empty_like(weights).exponential_().log()  # + Gumbel(0, 1) noise
+        relaxed = torch.softmax(perturbed / temperature, dim=-1)  # (B, T, S)
+        one_hot = torch.zeros_like(weights).scatter_(-1, perturbed.argmax(-1, keepdim=True), 1.0)
+        chosen = one_hot + (relaxed - relaxed.detach())  # exactly the one-hot in value, the relaxed weights' gradient
+        return torch.bmm(chosen.to(values.dtype), values), chosen
+    probabilities = weights / weights.sum(-1, keepdim=True)  # (B, T, S)
+    if training:
+        index = torch.multinomial(probabilities.detach().flatten(0, 1), 1).view(*weights.shape[:2], 1)  # (B, T, 1)
+    else:
+        index = weights.argmax(-1, keepdim=True)
+    context = values.gather(1, index.expand(-1, -1, values.shape[-1]))  # h_{s_t}, (B, T, V)
+    one_hot = torch.zeros_like(weights).scatter_(-1, index, 1.0)
+    if training:
+        chosen = probabilities.gather(-1, index)  # p(s_t), (B, T, 1), above zero since it was drawn
+        one_hot = one_hot * (chosen / chosen.detach())  # the magic box: value one-hot, gradient of log p(s_t)
+    return context, one_hot
+
+
 class Attention(nn.Module):
     """Attention over the source; subclasses supply `score` and, optionally, `prepare`."""
 
-    def __init__(self, normalizer: str = "softmax"):
+    def __init__(self, normalizer: str = "softmax", hard: str = "none", temperature: float = 1.0):
         super().__init__()
         if normalizer not in NORMALIZERS:
             raise ValueError(f"model.attention.normalizer={normalizer!r}: use one of {', '.join(NORMALIZERS)}")
-        self.normalizer = normalizer
+        if hard not in HARD:
+            raise ValueError(f"model.attention.hard={hard!r}: use one of {', '.join(HARD)}")
+        if not temperature > 0:
+            raise ValueError(f"model.attention.temperature={temperature}: must be above 0")
+        self.normalizer, self.hard, self.temperature = normalizer, hard, temperature
+        if hard == "reinforce":  # the moving average of the loss per target word; NaN until the first batch
+            self.register_buffer("reward_baseline", torch.tensor(float("nan")))
+
+    def policy_loss(
+        self, weights: torch.Tensor, target_mask: torch.Tensor, token_loss: torch.Tensor
+    ) -> torch.Tensor | None:
+        """The REINFORCE term of hard attention (Xu et al. 2015, section 4.1), None for any other attention.
+
+        weights (B, T, S) as `attend` reports them in training, target_mask (B, T) the real target words, token_loss
+        (B, T) each word's -log p(y_t) under the positions drawn (zero on padding). The term's value is zero; its
+        gradient is sum_t (L_t - b) grad log p(s_t), where L_t is the mean loss per word of the words from t on (the
+        draw at step t cannot change the words before it, so leaving them out of its reward keeps the estimate
+        unbiased and lowers its variance) and b a moving average of the loss per target word, updated after use.
+        Per word, the term has the scale of the cross-entropy's own gradient, whatever the sentence's length, so
+        clipping the gradient norm does not let it crowd out the rest. Draws followed by worse words get less likely.
+        """
+        if self.hard != "reinforce" or not weights.requires_grad:
+            return None
+        with torch.no_grad():
+            mask = target_mask.to(token_loss.dtype)  # (B, T)
+            per_word = token_loss.sum() / mask.sum().clamp_min(1)
+            baseline = torch.where(self.reward_baseline.isnan(), per_word, self.reward_baseline)
+            loss_to_go = (token_loss * mask).flip(1).cumsum(1).flip(1)  # (B, T)
+            words_to_go = mask.flip(1).cumsum(1).flip(1).clamp_min(1)
+            advantage = (loss_to_go / words_to_go - baseline) * mask  # L_t - b, (B, T)
+            self.reward_baseline.copy_(BASELINE_DECAY * baseline + (1 - BASELINE_DECAY) * per_word)
+        log_probability = (weights - weights.detach()).sum(-1)  # (B, T): value 0, gradient grad log p(s_t)
+        return (advantage * log_probability).sum()
 
     def prepare(self, memory: torch.Tensor) -> torch.Tensor:
         """Keys from the encoder annotations (B, S, K); computed once per sentence."""
@@ -67,15 +140,22 @@ class Attention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         scores = self.score(query, keys).float()  # (B, T, S); normalised in fp32 under autocast
         weights = normalize(scores, mask[:, None, :], self.normalizer)  # (B, T, S)
-        context = torch.bmm(weights.to(values.dtype), values)  # (B, T, V)
-        return context, weights
+        return attend(weights, values, self.hard, self.temperature, self.training)  # (B, T, V), (B, T, S)
 
 
 class AdditiveAttention(Attention):
     """Bahdanau et al. 2015, eq. 6 (appendix A.1.2): e_ti = v^T tanh(W s_{t-1} + U h_i)."""
 
-    def __init__(self, query_size: int, key_size: int, attention_size: int, normalizer: str = "softmax"):
-        super().__init__(normalizer)
+    def __init__(
+        self,
+        query_size: int,
+        key_size: int,
+        attention_size: int,
+        normalizer: str = "softmax",
+        hard: str = "none",
+        temperature: float = 1.0,
+    ):
+        super().__init__(normalizer, hard, temperature)
         self.query_projection = nn.Linear(query_size, attention_size, bias=False)  # W
         self.key_projection = nn.Linear(key_size, attention_size)  # U (its bias stands for the sum's bias)
         self.energy = nn.Linear(attention_size, 1, bias=False)  # v
@@ -95,16 +175,32 @@ class ConcatAttention(AdditiveAttention):
     the source half W_2 h_s is prepared once per sentence.
     """
 
-    def __init__(self, query_size: int, key_size: int, attention_size: int | None = None, normalizer: str = "softmax"):
-        super().__init__(query_size, key_size, attention_size or query_size, normalizer)
+    def __init__(
+        self,
+        query_size: int,
+        key_size: int,
+        attention_size: int | None = None,
+        normalizer: str = "softmax",
+        hard: str = "none",
+        temperature: float = 1.0,
+    ):
+        super().__init__(query_size, key_size, attention_size or query_size, normalizer, hard, temperature)
 
 
 class DotAttention(Attention):
     """Luong et al. 2015, eq. 8 'dot': h_t^T h_s; with `scaled`, h_t^T h_s / sqrt(H), as Vaswani et al. 2017 scale it
     (section 3.2.1) so that the softmax does not saturate while the states grow."""
 
-    def __init__(self, query_size: int, key_size: int, scaled: bool = False, normalizer: str = "softmax"):
-        super().__init__(normalizer)
+    def __init__(
+        self,
+        query_size: int,
+        key_size: int,
+        scaled: bool = False,
+        normalizer: str = "softmax",
+        hard: str = "none",
+        temperature: float = 1.0,
+    ):
+        super().__init__(normalizer, hard, temperature)
         if query_size != key_size:
             raise ValueError(f"dot attention needs equal query and key sizes, got {query_size} and {key_size}")
         self.scale = 1 / math.sqrt(key_size) if scaled else 1.0
@@ -117,8 +213,10 @@ class DotAttention(Attention):
 class GeneralAttention(DotAttention):
     """Luong et al. 2015, eq. 8 'general': h_t^T W_a h_s, with W_a h_s prepared once per sentence."""
 
-    def __init__(self, query_size: int, key_size: int, normalizer: str = "softmax"):
-        Attention.__init__(self, normalizer)
+    def __init__(
+        self, query_size: int, key_size: int, normalizer: str = "softmax", hard: str = "none", temperature: float = 1.0
+    ):
+        Attention.__init__(self, normalizer, hard, temperature)
         self.scale = 1.0
         self.key_projection = nn.Linear(key_size, query_size, bias=False)  # W_a
 
@@ -130,8 +228,16 @@ class LocationAttention(Attention):
     """Luong et al. 2015, eq. 8 'location': a_t = softmax(W_a h_t), scores from the target state alone, one per
     source position. W_a has a row for each of the first `max_positions` positions; later ones are never attended."""
 
-    def __init__(self, query_size: int, key_size: int, max_positions: int, normalizer: str = "softmax"):
-        super().__init__(normalizer)
+    def __init__(
+        self,
+        query_size: int,
+        key_size: int,
+        max_positions: int,
+        normalizer: str = "softmax",
+        hard: str = "none",
+        temperature: float = 1.0,
+    ):
+        super().__init__(normalizer, hard, temperature)
         self.position_scores = nn.Linear(query_size, max_positions, bias=False)  # W_a
 
     def score(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
@@ -193,8 +299,10 @@ class LocalAttention(nn.Module):
         if self.predictive:
             sigma = self.window / 2
             weights = weights * torch.exp(-(distance**2) / (2 * sigma**2))  # eq. 10
-        context = torch.bmm(weights.to(values.dtype), values)  # (B, T, V)
-        return context, weights
+        return attend(weights, values, self.inner.hard, self.inner.temperature, self.training)  # (B, T, V), (B, T, S)
+
+    def policy_loss(self, weights: torch.Tensor, target_mask: torch.Tensor, token_loss: torch.Tensor):
+        return self.inner.policy_loss(weights, target_mask, token_loss)
 
 
 class MultiHeadAttention(nn.Module):
@@ -233,15 +341,11 @@ class MultiHeadAttention(nn.Module):
         keys: torch.Tensor,
         values: torch.Tensor,
         mask: torch.Tensor | None,
-        causal: bool = False,
         need_weights: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attention of raw queries (B, T, D) over projected keys/values (B, h, S, d_k): (B, T, D), weights."""
         q = self.split_heads(self.query_projection(query))  # (B, h, T, d_k)
         dropout = self.dropout if self.training else 0.0
-        if causal:
-            causal_mask = torch.ones(q.shape[2], keys.shape[2], dtype=torch.bool, device=q.device).tril()
-            mask = causal_mask if mask is None else mask & causal_mask
         if need_weights or (q.device.type == "cpu" and not self.fused_on_cpu):
             scores = q @ keys.transpose(-2, -1) / math.sqrt(self.head_size)  # (B, h, T, S)
             if mask is not None:
@@ -255,6 +359,6 @@ class MultiHeadAttention(nn.Module):
         output = self.output_projection(heads.transpose(1, 2).flatten(2))  # (B, T, D)
         return output, weights
 
-    def forward(self, query, keys, values, mask=None, causal=False, need_weights=False):
+    def forward(self, query, keys, values, mask=None, need_weights=False):
         projected_keys, projected_values = self.project_keys_values(keys, values)
-        return self.attend(query, projected_keys, projected_values, mask, causal, need_weights)
+        return self.attend(query, projected_keys, projected_values, mask, need_weights)

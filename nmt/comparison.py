@@ -47,16 +47,24 @@ def beam_hypotheses(run: Path, sources: list[str], beam: int) -> list[str]:
 
 
 def variant_name(model: dict) -> str:
-    """A readable name from a checkpoint's model config: `luong (general, local_p)`, `bahdanau (additive)`."""
+    """A readable name from a checkpoint's model config: `luong (general, local_p)`, `bahdanau (additive)`,
+    `bahdanau (additive, sparsemax)`, `bahdanau (additive, hard reinforce)`, `transformer (window 4)`."""
     name = model["_target_"].rsplit(".", 1)[-1].replace("Seq2Seq", "").lower()
     if "attention" in model:
-        score = model["attention"]["_target_"].rsplit(".", 1)[-1].replace("Attention", "").lower()
-        if model["attention"].get("scaled"):
+        attention = model["attention"]
+        score = attention["_target_"].rsplit(".", 1)[-1].replace("Attention", "").lower()
+        if attention.get("scaled"):
             score = "scaled " + score
         details = [score] + ([model["alignment"]] if "alignment" in model else [])
         if model.get("input_feeding") is False:
             details.append("no feeding")
+        if attention.get("normalizer", "softmax") != "softmax":
+            details.append(attention["normalizer"])
+        if attention.get("hard", "none") != "none":
+            details.append(f"hard {attention['hard']}")
         name += f" ({', '.join(details)})"
+    elif model.get("window"):  # the Transformer's sliding-window self-attention
+        name += f" (window {model['window']})"
     return name
 
 

@@ -30,6 +30,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         b = bias.to(dtype) if bias is not None else None
         needs_grad = any(ctx.needs_input_grad[:3])
         total = torch.zeros((), dtype=torch.float32, device=x.device)
+        token_loss = torch.empty(rows, dtype=torch.float32, device=x.device)  # -log p(y_i), without smoothing
         step = max(1, CHUNK_ELEMENTS // vocab)
         if needs_grad:
             grad_x = torch.empty(x.shape, dtype=torch.float32, device=x.device)
@@ -41,7 +42,9 @@ class _LinearCrossEntropy(torch.autograd.Function):
             x_chunk, y = x[chunk], target[chunk, None]  # (n, H), (n, 1)
             z = torch.addmm(b, x_chunk, w.t()) if b is not None else x_chunk @ w.t()  # (n, V)
             log_p = torch.log_softmax(z.float(), dim=1)  # (n, V) fp32; faster than dtype=float32 on CPU
-            total -= (1.0 - smoothing) * log_p.gather(1, y).sum() + smoothing * log_p.mean(dim=1).sum()
+            target_log_p = log_p.gather(1, y)  # (n, 1)
+            token_loss[chunk] = -target_log_p[:, 0]
+            total -= (1.0 - smoothing) * target_log_p.sum() + smoothing * log_p.mean(dim=1).sum()
             if not needs_grad:
                 continue
             # d/dz = p - (1 - eps) 1[y] - eps/V: the products take p alone; the two sparse or constant terms are
@@ -62,10 +65,11 @@ class _LinearCrossEntropy(torch.autograd.Function):
             grad_b = None
         ctx.save_for_backward(grad_x, grad_w, grad_b)
         ctx.dtypes = (features.dtype, weight.dtype, bias.dtype if bias is not None else None)
-        return total
+        ctx.mark_non_differentiable(token_loss)
+        return total, token_loss
 
     @staticmethod
-    def backward(ctx, grad_total):
+    def backward(ctx, grad_total, grad_token_loss):
         grad_x, grad_w, grad_b = ctx.saved_tensors
         features_dtype, weight_dtype, bias_dtype = ctx.dtypes
         scale = grad_total.float()
@@ -86,8 +90,10 @@ def linear_cross_entropy(
     target: torch.Tensor,
     smoothing: float = 0.0,
     dtype: torch.dtype | None = None,
-) -> torch.Tensor:
-    """Summed label-smoothed cross-entropy of `features @ weight.T + bias` against `target`: a scalar (fp32).
+    per_token: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Summed label-smoothed cross-entropy of `features @ weight.T + bias` against `target`: a scalar (fp32); with
+    `per_token`, also each row's -log p(target) without smoothing (N,), fp32 and without gradient.
 
     features (N, H), weight (V, H), bias (V,) or None, target (N,) class ids (padding already removed). The matrix
     products run in `dtype` (bf16 or fp16 under mixed precision; default: the features' dtype), the softmax and the
@@ -96,15 +102,25 @@ def linear_cross_entropy(
     """
     if not 0.0 <= smoothing < 1.0:
         raise ValueError(f"label smoothing must be in [0, 1), got {smoothing}")
-    return _LinearCrossEntropy.apply(features, weight, bias, target, smoothing, dtype or features.dtype)
+    total, token_loss = _LinearCrossEntropy.apply(features, weight, bias, target, smoothing, dtype or features.dtype)
+    return (total, token_loss) if per_token else total
 
 
 def batch_loss(model, features_of, batch, smoothing: float, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
     """Summed cross-entropy of a batch's real target tokens: `features_of` (the model's `features`, or a DDP wrapper
     of it) under autocast, then the model's output layer and the loss fused, so the (tokens, vocabulary) logits are
-    never held whole."""
+    never held whole. In training, plus the model's `attention_loss` where it has one (hard attention trained by
+    REINFORCE, whose value is zero: the figure stays the cross-entropy)."""
     with autocast(device, dtype):
-        features, _ = features_of(batch.source, batch.source_mask, batch.target_in)  # (B, T, F)
-    real = batch.target_out != PAD_ID
+        features, attention = features_of(batch.source, batch.source_mask, batch.target_in)  # (B, T, F), (B, T, S)
+    real = batch.target_out != PAD_ID  # (B, T)
     output = model.output
-    return linear_cross_entropy(features[real], output.weight, output.bias, batch.target_out[real], smoothing, dtype)
+    loss, token_loss = linear_cross_entropy(
+        features[real], output.weight, output.bias, batch.target_out[real], smoothing, dtype, per_token=True
+    )
+    if attention is not None and attention.requires_grad:
+        token_loss = torch.zeros(real.shape, device=real.device).masked_scatter(real, token_loss)  # (B, T)
+        policy = model.attention_loss(attention, real, token_loss)
+        if policy is not None:
+            loss = loss + policy
+    return loss

@@ -60,3 +60,12 @@ class Seq2Seq(Protocol):
         """The attention weights worth plotting, by name, each (B, heads or 1, rows, S): rows are target positions,
         or source positions for names starting with `encoder_self`. Empty for a model without attention."""
         ...
+
+    def attention_loss(
+        self, attention: torch.Tensor, target_mask: torch.Tensor, token_loss: torch.Tensor
+    ) -> torch.Tensor | None:
+        """A training term for attention that no gradient reaches through the loss: hard attention's draws, trained by
+        REINFORCE (`nmt.attention.Attention.policy_loss`). `attention` is what `features` returned (B, T, S),
+        target_mask (B, T) the real target tokens, token_loss (B, T) each token's -log p(y_t) (no smoothing, zero on
+        padding). None (this default) for every model whose attention the loss's gradient trains directly."""
+        return None

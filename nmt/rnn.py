@@ -96,12 +96,16 @@ def layers_first(state: torch.Tensor) -> torch.Tensor:
 
 
 class AlignmentMaps:
-    """`attention_maps` for the attention RNNs: their one alignment, (B, 1, T, S), from teacher forcing."""
+    """`attention_maps` for the attention RNNs: their one alignment, (B, 1, T, S), from teacher forcing; and their
+    attention's own training term (hard attention by REINFORCE)."""
 
     @torch.no_grad()
     def attention_maps(self, source: torch.Tensor, source_mask: torch.Tensor, target_in: torch.Tensor):
         _, attention = self(source, source_mask, target_in)
         return {"alignment": attention[:, None]}
+
+    def attention_loss(self, attention: torch.Tensor, target_mask: torch.Tensor, token_loss: torch.Tensor):
+        return self.attention.policy_loss(attention, target_mask, token_loss)
 
 
 class SutskeverSeq2Seq(nn.Module, Seq2Seq):

@@ -39,6 +39,12 @@ VARIANTS = {
     "luong_local_m": ["model=luong", "model.alignment=local_m"],
     "luong_local_p": ["model=luong", "model.alignment=local_p"],
     "transformer": ["model=transformer"],
+    # the rest of the attention family (docs/attention.md): sparse and hard attention in Bahdanau's model, the window
+    "bahdanau_sparsemax": ["model=bahdanau", "model.attention.normalizer=sparsemax"],
+    "bahdanau_entmax15": ["model=bahdanau", "model.attention.normalizer=entmax15"],
+    "bahdanau_reinforce": ["model=bahdanau", "model.attention.hard=reinforce"],
+    "bahdanau_gumbel": ["model=bahdanau", "model.attention.hard=gumbel"],
+    "transformer_window": ["model=transformer", "model.window=4"],
 }
 # Validation every 30 updates gives each 8-minute curve 9-30 points at the same updates; the plateau schedule then
 # waits 6 validations (about one epoch of the RNNs, as the default recipe does with its validation per epoch) before

@@ -61,6 +61,19 @@ VARIANTS = {
     "luong_location": ("luong (location, global)", [*SIZES["luong"], "model/attention=location"]),
     "luong_local_m": ("luong (general, local_m)", [*SIZES["luong"], "model.alignment=local_m"]),
     "luong_local_p": ("luong (general, local_p)", [*SIZES["luong"], "model.alignment=local_p"]),
+    # the rest of the attention family (docs/attention.md): sparse and hard attention in Bahdanau's model, and the
+    # Transformer's sliding window, which the lab's long sentences put to the test
+    "bahdanau_sparsemax": (
+        "bahdanau (additive, sparsemax)",
+        [*SIZES["bahdanau"], "model.attention.normalizer=sparsemax"],
+    ),
+    "bahdanau_entmax15": ("bahdanau (additive, entmax15)", [*SIZES["bahdanau"], "model.attention.normalizer=entmax15"]),
+    "bahdanau_reinforce": (
+        "bahdanau (additive, hard reinforce)",
+        [*SIZES["bahdanau"], "model.attention.hard=reinforce"],
+    ),
+    "bahdanau_gumbel": ("bahdanau (additive, hard gumbel)", [*SIZES["bahdanau"], "model.attention.hard=gumbel"]),
+    "transformer_window": ("transformer (window 4)", [*SIZES["transformer"], "model.window=4"]),
 }
 # Luong et al. 2015, Table 6: AER on the RWTH German-English gold alignments (different data, same measure).
 PAPER_AER = {"luong (location, global)": 0.39, "luong (general, local_m)": 0.34, "luong (general, local_p)": 0.36}

@@ -12,6 +12,7 @@ from nmt.attention import (
     GeneralAttention,
     LocalAttention,
     LocationAttention,
+    attend,
     normalize,
 )
 
@@ -248,3 +249,123 @@ def test_an_unknown_normalizer_is_refused_naming_the_option():
         DotAttention(query_size=H, key_size=H, normalizer="hardmax")
     scores, allowed = torch.zeros(1, 1, 3), torch.tensor([[[True, True, False]]])
     torch.testing.assert_close(normalize(scores, allowed, "softmax"), torch.tensor([[[0.5, 0.5, 0.0]]]))
+
+
+# --- hard attention -------------------------------------------------------------------------------------------------
+
+HARD_MODES = ["reinforce", "gumbel"]
+
+
+@pytest.mark.parametrize("training", [True, False])
+@pytest.mark.parametrize("hard", HARD_MODES)
+@pytest.mark.parametrize("name", MODULES)
+def test_hard_context_is_exactly_the_chosen_real_annotation(name, hard, training, inputs):
+    torch.manual_seed(3)
+    module = MODULES[name]()
+    query, memory, mask = inputs
+    _, soft = module(query, module.prepare(memory), memory, mask)
+    module.hard = hard
+    context, weights = module.train(training)(query, module.prepare(memory), memory, mask)
+    chosen = weights.argmax(-1)  # (B, T)
+    assert torch.equal(weights.detach(), torch.nn.functional.one_hot(chosen, S).float())  # one cell per step
+    assert torch.equal(context, memory[torch.arange(B)[:, None], chosen])  # h_{s_t} itself, not an average
+    assert mask.gather(1, chosen).all()  # never a padded position
+    if not training:  # decoding takes the most likely position
+        assert torch.equal(chosen, soft.argmax(-1))
+
+
+@pytest.mark.parametrize("hard", HARD_MODES)
+def test_hard_draws_follow_the_attention_weights(hard):
+    """Over many draws each position is chosen as often as its weight says: multinomial for REINFORCE, Gumbel-max
+    for the straight-through estimator; a padded position never."""
+    torch.manual_seed(4)
+    weights = torch.tensor([0.6, 0.3, 0.1, 0.0]).expand(20000, 1, 4).contiguous()  # the last position is padding
+    values = torch.eye(4).expand(20000, 4, 4)
+    _, chosen = attend(weights, values, hard, 1.0, training=True)
+    frequencies = chosen.detach()[:, 0].mean(0)
+    torch.testing.assert_close(frequencies, torch.tensor([0.6, 0.3, 0.1, 0.0]), atol=0.015, rtol=0)
+
+
+def test_reinforce_gradient_matches_the_exact_expectation_on_two_positions():
+    """Xu et al. 2015, section 4.1: E_s[(f(s) - b) grad log p(s)] = grad E_s[f(s)] = sum_s f(s) grad a(s). The
+    estimate from 100,000 draws against the exact gradient of the expectation over the two positions."""
+    torch.manual_seed(5)
+    draws, size = 100000, 3
+    module = DotAttention(query_size=size, key_size=size, hard="reinforce").train()
+    module.reward_baseline.fill_(1.0)
+    memory = torch.tensor([[[1.0, 0.0, 2.0], [0.0, -1.0, 0.5]]])  # two source positions
+    mask = torch.ones(1, 2, dtype=torch.bool)
+    direction = torch.tensor([1.0, 1.0, -1.0])  # f = 1.5 at the first position, 2.75 at the second
+
+    def reward(context):  # f(h_s), any function of the chosen annotation
+        return (context @ direction) ** 2 + 0.5
+
+    query = torch.tensor([[[0.3, -0.2, 0.4]]], requires_grad=True)
+    exact_weights = module.__class__(size, size)(query, memory, memory, mask)[1]  # the soft a, (1, 1, 2)
+    (exact_weights[0, 0] * reward(memory[0])).sum().backward()
+    exact, query.grad = query.grad.clone(), None
+
+    context, weights = module(query.expand(draws, 1, size), memory.expand(draws, 2, size),
+                              memory.expand(draws, 2, size), mask.expand(draws, 2))  # fmt: skip
+    losses = reward(context[:, 0]).detach()  # (draws,)
+    policy = module.policy_loss(weights, torch.ones(draws, 1, dtype=torch.bool), losses[:, None])
+    assert policy.item() == 0  # the term adds a gradient, not a value
+    policy.backward()
+    estimate = query.grad / draws
+    torch.testing.assert_close(estimate, exact, atol=0.015, rtol=0.05)  # about 5 standard errors
+    assert exact.abs().max() > 0.1  # a gradient worth estimating
+
+
+def test_reinforce_rewards_each_draw_with_the_mean_loss_from_its_word_on_against_a_moving_average():
+    module = GeneralAttention(query_size=H, key_size=H, hard="reinforce").train()
+    assert module.reward_baseline.isnan()  # nothing seen yet
+    query, memory = torch.randn(2, 3, H, requires_grad=True), torch.randn(2, 4, H)
+    mask = torch.ones(2, 4, dtype=torch.bool)
+    target_mask = torch.tensor([[True, True, True], [True, False, False]])
+    token_loss = torch.tensor([[1.0, 2.0, 3.0], [2.0, 0.0, 0.0]])
+    _, weights = module(query, module.prepare(memory), memory, mask)
+    module.policy_loss(weights, target_mask, token_loss).backward(retain_graph=True)
+    torch.testing.assert_close(module.reward_baseline, torch.tensor(2.0))  # the first batch's 8 / 4 words
+    # the advantages: mean losses from each word on, (2, 2.5, 3) and (2), against the baseline 2.0
+    gradient = query.grad.clone()
+    query.grad = None
+    advantages = torch.tensor([[0.0, 0.5, 1.0], [0.0, 0.0, 0.0]])
+    (advantages * (weights - weights.detach()).sum(-1)).sum().backward()
+    torch.testing.assert_close(gradient, query.grad)
+    module.policy_loss(weights, target_mask, 2 * token_loss)
+    torch.testing.assert_close(module.reward_baseline, torch.tensor(0.9 * 2.0 + 0.1 * 4.0))
+    assert "reward_baseline" in module.state_dict()  # saved with the model, so a resumed run goes on with it
+
+
+def test_gumbel_straight_through_passes_the_gradient_of_the_relaxed_weights(inputs):
+    torch.manual_seed(6)
+    query, memory, mask = inputs
+    module = GeneralAttention(query_size=H, key_size=H, hard="gumbel", temperature=0.5).train()
+    query = query.clone().requires_grad_(True)
+    context, weights = module(query, module.prepare(memory), memory, mask)
+    assert module.policy_loss(weights, torch.ones(B, T, dtype=torch.bool), torch.ones(B)) is None
+    context.square().sum().backward()
+    assert torch.isfinite(query.grad).all() and query.grad.abs().sum() > 0
+    assert torch.isfinite(module.key_projection.weight.grad).all() and module.key_projection.weight.grad.any()
+
+
+@pytest.mark.parametrize("predictive", [False, True])
+@pytest.mark.parametrize("hard", HARD_MODES)
+def test_hard_local_attention_chooses_inside_the_window(hard, predictive):
+    torch.manual_seed(7)
+    module = LocalAttention(GeneralAttention(query_size=H, key_size=H, hard=hard), H, window=1, predictive=predictive)
+    query, memory = torch.randn(50, 5, H), torch.randn(50, 9, H)
+    arguments = (query, module.prepare(memory), memory, torch.ones(50, 9, dtype=torch.bool), torch.arange(5)[None, :])
+    module.inner.hard = "none"
+    _, soft = module(*arguments)
+    module.inner.hard = hard
+    _, weights = module.train()(*arguments)
+    assert (weights.detach() * (soft == 0)).sum() == 0  # nothing chosen where the window gives no weight
+    assert torch.equal(weights.detach().sum(-1), torch.ones(50, 5))
+
+
+def test_an_unknown_hard_mode_or_a_zero_temperature_is_refused_naming_the_option():
+    with pytest.raises(ValueError, match="model.attention.hard='soft'"):
+        DotAttention(query_size=H, key_size=H, hard="soft")
+    with pytest.raises(ValueError, match="model.attention.temperature=0"):
+        DotAttention(query_size=H, key_size=H, hard="gumbel", temperature=0)

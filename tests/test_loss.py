@@ -64,3 +64,49 @@ def test_a_tied_weight_gets_the_gradient_of_both_uses():
 def test_smoothing_outside_zero_to_one_is_refused():
     with pytest.raises(ValueError, match="label smoothing"):
         linear_cross_entropy(torch.randn(2, 3), torch.randn(4, 3), None, torch.tensor([0, 1]), 1.0)
+
+
+def test_per_token_losses_are_each_rows_negative_log_likelihood_without_smoothing(monkeypatch):
+    monkeypatch.setattr(loss, "CHUNK_ELEMENTS", 120)
+    torch.manual_seed(1)
+    features, weight, target = torch.randn(50, 8), torch.randn(30, 8), torch.randint(0, 30, (50,))
+    total, per_token = linear_cross_entropy(features, weight, None, target, 0.1, per_token=True)
+    expected = F.cross_entropy(features @ weight.t(), target, reduction="none")
+    torch.testing.assert_close(per_token, expected)
+    torch.testing.assert_close(total, linear_cross_entropy(features, weight, None, target, 0.1))
+    assert not per_token.requires_grad
+
+
+@pytest.mark.parametrize("hard", ["none", "reinforce"])
+def test_hard_attention_trains_its_score_through_the_attention_loss_alone(sample_vocabulary, hard):
+    """Under REINFORCE no gradient passes the draw: the score's weights W_a learn only from the model's
+    `attention_loss`, which leaves the loss's value as it is. Soft attention needs no such term."""
+    from conftest import compose_config, tiny_model_overrides
+
+    from nmt import build
+    from nmt.data import ParallelDataset, collate
+
+    overrides = [*tiny_model_overrides("luong"), f"model.attention.hard={hard}", "model.dropout=0"]
+    torch.manual_seed(0)
+    model = build.model(compose_config(*overrides).model, sample_vocabulary).train()
+    dataset = ParallelDataset([("ein kleiner hund", "a small dog"), ("zwei katzen", "two cats")], sample_vocabulary)
+    batch = collate([dataset[0], dataset[1]])
+    score = model.attention.key_projection.weight  # W_a of the general score
+
+    def gradient_and_value(with_term: bool):
+        model.zero_grad()
+        if not with_term:
+            model.attention_loss = lambda *arguments: None
+        torch.manual_seed(1)  # the same draws both times
+        value = loss.batch_loss(model, model.features, batch, 0.0, torch.device("cpu"), torch.float32)
+        value.backward()
+        vars(model).pop("attention_loss", None)
+        return (torch.zeros_like(score) if score.grad is None else score.grad.clone()), value.item()
+
+    with_term, value = gradient_and_value(True)
+    without_term, plain_value = gradient_and_value(False)
+    assert value == pytest.approx(plain_value) and with_term.abs().sum() > 0
+    if hard == "reinforce":
+        assert without_term.abs().sum() == 0
+    else:
+        torch.testing.assert_close(with_term, without_term)

@@ -25,7 +25,13 @@ VARIANTS = (
     + [
         ["luong", f"model.attention.normalizer={n}", f"model.alignment={k}"]
         for n, k in itertools.product(("sparsemax", "entmax15"), ["global", "local_p"])
-    ]  # fmt: skip
+    ]
+    + [["bahdanau", f"model.attention.hard={h}"] for h in ("reinforce", "gumbel")]
+    + [
+        ["luong", f"model.attention.hard={h}", f"model.alignment={k}", "model.input_feeding=false"]
+        for h, k in itertools.product(("reinforce", "gumbel"), ["global", "local_m", "local_p"])
+    ]
+    + [["luong", "model.attention.hard=reinforce"]]  # fmt: skip
 )
 
 

@@ -32,6 +32,23 @@ def test_runs_that_differ_only_in_seed_get_mean_and_spread():
         compare.group([*runs, {**runs[2], "run": "s1 again"}])
 
 
+def test_variant_names_tell_the_score_alignment_normaliser_hard_mode_and_window():
+    def bahdanau(**attention):
+        return {"_target_": "nmt.rnn.BahdanauSeq2Seq",
+                "attention": {"_target_": "nmt.attention.AdditiveAttention", **attention}}  # fmt: skip
+
+    assert compare.variant_name(bahdanau()) == "bahdanau (additive)"  # a checkpoint from before the options
+    assert compare.variant_name(bahdanau(normalizer="softmax", hard="none")) == "bahdanau (additive)"
+    assert compare.variant_name(bahdanau(normalizer="sparsemax", hard="none")) == "bahdanau (additive, sparsemax)"
+    assert compare.variant_name(bahdanau(hard="reinforce")) == "bahdanau (additive, hard reinforce)"
+    luong = {"_target_": "nmt.rnn.LuongSeq2Seq", "alignment": "local_p", "window": 10, "input_feeding": False,
+             "attention": {"_target_": "nmt.attention.GeneralAttention", "normalizer": "entmax15"}}  # fmt: skip
+    assert compare.variant_name(luong) == "luong (general, local_p, no feeding, entmax15)"  # its window is local's
+    transformer = {"_target_": "nmt.transformer.Transformer", "window": 0}
+    assert compare.variant_name(transformer) == "transformer"
+    assert compare.variant_name({**transformer, "window": 4}) == "transformer (window 4)"
+
+
 def test_equal_updates_reads_every_curve_at_the_updates_all_of_them_reached():
     seed_a = {"curve": [(1.0, 30, 10.0), (2.0, 60, 20.0), (3.0, 90, 24.0)]}
     seed_b = {"curve": [(1.2, 30, 12.0), (2.2, 60, 22.0)]}  # stopped earlier

@@ -54,12 +54,13 @@ def test_causal_self_attention_equals_torch_with_a_causal_mask(fused_on_cpu):
     ours = MultiHeadAttention(D, HEADS).eval()
     reference = copy_into_torch(ours)
     x = torch.randn(2, 6, D)
-    output, weights = ours(x, x, x, causal=True, need_weights=True)
+    allowed = band(6, 6, 0, causal=True, device=x.device)  # ours: True = may attend
+    output, weights = ours(x, x, x, allowed, need_weights=True)
     causal = torch.ones(6, 6, dtype=torch.bool).triu(1)  # torch: True = may not attend
     expected, _ = reference(x, x, x, attn_mask=causal)
     torch.testing.assert_close(output, expected, atol=1e-5, rtol=1e-5)
     assert (weights.masked_select(causal) == 0).all()
-    fused, _ = ours(x, x, x, causal=True)
+    fused, _ = ours(x, x, x, allowed)
     torch.testing.assert_close(fused, output, atol=1e-5, rtol=1e-5)
 
 
@@ -172,7 +173,10 @@ def test_a_windowed_encoder_is_blind_beyond_its_window(sample_vocabulary):
     "model_name, option, message",
     [("transformer", "model.window=-1", "model.window=-1: must be at least 0"),
      ("luong", "model.window=0", "model.window=0: must be at least 1"),  # Luong's local window has no "off"
-     ("luong", "model.attention.normalizer=hardmax", "model.attention.normalizer='hardmax': use one of softmax")],
+     ("luong", "model.attention.normalizer=hardmax", "model.attention.normalizer='hardmax': use one of softmax"),
+     ("bahdanau", "model.attention.hard=true", "model.attention.hard=True: must be text"),
+     ("luong", "model.attention.hard=sampled", "model.attention.hard='sampled': use one of none, reinforce"),
+     ("luong", "model.attention.temperature=-1", "model.attention.temperature=-1: must be above 0")],
 )  # fmt: skip
 def test_window_and_normalizer_values_that_make_no_sense_are_refused_naming_the_option(
     sample_vocabulary, model_name, option, message

@@ -1,0 +1,172 @@
+"""Which kernel F.scaled_dot_product_attention runs for the Transformer's attention, and what a sliding window saves.
+
+python scripts/attention_kernels.py [--device auto] [--precision bf16] [--window 4] [--reps 10] [--output bench]
+
+1. The profiler: forward and backward of each attention of the default Transformer (encoder self-attention with the
+   padding mask, decoder self-attention with the causal mask, encoder-decoder attention), globally and with the band
+   of --window, at the shapes of a Multi30k batch and of a batch of the lab's long sentences, through
+   `F.scaled_dot_product_attention` under torch.profiler: the aten kernel it dispatched to (flash, memory-efficient,
+   cuDNN or the math fallback), read from the trace rather than from the documentation.
+2. The clock: one training step (forward and backward, the fused output layer and loss) of the default Transformer
+   (configs/model/transformer.yaml) on random batches of --tokens target tokens at both lengths, global and windowed,
+   with the explicit product and with the fused kernel; the median of --reps steps after two warm-up steps.
+
+Writes attention_kernels.md and attention_kernels.json into --output. Timings on a shared machine are noisy: read
+the ratios within one run, taken with the machine to itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from hydra import compose, initialize_config_dir  # noqa: E402
+
+from nmt import build  # noqa: E402
+from nmt.attention import MultiHeadAttention  # noqa: E402
+from nmt.device import autocast  # noqa: E402
+from nmt.device import device as find_device  # noqa: E402
+from nmt.device import precision as find_precision  # noqa: E402
+from nmt.loss import linear_cross_entropy  # noqa: E402
+from nmt.transformer import band  # noqa: E402
+
+# (name, subword tokens per sentence): a Multi30k sentence is about 15 subwords on each side (test2016 means); the
+# lab's longest test sentences are 61-80 words, about 100 subwords.
+LENGTHS = {"Multi30k (15 subwords)": 15, "lab long (100 subwords)": 100}
+KERNEL_PREFIXES = ("aten::_scaled_dot_product", "aten::_flash_attention", "aten::_efficient_attention")
+
+
+def default_transformer(window: int, device: torch.device) -> torch.nn.Module:
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        config = compose("train", overrides=["model=transformer", f"model.window={window}"])
+    vocabulary = SimpleNamespace(source_size=8000, target_size=8000)  # Multi30k's joint sentencepiece size
+    return build.model(config.model, vocabulary).to(device)
+
+
+def masks(kind: str, batch: int, length: int, window: int, device: torch.device) -> torch.Tensor:
+    """The bool mask (True: may attend) the Transformer passes for this attention; every sentence full length."""
+    padding = torch.ones(batch, 1, 1, length, dtype=torch.bool, device=device)
+    if kind == "decoder self":
+        return band(length, length, window, True, device)  # (T, T)
+    if kind == "encoder self" and window:
+        return padding & band(length, length, window, False, device)  # (B, 1, S, S)
+    return padding  # (B, 1, 1, S)
+
+
+def kernel_of(kind: str, batch: int, length: int, window: int, heads: int, head_size: int, device, dtype) -> str:
+    """The aten attention kernels that one forward and backward of SDPA ran, as the profiler lists them."""
+    shape = (batch, heads, length, head_size)
+    q, k, v = (torch.randn(shape, device=device, dtype=dtype, requires_grad=True) for _ in range(3))
+    mask = masks(kind, batch, length, window, device)
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as profile:
+        F.scaled_dot_product_attention(q, k, v, attn_mask=mask).float().sum().backward()
+    names = sorted({e.key for e in profile.key_averages() if e.key.startswith(KERNEL_PREFIXES)})
+    names = [n for n in names if n != "aten::scaled_dot_product_attention"]
+    return ", ".join(n.removeprefix("aten::") for n in names) or "none listed"
+
+
+def step_seconds(model, batch: int, length: int, reps: int, device, dtype) -> float:
+    """Median seconds of one training step on random full-length batches (2 warm-up steps first)."""
+    generator = torch.Generator().manual_seed(0)
+    source = torch.randint(4, 8000, (batch, length), generator=generator).to(device)
+    target = torch.randint(4, 8000, (batch, length), generator=generator).to(device)
+    mask = torch.ones_like(source, dtype=torch.bool)
+    model.train()
+    times = []
+    for rep in range(reps + 2):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        with autocast(device, dtype):
+            features, _ = model.features(source, mask, target)  # (B, T, D)
+        loss = linear_cross_entropy(features.flatten(0, 1), model.output.weight, model.output.bias,
+                                    target.flatten(), 0.1, dtype)  # fmt: skip
+        loss.backward()
+        model.zero_grad(set_to_none=True)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        if rep >= 2:
+            times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--precision", default="bf16")
+    parser.add_argument("--window", type=int, default=4, help="the sliding window W to compare with global")
+    parser.add_argument("--tokens", type=int, default=2048, help="target tokens per batch (the Transformer's)")
+    parser.add_argument("--reps", type=int, default=10, help="timed steps per setting")
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--output", type=Path, default=Path("bench"))
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    device = find_device(args.device)
+    dtype = find_precision(args.precision)
+    models = {w: default_transformer(w, device) for w in (0, args.window)}
+    attention = models[0].encoder[0].self_attention
+    heads, head_size = attention.heads, attention.head_size
+    kernels, timings = [], []
+    for name, length in LENGTHS.items():
+        batch = max(1, args.tokens // length)
+        for kind in ("encoder self", "decoder self", "encoder-decoder"):
+            for window in (0, args.window) if kind != "encoder-decoder" else (0,):
+                found = kernel_of(kind, batch, length, window, heads, head_size, device, dtype)
+                kernels.append({"shape": name, "attention": kind, "window": window, "kernel": found})
+                print(f"{name:26} {kind:16} window {window}: {found}", flush=True)
+        for fused in (False, True):
+            MultiHeadAttention.fused_on_cpu = fused  # on a GPU the fused kernel runs either way
+            for window, model in models.items():
+                seconds = step_seconds(model, batch, length, args.reps, device, dtype)
+                timings.append({"shape": name, "batch": batch, "length": length, "window": window,
+                                "path": "fused" if fused or device.type == "cuda" else "explicit",
+                                "seconds": seconds, "tokens_per_second": batch * length / seconds})  # fmt: skip
+                print(f"{name:26} {timings[-1]['path']:8} window {window}: {seconds * 1000:.1f} ms", flush=True)
+    machine = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {args.threads} threads"
+    write(args.output, kernels, timings, machine, dtype, args)
+
+
+def write(folder: Path, kernels: list[dict], timings: list[dict], machine: str, dtype, args) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = [
+        f"# Attention kernels and the sliding window ({machine}, torch {torch.__version__}, {dtype})",
+        "",
+        "| shape | attention | window | kernel of F.scaled_dot_product_attention (profiler) |",
+        "|---|---|---|---|",
+    ]
+    lines += [f"| {k['shape']} | {k['attention']} | {k['window'] or 'global'} | `{k['kernel']}` |" for k in kernels]
+    lines += [
+        "",
+        f"Training step of the default Transformer, {args.tokens} target tokens per batch, median of {args.reps}:",
+        "",
+        f"| shape | path | global ms | window {args.window} ms | window / global |",
+        "|---|---|---|---|---|",
+    ]
+    for shape in LENGTHS:
+        for path in dict.fromkeys(t["path"] for t in timings):
+            rows = {t["window"]: t["seconds"] for t in timings if t["shape"] == shape and t["path"] == path}
+            if len(rows) == 2:
+                plain, windowed = rows[0], rows[args.window]
+                lines.append(f"| {shape} | {path} | {plain * 1000:.1f} | {windowed * 1000:.1f} | "
+                             f"{windowed / plain:.2f} |")  # fmt: skip
+    (folder / "attention_kernels.md").write_text("\n".join(lines) + "\n")
+    figures = {"machine": machine, "dtype": str(dtype), "kernels": kernels, "timings": timings}
+    (folder / "attention_kernels.json").write_text(json.dumps(figures, indent=1))
+    print(f"wrote {folder / 'attention_kernels.md'}")
+
+
+if __name__ == "__main__":
+    main()
