@@ -44,7 +44,12 @@ def normalize(scores: torch.Tensor, allowed: torch.Tensor, normalizer: str) -> t
 
 
 def attend(
-    weights: torch.Tensor, values: torch.Tensor, hard: str, temperature: float, training: bool
+    weights: torch.Tensor,
+    values: torch.Tensor,
+    hard: str,
+    temperature: float,
+    training: bool,
+    expected_context: float = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The context (B, T, V) from the weights (B, T, S) over `values` (B, S, V), and the weights to report (B, T, S).
 
@@ -53,7 +58,9 @@ def attend(
     weight when decoding; in training one drawn from the weights (renormalised, as local-p's do not sum to one):
     - reinforce: s_t ~ a_t. No gradient passes the draw; the weights learn from the score-function term of
       `Attention.policy_loss`, which the reported weights carry: they equal the one-hot of s_t in value, and their
-      gradient is that of log p(s_t) (DiCE's magic box, Foerster et al. 2018: p(s_t) / p(s_t), value 1).
+      gradient is that of log p(s_t) (DiCE's magic box, Foerster et al. 2018: p(s_t) / p(s_t), value 1). With
+      probability `expected_context` a step takes the expected context sum_s a_t(s) h_s instead of a draw (Xu et
+      al.'s third device, section 4.1), and reports its renormalised weights, whose sum has no gradient.
     - gumbel: s_t = argmax_s (log a_t(s) + g_s), g ~ Gumbel(0, 1), which draws from a_t (Jang et al. 2017; Maddison
       et al. 2017); straight-through: the forward pass uses the one-hot, the backward pass the gradient of
       softmax((log a_t + g) / temperature).
@@ -78,11 +85,20 @@ def attend(
     if training:
         chosen = probabilities.gather(-1, index)  # p(s_t), (B, T, 1), above zero since it was drawn
         one_hot = one_hot * (chosen / chosen.detach())  # the magic box: value one-hot, gradient of log p(s_t)
+        if expected_context:
+            expected = torch.rand(*weights.shape[:2], 1, device=weights.device) < expected_context  # (B, T, 1)
+            context = torch.where(expected, torch.bmm(weights.to(values.dtype), values), context)
+            one_hot = torch.where(expected, probabilities, one_hot)
     return context, one_hot
 
 
 class Attention(nn.Module):
     """Attention over the source; subclasses supply `score` and, optionally, `prepare`."""
+
+    # hard=reinforce: the share of training steps that take the expected context instead of a draw. Xu et al. (2015,
+    # section 4.1) use 0.5; without it the draws collapse onto one source position within a few hundred updates
+    # (docs/attention.md). Tests set 0 to check REINFORCE alone.
+    expected_context = 0.5
 
     def __init__(self, normalizer: str = "softmax", hard: str = "none", temperature: float = 1.0):
         super().__init__()
@@ -140,7 +156,7 @@ class Attention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         scores = self.score(query, keys).float()  # (B, T, S); normalised in fp32 under autocast
         weights = normalize(scores, mask[:, None, :], self.normalizer)  # (B, T, S)
-        return attend(weights, values, self.hard, self.temperature, self.training)  # (B, T, V), (B, T, S)
+        return attend(weights, values, self.hard, self.temperature, self.training, self.expected_context)
 
 
 class AdditiveAttention(Attention):
@@ -299,7 +315,8 @@ class LocalAttention(nn.Module):
         if self.predictive:
             sigma = self.window / 2
             weights = weights * torch.exp(-(distance**2) / (2 * sigma**2))  # eq. 10
-        return attend(weights, values, self.inner.hard, self.inner.temperature, self.training)  # (B, T, V), (B, T, S)
+        inner = self.inner
+        return attend(weights, values, inner.hard, inner.temperature, self.training, inner.expected_context)
 
     def policy_loss(self, weights: torch.Tensor, target_mask: torch.Tensor, token_loss: torch.Tensor):
         return self.inner.policy_loss(weights, target_mask, token_loss)

@@ -64,13 +64,18 @@ def is_kind(value, kind: type) -> bool:
     return isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
 
 
-def switched_off_by_zero(target: str | None) -> set[str]:
-    """Constructor arguments of `target` whose default is 0: for them 0 means "off" (the Transformer's window)."""
+def constructor_defaults(target: str | None) -> dict[str, object]:
+    """The default values of the constructor arguments of the class `target` names (those that have one)."""
     try:
         parameters = inspect.signature(get_class(target).__init__).parameters if target else {}
     except Exception:
-        return set()
-    return {name for name, p in parameters.items() if p.default == 0 and not isinstance(p.default, bool)}
+        return {}
+    return {name: p.default for name, p in parameters.items() if p.default is not inspect.Parameter.empty}
+
+
+def switched_off_by_zero(target: str | None) -> set[str]:
+    """Constructor arguments of `target` whose default is 0: for them 0 means "off" (the Transformer's window)."""
+    return {name for name, d in constructor_defaults(target).items() if d == 0 and not isinstance(d, bool)}
 
 
 def check_model_config(config: DictConfig, prefix: str = "model") -> None:

@@ -9,11 +9,13 @@ validation cadence, logging, decoding, device, learning rate, clipping, label sm
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 
 from nmt import UserError, checkpoint
-from nmt.config import flatten
+from nmt.build import constructor_defaults
+from nmt.config import TrainerConfig, flatten
 
 log = logging.getLogger(__name__)
 
@@ -83,11 +85,26 @@ def training_checkpoint(path: Path) -> dict:
     return payload
 
 
+def added_at_its_default(key: str, old_flat: dict, new_flat: dict) -> bool:
+    """Whether `key` is an option that the checkpoint predates (a newer nmt added it) set to the value that the
+    checkpoint's run had without it: the default of the model constructor argument or of the trainer option."""
+    if key in old_flat:
+        return False
+    parent, name = key.rsplit(".", 1)
+    if key.startswith("model."):
+        defaults = constructor_defaults(new_flat.get(f"{parent}._target_"))
+    elif parent == "trainer":
+        defaults = {f.name: f.default for f in dataclasses.fields(TrainerConfig)}
+    else:
+        return False
+    return name in defaults and defaults[name] == new_flat[key]
+
+
 def check_changes(saved: dict, new: dict, path: Path) -> dict[str, tuple]:
     """{key: (old, new)} of the safe changes from the checkpoint's config to the command line's; refuses the rest."""
     old_flat, new_flat = (flatten({k: c.get(k) for k in ("data", "model", "trainer", "seed")}) for c in (saved, new))
     changed = {k: (old_flat.get(k), new_flat.get(k)) for k in old_flat.keys() | new_flat.keys()
-               if old_flat.get(k) != new_flat.get(k)}  # fmt: skip
+               if old_flat.get(k) != new_flat.get(k) and not added_at_its_default(k, old_flat, new_flat)}  # fmt: skip
     precision = changed.get("trainer.precision", ())
     harmless = "fp16" not in precision  # bf16 <-> fp32 keeps every state; fp16 adds a gradient scaler's
     breaking = sorted(k for k in changed if k not in SAFE and not (k == "trainer.precision" and harmless))

@@ -264,7 +264,7 @@ def test_hard_context_is_exactly_the_chosen_real_annotation(name, hard, training
     module = MODULES[name]()
     query, memory, mask = inputs
     _, soft = module(query, module.prepare(memory), memory, mask)
-    module.hard = hard
+    module.hard, module.expected_context = hard, 0.0  # every step a draw (the expected context: the next test)
     context, weights = module.train(training)(query, module.prepare(memory), memory, mask)
     chosen = weights.argmax(-1)  # (B, T)
     assert torch.equal(weights.detach(), torch.nn.functional.one_hot(chosen, S).float())  # one cell per step
@@ -272,6 +272,29 @@ def test_hard_context_is_exactly_the_chosen_real_annotation(name, hard, training
     assert mask.gather(1, chosen).all()  # never a padded position
     if not training:  # decoding takes the most likely position
         assert torch.equal(chosen, soft.argmax(-1))
+
+
+def test_reinforce_takes_the_expected_context_at_about_half_the_steps():
+    """Xu et al. 2015, section 4.1: with probability 0.5 a training step uses sum_s a_t(s) h_s instead of a draw;
+    its reported weights are the distribution, whose sum carries no REINFORCE gradient."""
+    torch.manual_seed(8)
+    module = GeneralAttention(query_size=H, key_size=H, hard="reinforce").train()
+    query, memory = torch.randn(40, 5, H), torch.randn(40, 7, H)
+    mask = torch.ones(40, 7, dtype=torch.bool)
+    context, weights = module(query, module.prepare(memory), memory, mask)
+    module.hard = "none"
+    soft_context, soft = module(query, module.prepare(memory), memory, mask)
+    drawn = (weights.detach() == 1).any(-1)  # (B, T): one-hot rows
+    assert 0.4 < drawn.float().mean() < 0.6
+    torch.testing.assert_close(context[~drawn], soft_context[~drawn])
+    torch.testing.assert_close(weights.detach()[~drawn], soft[~drawn])
+    chosen = weights.detach().argmax(-1)
+    assert torch.equal(context[drawn], memory[torch.arange(40)[:, None].expand(40, 5), chosen][drawn])
+    assert module.policy_loss(weights, torch.ones(40, 5, dtype=torch.bool), torch.ones(40, 5)) is None  # hard=none
+    module.hard = "reinforce"
+    term = module.policy_loss(weights, torch.ones(40, 5, dtype=torch.bool), torch.rand(40, 5))
+    (gradient,) = torch.autograd.grad(term, module.key_projection.weight)
+    assert gradient.abs().sum() > 0
 
 
 @pytest.mark.parametrize("hard", HARD_MODES)
@@ -293,6 +316,7 @@ def test_reinforce_gradient_matches_the_exact_expectation_on_two_positions():
     draws, size = 100000, 3
     module = DotAttention(query_size=size, key_size=size, hard="reinforce").train()
     module.reward_baseline.fill_(1.0)
+    module.expected_context = 0.0  # REINFORCE alone
     memory = torch.tensor([[[1.0, 0.0, 2.0], [0.0, -1.0, 0.5]]])  # two source positions
     mask = torch.ones(1, 2, dtype=torch.bool)
     direction = torch.tensor([1.0, 1.0, -1.0])  # f = 1.5 at the first position, 2.75 at the second
@@ -318,6 +342,7 @@ def test_reinforce_gradient_matches_the_exact_expectation_on_two_positions():
 
 def test_reinforce_rewards_each_draw_with_the_mean_loss_from_its_word_on_against_a_moving_average():
     module = GeneralAttention(query_size=H, key_size=H, hard="reinforce").train()
+    module.expected_context = 0.0
     assert module.reward_baseline.isnan()  # nothing seen yet
     query, memory = torch.randn(2, 3, H, requires_grad=True), torch.randn(2, 4, H)
     mask = torch.ones(2, 4, dtype=torch.bool)
@@ -354,6 +379,7 @@ def test_gumbel_straight_through_passes_the_gradient_of_the_relaxed_weights(inpu
 def test_hard_local_attention_chooses_inside_the_window(hard, predictive):
     torch.manual_seed(7)
     module = LocalAttention(GeneralAttention(query_size=H, key_size=H, hard=hard), H, window=1, predictive=predictive)
+    module.inner.expected_context = 0.0
     query, memory = torch.randn(50, 5, H), torch.randn(50, 9, H)
     arguments = (query, module.prepare(memory), memory, torch.ones(50, 9, dtype=torch.bool), torch.arange(5)[None, :])
     module.inner.hard = "none"

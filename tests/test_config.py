@@ -87,3 +87,35 @@ def test_optuna_sweep_runs_trials_and_reports_the_best(tmp_path):
     assert sweep.returncode == 0, sweep.stderr[-3000:]
     best = (tmp_path / "sweep" / "optimization_results.yaml").read_text()
     assert "best_params" in best and "trainer.lr" in best
+
+
+@pytest.mark.parametrize(
+    "dropped, override, refused",
+    [(["model.attention.hard", "model.attention.temperature"], [], None),  # options newer than the checkpoint
+     (["model.attention.hard"], ["model.attention.hard=reinforce"], "model.attention.hard: None in the checkpoint"),
+     (["trainer.plateau_patience"], [], None),
+     (["trainer.plateau_patience"], ["trainer.plateau_patience=9"], "trainer.plateau_patience: None"),
+     (["model.window"], [], None)],
+)  # fmt: skip
+def test_a_checkpoint_that_predates_an_option_resumes_when_the_option_keeps_its_default(dropped, override, refused):
+    """A run saved by an older nmt lacks the options added since; at their defaults the model and recipe are the
+    ones it was trained with, so it continues. At another value it would be another run, and is refused."""
+    from pathlib import Path
+
+    from nmt import UserError
+    from nmt.resume import check_changes
+
+    model = "transformer" if "model.window" in dropped else "luong"
+    new = OmegaConf.to_container(compose_config(f"model={model}", *override), resolve=True)
+    saved = OmegaConf.to_container(compose_config(f"model={model}"), resolve=True)
+    for key in dropped:
+        *parents, name = key.split(".")
+        node = saved
+        for parent in parents:
+            node = node[parent]
+        del node[name]
+    if refused is None:
+        assert check_changes(saved, new, Path("last.pt")) == {}
+    else:
+        with pytest.raises(UserError, match=refused):
+            check_changes(saved, new, Path("last.pt"))

@@ -89,6 +89,7 @@ def test_hard_attention_trains_its_score_through_the_attention_loss_alone(sample
     overrides = [*tiny_model_overrides("luong"), f"model.attention.hard={hard}", "model.dropout=0"]
     torch.manual_seed(0)
     model = build.model(compose_config(*overrides).model, sample_vocabulary).train()
+    model.attention.expected_context = 0.0  # every step a draw: no gradient reaches the score but the term's
     dataset = ParallelDataset([("ein kleiner hund", "a small dog"), ("zwei katzen", "two cats")], sample_vocabulary)
     batch = collate([dataset[0], dataset[1]])
     score = model.attention.key_projection.weight  # W_a of the general score
