@@ -11,6 +11,11 @@ matplotlib.use("Agg")  # no screen needed; figures go to TensorBoard or PNG file
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+# Line figures (the comparison's curves) have a line per variant, more than the default cycle's 10 colours: tab20's
+# ten strong colours, then its ten light ones, keep every line distinct.
+TWENTY = plt.get_cmap("tab20").colors
+plt.rcParams["axes.prop_cycle"] = matplotlib.cycler(color=TWENTY[::2] + TWENTY[1::2])
+
 
 def attention_figure(weights: np.ndarray, source: list[str], target: list[str], title: str = "") -> plt.Figure:
     """A heatmap of weights (len(target), len(source)); pieces are sentencepiece subwords."""

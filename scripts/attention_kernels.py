@@ -34,6 +34,7 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 
 from nmt import build  # noqa: E402
 from nmt.attention import MultiHeadAttention  # noqa: E402
+from nmt.config import register  # noqa: E402
 from nmt.device import autocast  # noqa: E402
 from nmt.device import device as find_device  # noqa: E402
 from nmt.device import precision as find_precision  # noqa: E402
@@ -47,6 +48,7 @@ KERNEL_PREFIXES = ("aten::_scaled_dot_product", "aten::_flash_attention", "aten:
 
 
 def default_transformer(window: int, device: torch.device) -> torch.nn.Module:
+    register()
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
         config = compose("train", overrides=["model=transformer", f"model.window={window}"])
     vocabulary = SimpleNamespace(source_size=8000, target_size=8000)  # Multi30k's joint sentencepiece size
