@@ -116,14 +116,22 @@ def describe(run: Path, test_cache: dict, beam: int) -> dict:
 
 
 def valid_curve(run: Path) -> list[tuple[float, int, float]]:
-    """(minutes since the run's first event, update, valid BLEU) at each validation."""
-    events = EventAccumulator(str(run))
-    events.Reload()
-    if "valid/bleu" not in events.Tags()["scalars"]:
-        return []
-    scalars = events.Scalars("valid/bleu")
-    start = min(e.wall_time for e in events.Scalars("train/loss")) if "train/loss" in events.Tags()["scalars"] else 0
-    return [((s.wall_time - start) / 60, s.step, s.value) for s in scalars]
+    """(minutes the run has been running, update, valid BLEU) at each validation. Each process of a run writes its
+    own event file (a resumed run has several); the time between one file's last event and the next one's first,
+    while the run was stopped, is not counted."""
+    processes = []  # (first event's time, last event's time, validations) of each event file
+    for path in run.glob("events.out.tfevents.*"):
+        events = EventAccumulator(str(path))
+        events.Reload()
+        tags = events.Tags()["scalars"]
+        times = [e.wall_time for tag in tags for e in events.Scalars(tag)]
+        if times:
+            processes.append((min(times), max(times), events.Scalars("valid/bleu") if "valid/bleu" in tags else []))
+    points, elapsed = [], 0.0
+    for start, end, validations in sorted(processes, key=lambda process: process[0]):
+        points += [(elapsed + (e.wall_time - start) / 60, e.step, e.value) for e in validations]
+        elapsed += (end - start) / 60
+    return points
 
 
 def spread(values: list[float]) -> str:

@@ -49,6 +49,18 @@ def test_variant_names_tell_the_score_alignment_normaliser_hard_mode_and_window(
     assert compare.variant_name({**transformer, "window": 4}) == "transformer (window 4)"
 
 
+def test_the_time_curve_of_a_resumed_run_leaves_out_the_time_it_was_stopped(tmp_path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    for start, (step, bleu) in [(1000.0, (30, 5.0)), (5000.0, (60, 9.0))]:  # stopped for over an hour between them
+        writer = SummaryWriter(str(tmp_path), filename_suffix=f".{int(start)}")
+        writer.add_scalar("train/loss", 4.0, step - 29, walltime=start)
+        writer.add_scalar("valid/bleu", bleu, step, walltime=start + 90)
+        writer.add_scalar("train/loss", 3.0, step, walltime=start + 120)
+        writer.close()
+    assert compare.valid_curve(tmp_path) == [(1.5, 30, 5.0), (3.5, 60, 9.0)]
+
+
 def test_equal_updates_reads_every_curve_at_the_updates_all_of_them_reached():
     seed_a = {"curve": [(1.0, 30, 10.0), (2.0, 60, 20.0), (3.0, 90, 24.0)]}
     seed_b = {"curve": [(1.2, 30, 12.0), (2.2, 60, 22.0)]}  # stopped earlier
