@@ -17,7 +17,7 @@ from nmt.config import GrammarOptions
 # behaviour (the code's behaviour before the option existed). Loading fills them in, so an older run still decodes,
 # and resuming it with today's different defaults is refused by name instead of silently changing the model.
 ADDED_OPTIONS = {
-    "nmt.rnn.LuongSeq2Seq": {"uniform_embeddings": True, "feed_dropout": True},
+    "nmt.rnn.LuongSeq2Seq": {"uniform_embeddings": True, "feed_dropout": True, "bidirectional": False},
     "nmt.attention.DotAttention": {"scaled": False},
 }
 

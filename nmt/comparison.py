@@ -48,7 +48,8 @@ def beam_hypotheses(run: Path, sources: list[str], beam: int) -> list[str]:
 
 def variant_name(model: dict) -> str:
     """A readable name from a checkpoint's model config: `luong (general, local_p)`, `bahdanau (additive)`,
-    `bahdanau (additive, sparsemax)`, `bahdanau (additive, hard reinforce)`, `transformer (window 4)`."""
+    `bahdanau (additive, sparsemax)`, `bahdanau (additive, hard reinforce)`, `luong (general, global, bidirectional)`,
+    `transformer (window 4)`."""
     name = model["_target_"].rsplit(".", 1)[-1].replace("Seq2Seq", "").lower()
     if "attention" in model:
         attention = model["attention"]
@@ -58,6 +59,8 @@ def variant_name(model: dict) -> str:
         details = [score] + ([model["alignment"]] if "alignment" in model else [])
         if model.get("input_feeding") is False:
             details.append("no feeding")
+        if model.get("bidirectional"):
+            details.append("bidirectional")
         if attention.get("normalizer", "softmax") != "softmax":
             details.append(attention["normalizer"])
         if attention.get("hard", "none") != "none":

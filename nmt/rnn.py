@@ -274,6 +274,11 @@ class LuongSeq2Seq(AlignmentMaps, nn.Module, Seq2Seq):
     feeding (section 3.3), the next step's input. Dropout is applied where h~_t enters the softmax; the fed-back copy
     skips it unless `feed_dropout` (a fresh mask each step on that path would be dropout on a recurrent connection,
     which the paper's recipe, Zaremba et al. 2014, avoids).
+
+    `bidirectional` is not the paper's: the encoder reads both ways with hidden_size / 2 per direction (as OpenNMT's
+    `brnn`), so annotations keep size H and each layer's two final states, side by side, start the decoder. It gives
+    every annotation both sides of its word, as Bahdanau's encoder does, and so separates the attention from the encoder
+    in a comparison.
     """
 
     def __init__(
@@ -294,12 +299,18 @@ class LuongSeq2Seq(AlignmentMaps, nn.Module, Seq2Seq):
         reverse_source: bool,
         init_range: float,
         uniform_embeddings: bool,
+        bidirectional: bool,
     ):
         super().__init__()
         if alignment not in ("global", "local_m", "local_p"):
             raise ValueError(f"model.alignment={alignment!r}: use global, local_m or local_p")
+        if bidirectional and hidden_size % 2:
+            raise ValueError(f"model.bidirectional=true splits model.hidden_size={hidden_size} between two directions: "
+                             "make it even")  # fmt: skip
         self.input_feeding, self.feed_dropout, self.reverse_source = input_feeding, feed_dropout, reverse_source
-        self.encoder = Encoder(source_vocab_size, pad_id, embedding_size, hidden_size, layers, dropout)
+        self.bidirectional = bidirectional
+        self.encoder = Encoder(source_vocab_size, pad_id, embedding_size, hidden_size // (1 + bidirectional), layers,
+                               dropout, bidirectional=bidirectional)  # fmt: skip
         score = attention(query_size=hidden_size, key_size=hidden_size)
         if alignment == "global":
             self.attention = score
@@ -322,6 +333,8 @@ class LuongSeq2Seq(AlignmentMaps, nn.Module, Seq2Seq):
             # so local-m's p_t = t and the heatmaps refer to source words as they are written
         else:
             memory, (hidden, cell) = self.encoder(source, source_mask)  # (B, S, H)
+        if self.bidirectional:  # (layers * 2, B, H/2), each layer's forward then backward -> (layers, B, H)
+            hidden, cell = (torch.cat([s[0::2], s[1::2]], dim=-1) for s in (hidden, cell))
         batch = source.shape[0]
         return {
             "hidden": batch_first(hidden),  # (B, layers, H)

@@ -6,7 +6,7 @@ import pytest
 import torch
 from conftest import ATTENTIONS, MODELS, compose_config, tiny_model_overrides
 
-from nmt import build
+from nmt import UserError, build
 from nmt.data import BOS_ID, PAD_ID
 from nmt.rnn import reverse_padded
 
@@ -31,7 +31,11 @@ VARIANTS = (
         ["luong", f"model.attention.hard={h}", f"model.alignment={k}", "model.input_feeding=false"]
         for h, k in itertools.product(("reinforce", "gumbel"), ["global", "local_m", "local_p"])
     ]
-    + [["luong", "model.attention.hard=reinforce"]]  # fmt: skip
+    + [["luong", "model.attention.hard=reinforce"]]
+    + [
+        ["luong", "model.bidirectional=true", f"model.alignment={k}", f"model.input_feeding={f}"]
+        for k, f in [("global", True), ("global", False), ("local_m", True), ("local_p", False)]
+    ]  # fmt: skip
 )
 
 
@@ -163,6 +167,39 @@ def test_reversed_annotations_are_the_encoders_outputs_put_back_in_sentence_orde
         backwards, _ = model.encoder(reverse_padded(source, mask), mask)
     for row, length in enumerate(mask.sum(1).tolist()):
         torch.testing.assert_close(memory[row, :length], backwards[row, :length].flip(0))
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_a_bidirectional_luong_encoder_gives_each_word_both_sides_and_starts_the_decoder_from_both(
+    sample_vocabulary, reverse
+):
+    """Annotations of size H, H/2 per direction: the forward half of word j depends on words up to j only, the
+    backward half on words from j on; each layer's two final states, side by side, are the decoder's start."""
+    model = make_model(sample_vocabulary, ["luong", "model.bidirectional=true", f"model.reverse_source={reverse}"])
+    hidden = model.encoder.rnn.hidden_size
+    assert model.encoder.rnn.bidirectional and 2 * hidden == model.output.in_features
+    source, mask, _ = batch(sample_vocabulary.source_size, lengths=(7, 7, 7))
+    changed = source.clone()
+    changed[:, 3] = (source[:, 3] - 4 + 1) % (sample_vocabulary.source_size - 4) + 4  # another real word at 3
+    with torch.no_grad():
+        before, after = model.encode(source, mask), model.encode(changed, mask)
+    moved = (before["source_memory"] - after["source_memory"]).abs().amax(0)  # (S, H)
+    forward, backward = moved[:, :hidden], moved[:, hidden:]  # the encoder's two directions ...
+    if reverse:  # ... which read the reversed sentence, so its forward one reads the original right to left
+        forward, backward = backward, forward
+    assert forward[:3].max() == 0 and forward[3:].min() > 0  # left to right: words before 3 do not see it
+    assert backward[4:].max() == 0 and backward[:4].min() > 0  # right to left: words after 3 do not see it
+    with torch.no_grad():
+        _, (final, _) = model.encoder(reverse_padded(source, mask) if reverse else source, mask)
+    layers = model.decoder.num_layers
+    assert before["hidden"].shape == (3, layers, 2 * hidden)
+    for layer in range(layers):
+        torch.testing.assert_close(before["hidden"][:, layer], torch.cat([final[2 * layer], final[2 * layer + 1]], -1))
+
+
+def test_a_bidirectional_luong_encoder_needs_an_even_hidden_size(sample_vocabulary):
+    with pytest.raises(UserError, match="model.hidden_size=15 between two directions"):
+        make_model(sample_vocabulary, ["luong", "model.bidirectional=true", "model.hidden_size=15"])
 
 
 @pytest.mark.parametrize("feed_dropout", [False, True])

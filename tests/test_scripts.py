@@ -44,6 +44,9 @@ def test_variant_names_tell_the_score_alignment_normaliser_hard_mode_and_window(
     luong = {"_target_": "nmt.rnn.LuongSeq2Seq", "alignment": "local_p", "window": 10, "input_feeding": False,
              "attention": {"_target_": "nmt.attention.GeneralAttention", "normalizer": "entmax15"}}  # fmt: skip
     assert compare.variant_name(luong) == "luong (general, local_p, no feeding, entmax15)"  # its window is local's
+    both_ways = {**luong, "alignment": "global", "input_feeding": True, "bidirectional": True,
+                 "attention": {"_target_": "nmt.attention.GeneralAttention"}}  # fmt: skip
+    assert compare.variant_name(both_ways) == "luong (general, global, bidirectional)"
     transformer = {"_target_": "nmt.transformer.Transformer", "window": 0}
     assert compare.variant_name(transformer) == "transformer"
     assert compare.variant_name({**transformer, "window": 4}) == "transformer (window 4)"
