@@ -17,12 +17,23 @@ from nmt.significance import Difference, p_value
 SUPPORTED, PARTLY, NOT_SIGNIFICANT = "supported", "partly supported", "not significant"
 NOT_SUPPORTED, NOT_MEASURED = "not supported", "not measured"
 
-# The names `scripts/compare.py` gives the variants (from their checkpoints' configs).
+# The names `scripts/compare.py` gives the variants (from their checkpoints' configs, `nmt.comparison.variant_name`):
+# Luong's are `luong (score, alignment[, no feeding][, bidirectional]...)`, so a claim about Luong's variants pairs
+# names that differ only in what the claim is about, on whatever encoder and feeding the runs had.
 BASELINE = "sutskever"
-LUONG = "luong (general, global)"
-LUONG_NO_FEEDING = "luong (general, global, no feeding)"
-LUONG_LOCAL_P = "luong (general, local_p)"
+NO_FEEDING = ", no feeding"
 TRANSFORMER = "transformer"
+
+
+def luong_details(name: str) -> list[str] | None:
+    """["general", "local_p", "no feeding", ...] from a Luong variant's name; None for another family."""
+    return name[len("luong (") : -1].split(", ") if name.startswith("luong (") and name.endswith(")") else None
+
+
+def with_alignment(name: str, alignment: str) -> str:
+    """The same Luong variant with another alignment (global, local_m, local_p)."""
+    score, _, *rest = luong_details(name)
+    return f"luong ({', '.join([score, alignment, *rest])})"
 
 
 @dataclass
@@ -85,36 +96,45 @@ def gap_grows_with_length(lab: dict | None) -> Claim:
 
 
 def input_feeding_helps(bleu: dict[str, float], test: Tester) -> Claim:
+    """Every pair of Luong variants that differ only in input feeding: the one with it against the one without."""
     claim, source = "Input feeding helps", "Luong et al. 2015, Table 1"
-    if LUONG not in bleu or LUONG_NO_FEEDING not in bleu:
-        return Claim(claim, source, NOT_MEASURED, f"needs `{LUONG}` and `{LUONG_NO_FEEDING}`")
-    difference = test(LUONG, LUONG_NO_FEEDING)
-    evidence = f"with feeding minus without: {_signed(difference)}"
-    return Claim(claim, source, _verdict([difference]), evidence)
+    pairs = [(n.replace(NO_FEEDING, ""), n) for n in bleu if luong_details(n) and NO_FEEDING in n]
+    pairs = [(fed, unfed) for fed, unfed in pairs if fed in bleu]
+    if not pairs:
+        return Claim(claim, source, NOT_MEASURED, "needs two Luong variants that differ only in input feeding")
+    differences = [test(fed, unfed) for fed, unfed in pairs]
+    evidence = "; ".join(f"{fed} minus without feeding: {_signed(d)}" for (fed, _), d in zip(pairs, differences))
+    return Claim(claim, source, _verdict(differences), evidence)
 
 
 def local_p_general_is_best(bleu: dict[str, float], test: Tester) -> Claim:
     claim, source = "Local-p attention with the general score is the best Luong variant", "Luong et al. 2015, Table 4"
-    luong = [name for name in bleu if name.startswith("luong")]
-    if LUONG_LOCAL_P not in bleu or len(luong) < 2:
-        return Claim(claim, source, NOT_MEASURED, f"needs `{LUONG_LOCAL_P}` and another Luong variant")
-    best_other = max((n for n in luong if n != LUONG_LOCAL_P), key=lambda n: bleu[n])
-    difference = test(LUONG_LOCAL_P, best_other)
+    luong = [name for name in bleu if luong_details(name)]
+    local_p = [name for name in luong if luong_details(name)[:2] == ["general", "local_p"]]
+    if not local_p or len(luong) < 2:
+        return Claim(claim, source, NOT_MEASURED, "needs Luong's local-p with the general score and another variant")
+    best_local_p = max(local_p, key=lambda n: bleu[n])
+    best_other = max((n for n in luong if n != best_local_p), key=lambda n: bleu[n])
+    difference = test(best_local_p, best_other)
     ranked = sorted(luong, key=lambda n: -bleu[n])
-    evidence = (f"rank {ranked.index(LUONG_LOCAL_P) + 1} of {len(luong)} Luong variants; against the best other "
-                f"({best_other}): {_signed(difference)}")  # fmt: skip
+    evidence = (f"{best_local_p}: rank {ranked.index(best_local_p) + 1} of {len(luong)} Luong variants; against the "
+                f"best other ({best_other}): {_signed(difference)}")  # fmt: skip
     return Claim(claim, source, _verdict([difference]), evidence)
 
 
 def local_aligns_better(lab: dict | None) -> Claim:
-    """From the lab's AER on the sample test split: local-m and local-p against global attention, same score."""
+    """From the lab's AER on the sample test split: local-m and local-p against global attention, same score, encoder
+    and feeding."""
     claim, source = "Local attention aligns better than global (lower AER)", "Luong et al. 2015, Table 6"
     aer = {r["name"]: r["test_alignment"]["aer"] for r in (lab or {}).get("results", []) if "test_alignment" in r}
-    local = [n for n in ("luong (general, local_m)", LUONG_LOCAL_P) if n in aer]
-    if LUONG not in aer or not local:
+    pairs = [(n, with_alignment(n, "global")) for n in aer
+             if (luong_details(n) or [""])[:2] in (["general", "local_m"], ["general", "local_p"])]  # fmt: skip
+    pairs = [(local, global_) for local, global_ in pairs if global_ in aer]
+    if not pairs:
         return Claim(claim, source, NOT_MEASURED, "needs the lab's Luong variants (`--lab multirun/lab/lab.json`)")
-    evidence = f"AER global {aer[LUONG]:.3f}; " + ", ".join(f"{n.split(', ')[1][:-1]} {aer[n]:.3f}" for n in local)
-    better = [aer[n] < aer[LUONG] for n in local]
+    evidence = "; ".join(f"{luong_details(local)[1]} {aer[local]:.3f} against global {aer[global_]:.3f}"
+                         for local, global_ in pairs)  # fmt: skip
+    better = [aer[local] < aer[global_] for local, global_ in pairs]
     verdict = SUPPORTED if all(better) else PARTLY if any(better) else NOT_SUPPORTED
     return Claim(claim, source, verdict, evidence + " (lab; no significance test for AER)")
 

@@ -100,19 +100,29 @@ def added_at_its_default(key: str, old_flat: dict, new_flat: dict) -> bool:
     return name in defaults and defaults[name] == new_flat[key]
 
 
-def check_changes(saved: dict, new: dict, path: Path) -> dict[str, tuple]:
-    """{key: (old, new)} of the safe changes from the checkpoint's config to the command line's; refuses the rest."""
+def changes(saved: dict, new: dict) -> tuple[dict[str, tuple], list[str]]:
+    """{key: (old, new)} of every option that differs from the saved config to the new one (options added since, at
+    the value the saved run had, do not count), and the keys among them that make it a different run."""
     old_flat, new_flat = (flatten({k: c.get(k) for k in ("data", "model", "trainer", "seed")}) for c in (saved, new))
     changed = {k: (old_flat.get(k), new_flat.get(k)) for k in old_flat.keys() | new_flat.keys()
                if old_flat.get(k) != new_flat.get(k) and not added_at_its_default(k, old_flat, new_flat)}  # fmt: skip
     precision = changed.get("trainer.precision", ())
     harmless = "fp16" not in precision  # bf16 <-> fp32 keeps every state; fp16 adds a gradient scaler's
-    breaking = sorted(k for k in changed if k not in SAFE and not (k == "trainer.precision" and harmless))
+    return changed, sorted(k for k in changed if k not in SAFE and not (k == "trainer.precision" and harmless))
+
+
+def listed(changed: dict[str, tuple], keys: list[str], where: str) -> str:
+    return "; ".join(f"{k}: {changed[k][0]!r} {where}, {changed[k][1]!r} now" for k in keys)
+
+
+def check_changes(saved: dict, new: dict, path: Path) -> dict[str, tuple]:
+    """{key: (old, new)} of the safe changes from the checkpoint's config to the command line's; refuses the rest."""
+    changed, breaking = changes(saved, new)
     if breaking:
-        listed = "; ".join(f"{k}: {changed[k][0]!r} in the checkpoint, {changed[k][1]!r} now" for k in breaking)
         raise UserError(
-            f"{path} was trained with other settings, so continuing it would be a different run ({listed}). "
-            "Use the checkpoint's values, or start a new run in a new directory"
+            f"{path} was trained with other settings, so continuing it would be a different run "
+            f"({listed(changed, breaking, 'in the checkpoint')}). Use the checkpoint's values, or start a new run in "
+            "a new directory"
         )
     safe = {k: v for k, v in changed.items() if k not in breaking and k != "trainer.resume"}
     for key, (old, value) in sorted(safe.items()):

@@ -25,14 +25,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from nmt import UserError  # noqa: E402
 from nmt.comparison import describe_runs, find_runs, summarise  # noqa: E402
 from nmt.paths import output_folder  # noqa: E402
-from nmt.sweep import train_run  # noqa: E402
+from nmt.sweep import check_finished, train_run  # noqa: E402
 
 # The variants of `--train`: train.py overrides on top of each model's defaults.
 VARIANTS = {
     "sutskever": ["model=sutskever"],
     "bahdanau": ["model=bahdanau"],
-    "luong": ["model=luong"],
-    "luong_no_feeding": ["model=luong", "model.input_feeding=false"],
+    "luong": ["model=luong"],  # bidirectional encoder, no input feeding (configs/model/luong.yaml)
+    "luong_feeding": ["model=luong", "model.input_feeding=true"],
+    "luong_paper": ["model=luong", "model.bidirectional=false", "model.input_feeding=true"],  # the paper's model
     "luong_dot": ["model=luong", "model/attention=dot"],
     "luong_concat": ["model=luong", "model/attention=concat"],
     "luong_location": ["model=luong", "model/attention=location"],
@@ -59,13 +60,14 @@ def train(args: argparse.Namespace) -> list[Path]:
     if unknown:
         raise UserError(f"--variants: {', '.join(unknown)} unknown; use any of {', '.join(VARIANTS)}")
     budget = [f"trainer.max_minutes={args.minutes}", f"trainer.valid_every={args.valid_every}", *RECIPE, *args.extra]
-    runs = []
-    for seed in range(args.seed, args.seed + args.seeds):  # seed by seed: a stopped comparison is complete so far
-        for key in keys:
-            run_dir = args.output / "runs" / key / f"seed{seed}"
-            train_run(f"{key} seed {seed}", [*VARIANTS[key], *budget, f"seed={seed}"], run_dir)
-            runs.append(run_dir)
-    return runs
+    seeds = range(args.seed, args.seed + args.seeds)
+    folder = args.output / "runs"
+    runs = [(f"{key} seed {seed}", [*VARIANTS[key], *budget, f"seed={seed}"], folder / key / f"seed{seed}")
+            for seed in seeds for key in keys]  # fmt: skip
+    check_finished(runs)
+    for name, overrides, run_dir in runs:  # seed by seed: a stopped comparison is complete so far
+        train_run(name, overrides, run_dir)
+    return [run_dir for _, _, run_dir in runs]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from nmt import UserError, checkpoint  # noqa: E402
 from nmt.alignment import attention_report, read_gold  # noqa: E402
-from nmt.comparison import describe_runs, summarise  # noqa: E402
+from nmt.comparison import describe_runs, summarise, variant_name  # noqa: E402
 from nmt.config import GrammarOptions  # noqa: E402
 from nmt.corpus import read_parallel  # noqa: E402
 from nmt.decoding import Translator  # noqa: E402
@@ -38,7 +38,7 @@ from nmt.evaluate import alignment_map_of, corpus_of  # noqa: E402
 from nmt.paths import output_folder  # noqa: E402
 from nmt.plot import plt  # noqa: E402
 from nmt.sample import generate_aligned, write_aligned  # noqa: E402
-from nmt.sweep import train_run  # noqa: E402
+from nmt.sweep import check_finished, settings, train_run  # noqa: E402
 
 # Small sizes of each family, for a few minutes on 2 CPU cores; corpus and recipe: configs/experiment/lab.yaml.
 SIZES = {
@@ -49,35 +49,39 @@ SIZES = {
     "transformer": ["model=transformer", "model.d_model=128", "model.feedforward_size=512", "model.encoder_layers=2",
                     "model.decoder_layers=2", "trainer.lr=0.001", "trainer.warmup_steps=300"],
 }  # fmt: skip
-# The variants: (name, train.py overrides).
+# The variants: train.py overrides; each is named from its config, as `scripts/compare.py` names runs.
 VARIANTS = {
-    "sutskever": ("sutskever", SIZES["sutskever"]),
-    "bahdanau": ("bahdanau (additive)", SIZES["bahdanau"]),
-    "transformer": ("transformer", SIZES["transformer"]),
-    "luong": ("luong (general, global)", SIZES["luong"]),
-    "luong_no_feeding": ("luong (general, global, no feeding)", [*SIZES["luong"], "model.input_feeding=false"]),
-    "luong_dot": ("luong (dot, global)", [*SIZES["luong"], "model/attention=dot"]),
-    "luong_concat": ("luong (concat, global)", [*SIZES["luong"], "model/attention=concat"]),
-    "luong_location": ("luong (location, global)", [*SIZES["luong"], "model/attention=location"]),
-    "luong_local_m": ("luong (general, local_m)", [*SIZES["luong"], "model.alignment=local_m"]),
-    "luong_local_p": ("luong (general, local_p)", [*SIZES["luong"], "model.alignment=local_p"]),
+    "sutskever": SIZES["sutskever"],
+    "bahdanau": SIZES["bahdanau"],
+    "transformer": SIZES["transformer"],
+    # Luong's defaults (a bidirectional encoder, no input feeding: configs/model/luong.yaml), then the paper's model
+    "luong": SIZES["luong"],
+    "luong_feeding": [*SIZES["luong"], "model.input_feeding=true"],
+    "luong_paper": [*SIZES["luong"], "model.bidirectional=false", "model.input_feeding=true"],
+    "luong_dot": [*SIZES["luong"], "model/attention=dot"],
+    "luong_concat": [*SIZES["luong"], "model/attention=concat"],
+    "luong_location": [*SIZES["luong"], "model/attention=location"],
+    "luong_local_m": [*SIZES["luong"], "model.alignment=local_m"],
+    "luong_local_p": [*SIZES["luong"], "model.alignment=local_p"],
     # the rest of the attention family (docs/attention.md): sparse and hard attention in Bahdanau's model, and the
     # Transformer's sliding window, which the lab's long sentences put to the test
-    "bahdanau_sparsemax": (
-        "bahdanau (additive, sparsemax)",
-        [*SIZES["bahdanau"], "model.attention.normalizer=sparsemax"],
-    ),
-    "bahdanau_entmax15": ("bahdanau (additive, entmax15)", [*SIZES["bahdanau"], "model.attention.normalizer=entmax15"]),
-    "bahdanau_reinforce": (
-        "bahdanau (additive, hard reinforce)",
-        [*SIZES["bahdanau"], "model.attention.hard=reinforce"],
-    ),
-    "bahdanau_gumbel": ("bahdanau (additive, hard gumbel)", [*SIZES["bahdanau"], "model.attention.hard=gumbel"]),
-    "transformer_window": ("transformer (window 4)", [*SIZES["transformer"], "model.window=4"]),
+    "bahdanau_sparsemax": [*SIZES["bahdanau"], "model.attention.normalizer=sparsemax"],
+    "bahdanau_entmax15": [*SIZES["bahdanau"], "model.attention.normalizer=entmax15"],
+    "bahdanau_reinforce": [*SIZES["bahdanau"], "model.attention.hard=reinforce"],
+    "bahdanau_gumbel": [*SIZES["bahdanau"], "model.attention.hard=gumbel"],
+    "transformer_window": [*SIZES["transformer"], "model.window=4"],
 }
-# Luong et al. 2015, Table 6: AER on the RWTH German-English gold alignments (different data, same measure).
-PAPER_AER = {"luong (location, global)": 0.39, "luong (general, local_m)": 0.34, "luong (general, local_p)": 0.36}
+# Luong et al. 2015, Table 6: AER on the RWTH German-English gold alignments (different data, same measure), by score
+# and alignment (the paper's model; ours may differ in encoder and feeding, which the name says).
+PAPER_AER = {("location", "global"): 0.39, ("general", "local_m"): 0.34, ("general", "local_p"): 0.36}
 BUCKETS = [(1, 10), (11, 20), (21, 30), (31, 40), (41, 60), (61, 80)]  # source words
+
+
+def paper_key(name: str) -> tuple[str, ...]:
+    """("general", "local_m") from `luong (general, local_m, no feeding, bidirectional)`; () for other families."""
+    if not name.startswith("luong (") or ", " not in name:
+        return ()
+    return tuple(name[len("luong (") : -1].split(", ")[:2])
 
 
 def length_test_set(folder: Path, per_bucket: int, train: set[str], seed: int) -> tuple[Path, Path, Path]:
@@ -159,7 +163,7 @@ def report(results: list[dict], output: Path, command: str, train_words: int) ->
     lines = ["| model | map | test AER | precision | recall | long-set AER | entropy | diagonality | "
              "paper's AER (Table 6) | test BLEU |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in sorted(results, key=lambda r: r.get("test_alignment", {}).get("aer", 2)):
-        paper = f"{PAPER_AER[r['name']]:.2f}" if r["name"] in PAPER_AER else "-"
+        paper = f"{PAPER_AER[key]:.2f}" if (key := paper_key(r["name"])) in PAPER_AER else "-"
         if "test_alignment" not in r:
             lines.append(f"| {r['name']} | no attention | - | - | - | - | - | - | {paper} | {r['test_bleu']:.2f} |")
             continue
@@ -234,15 +238,16 @@ def main(argv: list[str] | None = None) -> None:
     output = output_folder(args.output, "--output").resolve()  # train.py runs from the repository root
     budget = [f"trainer.max_minutes={args.minutes}", f"trainer.max_steps={args.steps}", *args.extra]
     seeds = range(args.seed, args.seed + args.seeds)
-    for seed in seeds:  # seed by seed: a stopped lab is complete so far
-        for key in keys:
-            name, overrides = VARIANTS[key]
-            train_run(f"{name} seed {seed}", ["experiment=lab", *overrides, *budget, f"seed={seed}"],
-                      output / "runs" / key / f"seed{seed}")  # fmt: skip
+    names = {key: variant_name(settings(["experiment=lab", *VARIANTS[key]])["model"]) for key in keys}
+    runs = [(f"{names[key]} seed {seed}", ["experiment=lab", *VARIANTS[key], *budget, f"seed={seed}"],
+             output / "runs" / key / f"seed{seed}") for seed in seeds for key in keys]  # fmt: skip
+    check_finished(runs)
+    for name, overrides, run_dir in runs:  # seed by seed: a stopped lab is complete so far
+        train_run(name, overrides, run_dir)
     config = checkpoint.load(output / "runs" / keys[0] / f"seed{args.seed}" / "best.pt")["config"]
     train_pairs = corpus_of(config, None).train
     long_set = length_test_set(output / "data", args.per_bucket, {s for s, _ in train_pairs}, args.seed + 1)
-    results = [aggregate(VARIANTS[key][0], [measure(VARIANTS[key][0], output / "runs" / key / f"seed{seed}", long_set)
+    results = [aggregate(names[key], [measure(names[key], output / "runs" / key / f"seed{seed}", long_set)
                                             for seed in seeds]) for key in keys]  # fmt: skip
     figures(results, output)
     command = ("python scripts/lab.py " + " ".join(argv if argv is not None else sys.argv[1:])).strip()

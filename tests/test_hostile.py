@@ -137,9 +137,10 @@ def test_translate_reads_any_bytes_on_stdin_or_says_they_are_not_text(saved_chec
 
 
 def test_a_checkpoint_from_before_an_option_existed_still_loads_with_its_old_behaviour(tmp_path, sample_vocabulary):
-    cfg = compose_config(*tiny_model_overrides("luong"), "data=sample", "model/attention=dot")
+    old = ["data=sample", "model/attention=dot", "model.bidirectional=false"]  # the encoder there was
+    cfg = compose_config(*tiny_model_overrides("luong"), *old)
     model_config = OmegaConf.to_container(cfg.model)
-    for key in ("feed_dropout", "uniform_embeddings"):
+    for key in ("feed_dropout", "uniform_embeddings", "bidirectional"):
         del model_config[key]  # written before these options existed
     del model_config["attention"]["scaled"]
     data_config = OmegaConf.to_container(cfg.data)
@@ -152,4 +153,5 @@ def test_a_checkpoint_from_before_an_option_existed_still_loads_with_its_old_beh
     Trainer(built, sample_vocabulary, pairs, pairs, tmp_path, config, run_config=run_config).save("old.pt")
     model, _, loaded = load_model(tmp_path / "old.pt", torch.device("cpu"))
     assert model.feed_dropout is True and loaded["model"]["uniform_embeddings"] is True  # as the code was then
+    assert model.bidirectional is False and not model.encoder.rnn.bidirectional
     assert loaded["model"]["attention"]["scaled"] is False and loaded["data"]["grammar"]["clauses"] == 2

@@ -206,7 +206,8 @@ def test_a_bidirectional_luong_encoder_needs_an_even_hidden_size(sample_vocabula
 def test_input_feeding_feeds_back_the_attentional_vector_before_dropout_unless_asked(sample_vocabulary, feed_dropout):
     """The output layer reads the dropped-out h~_t; the next step reads h~_t itself (model.feed_dropout=false), so no
     fresh dropout mask sits on the recurrent path, or the same dropped-out vector (true)."""
-    model = make_model(sample_vocabulary, ["luong", "model.dropout=0.5", f"model.feed_dropout={feed_dropout}"]).train()
+    model = make_model(sample_vocabulary, ["luong", "model.input_feeding=true", "model.dropout=0.5",
+                                           f"model.feed_dropout={feed_dropout}"]).train()  # fmt: skip
     source, mask, target = batch(sample_vocabulary.source_size)
     torch.manual_seed(3)
     with torch.no_grad():

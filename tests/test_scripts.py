@@ -6,6 +6,7 @@ import json
 import pytest
 from conftest import ROOT
 
+from nmt import UserError
 from nmt import comparison as compare
 from nmt.claims import NOT_MEASURED, NOT_SIGNIFICANT, NOT_SUPPORTED, PARTLY, SUPPORTED, check_claims
 from nmt.significance import Difference
@@ -80,9 +81,10 @@ def test_the_claims_table_reports_what_the_run_shows():
     bleu = {
         "sutskever": 10.0,
         "bahdanau (additive)": 29.0,
-        "luong (general, global)": 21.0,
-        "luong (general, global, no feeding)": 20.5,
-        "luong (general, local_p)": 17.0,
+        "luong (general, global)": 19.0,  # the paper's model: no variant without feeding to pair it with
+        "luong (general, global, bidirectional)": 21.0,
+        "luong (general, global, no feeding, bidirectional)": 20.5,
+        "luong (general, local_p, no feeding, bidirectional)": 17.0,
         "transformer": 30.0,
     }
 
@@ -95,10 +97,13 @@ def test_the_claims_table_reports_what_the_run_shows():
         {"name": "sutskever", "by_length": {"1-10": {"bleu": 40.0}, "61-80": {"bleu": 2.0}}},
         {"name": "bahdanau (additive)", "by_length": {"1-10": {"bleu": 60.0}, "61-80": {"bleu": 35.0}},
          "test_alignment": {"aer": 0.2}},
-        {"name": "luong (general, global)", "by_length": {"1-10": {"bleu": 55.0}, "61-80": {"bleu": 20.0}},
-         "test_alignment": {"aer": 0.30}},
-        {"name": "luong (general, local_m)", "by_length": {}, "test_alignment": {"aer": 0.25}},
-        {"name": "luong (general, local_p)", "by_length": {}, "test_alignment": {"aer": 0.35}},
+        {"name": "luong (general, global, no feeding, bidirectional)",
+         "by_length": {"1-10": {"bleu": 55.0}, "61-80": {"bleu": 20.0}}, "test_alignment": {"aer": 0.30}},
+        {"name": "luong (general, global)", "by_length": {}, "test_alignment": {"aer": 0.10}},  # another encoder
+        {"name": "luong (general, local_m, no feeding, bidirectional)", "by_length": {},
+         "test_alignment": {"aer": 0.25}},
+        {"name": "luong (general, local_p, no feeding, bidirectional)", "by_length": {},
+         "test_alignment": {"aer": 0.35}},
     ]}  # fmt: skip
     claims = {c.claim: c for c in check_claims(bleu, tester, lab)}
     verdicts = {claim: c.verdict for claim, c in claims.items()}
@@ -111,10 +116,15 @@ def test_the_claims_table_reports_what_the_run_shows():
         "The Transformer beats the recurrent models": NOT_SIGNIFICANT,  # +1.0 over Bahdanau
     }
     assert (
-        "5 of 5 attention models significantly above sutskever"
+        "6 of 6 attention models significantly above sutskever"
         in claims["Attention beats the fixed-vector encoder-decoder"].evidence
     )
-    assert "rank 3 of 3" in claims["Local-p attention with the general score is the best Luong variant"].evidence
+    assert "rank 4 of 4" in claims["Local-p attention with the general score is the best Luong variant"].evidence
+    feeding = claims["Input feeding helps"].evidence  # the one pair that differs only in feeding
+    assert feeding.startswith("luong (general, global, bidirectional) minus without feeding: +0.50")
+    assert ";" not in feeding
+    aligned = claims["Local attention aligns better than global (lower AER)"].evidence  # against its own global model
+    assert "local_m 0.250 against global 0.300; local_p 0.350 against global 0.300" in aligned
     assert all(c.verdict == NOT_MEASURED for c in check_claims({"transformer": 30.0}, tester, None))
 
 
@@ -130,13 +140,14 @@ def test_the_comparison_trains_seeds_tests_significance_and_resumes(tmp_path, ca
     report = (output / "report.md").read_text()
     assert "| claim | paper | this run | evidence |" in report and "Δ sutskever (p bs, p ar)" in report
     assert "| 3 updates | 6 updates |" in report  # equal updates: both validated at 3 and 6
-    row = next(line for line in report.splitlines() if line.startswith("| luong (general, global) | 2 |"))
+    luong = "luong (general, global, no feeding, bidirectional)"  # the defaults
+    row = next(line for line in report.splitlines() if line.startswith(f"| {luong} | 2 |"))
     record = json.loads((output / "compare.json").read_text())
-    seeds = [r["test_bleu_beam"] for r in record["variants"]["luong (general, global)"]["runs"]]
-    assert [r["seed"] for r in record["variants"]["luong (general, global)"]["runs"]] == [1234, 1235]
+    seeds = [r["test_bleu_beam"] for r in record["variants"][luong]["runs"]]
+    assert [r["seed"] for r in record["variants"][luong]["runs"]] == [1234, 1235]
     assert f"| {seeds[0]:.2f}, {seeds[1]:.2f} |" in row  # each seed's figure beside the mean
-    assert record["variants"]["luong (general, global)"]["mean_bleu"] == pytest.approx(sum(seeds) / 2)
-    significance = record["significance"]["baseline"]["luong (general, global)"]["BLEU"]
+    assert record["variants"][luong]["mean_bleu"] == pytest.approx(sum(seeds) / 2)
+    significance = record["significance"]["baseline"][luong]["BLEU"]
     assert significance["seeds"] == 2 and 0 < significance["p_bootstrap"] <= 1
     assert "bs BLEU" in record["signatures"] and len(record["claims"]) == 6
     for name in ("bleu_by_time.png", "bleu_by_updates.png", "bleu_by_length.png", "attention.png"):
@@ -144,6 +155,33 @@ def test_the_comparison_trains_seeds_tests_significance_and_resumes(tmp_path, ca
     capsys.readouterr()
     script.main(small)  # a rerun keeps the four finished runs
     assert capsys.readouterr().out.count("done before, kept") == 4
+    with pytest.raises(UserError, match=r"luong seed 1234 \(.*\): model.dropout: 0.2 then, 0.5 now"):
+        script.main([*small, "model.dropout=0.5"])  # today's settings differ from the finished runs': refused
+
+
+def test_a_finished_run_is_kept_only_with_the_settings_asked_for_today(tmp_path):
+    """After a default changes, `make compare` must not report a run finished before as if it had today's settings
+    (beside seeds that do): it names the run and the option instead, before anything trains."""
+    from omegaconf import OmegaConf
+
+    from nmt.sweep import check_finished, settings
+
+    overrides = ["model=luong", "data=sample", "seed=7", "hydra.run.dir=elsewhere"]
+    run = tmp_path / "luong" / "seed7"
+    record = run / ".hydra" / "2026-11-23_10-00-00" / "config.yaml"
+    record.parent.mkdir(parents=True)
+    (run / "results.json").write_text("{}")
+    today = settings(overrides)
+    OmegaConf.save(OmegaConf.create(today), record)
+    check_finished([("luong seed 7", overrides, run)])  # the same settings: kept
+    before = {**today, "model": {k: v for k, v in today["model"].items() if k != "bidirectional"}}
+    OmegaConf.save(OmegaConf.create({**before, "model": {**before["model"], "dropout": 0.3}}), record)
+    with pytest.raises(UserError, match=r"luong seed 7 \(.*seed7\): model.bidirectional: False then, True now; "
+                                        r"model.dropout: 0.3 then, 0.2 now\nMove these folders away"):  # fmt: skip
+        check_finished([("luong seed 7", overrides, run)])  # written before the option existed: the paper's encoder
+    check_finished([("luong seed 7", [*overrides, "model.bidirectional=false", "model.dropout=0.3"], run)])
+    (run / "results.json").unlink()
+    check_finished([("luong seed 7", overrides, run)])  # unfinished: resuming checks its checkpoint instead
 
 
 def test_benchmark_table_reports_flops_against_the_measured_peak():
@@ -194,7 +232,8 @@ def test_the_lab_trains_scores_alignment_and_length_and_resumes_where_it_stopped
              "model.embedding_size=16", "model.hidden_size=24", f"data.spm_cache={tmp_path / 'spm'}"]  # fmt: skip
     lab.main(small)
     report = (tmp_path / "lab" / "report.md").read_text()
-    assert "| luong (general, local_m) | alignment |" in report and "| 0.34 |" in report  # beside the paper's AER
+    local_m = "luong (general, local_m, no feeding, bidirectional)"  # named from its config
+    assert f"| {local_m} | alignment |" in report and "| 0.34 |" in report  # beside the paper's AER
     assert "| sutskever | no attention |" in report
     assert "| model | 1-10 (" in report and "61-80 (" in report
     for name in ("bleu_by_length.png", "valid_aer.png", "lab.json", "data/long.align"):
@@ -207,7 +246,7 @@ def test_the_lab_trains_scores_alignment_and_length_and_resumes_where_it_stopped
     record = json.loads((tmp_path / "lab" / "comparison" / "compare.json").read_text())
     claims = {c["claim"]: c for c in record["claims"]}
     assert claims["The gap grows with sentence length"]["verdict"] != "not measured"  # from the lab's own figures
-    assert "| luong (general, local_m) | 1 |" in comparison and "Δ sutskever (p bs, p ar)" in comparison
+    assert f"| {local_m} | 1 |" in comparison and "Δ sutskever (p bs, p ar)" in comparison
     capsys.readouterr()
     lab.main(small)  # a second run keeps the finished runs
     assert capsys.readouterr().out.count("done before, kept") == 2
