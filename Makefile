@@ -27,7 +27,7 @@ demo: install
 	$(BIN)/python train.py data=sample model=bahdanau experiment=demo
 
 # Every family and Luong variant (scripts/compare.py VARIANTS) on the same data and CPU-sized budget, SEEDS seeds
-# each, then the report with significance and the papers' claims (multirun/compare/report.md). About two hours per
+# each, then the report with significance and the papers' claims (multirun/compare/report.md). About three hours per
 # seed on 2 cores; rerunning continues where it stopped. The lab's lab.json, when there, feeds two of the claims.
 SEEDS ?= 1
 COMPARE_MINUTES ?= 8
