@@ -37,7 +37,7 @@ compare: install
 		--minutes $(COMPARE_MINUTES) $(if $(LAB_JSON),--lab $(LAB_JSON),) --extra $(DATA_ARG)
 
 # The alignment lab: the four families and the Luong variants on the sample grammar; AER against its gold alignments
-# and BLEU by sentence length up to 80 words (multirun/lab/report.md and its figures). About 26 minutes per seed.
+# and BLEU by sentence length up to 80 words (multirun/lab/report.md and its figures). About 40 minutes per seed (16 variants).
 lab: install
 	$(BIN)/python scripts/lab.py --output multirun/lab --seeds $(SEEDS)
 
