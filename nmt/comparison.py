@@ -21,8 +21,9 @@ from nmt.alignment import attention_report, choose_map, parse_key, word_attentio
 from nmt.claims import BASELINE, check_claims
 from nmt.decoding import Translator
 from nmt.evaluate import LENGTH_BUCKETS, bleu_by_length
-from nmt.plot import panels_figure, plt
+from nmt.plot import legend_beside, lines_figure, panels_figure, plt
 from nmt.significance import p_value, seeded_tests
+from nmt.sweep import saved_settings
 
 
 def find_runs(folders: list[Path]) -> list[Path]:
@@ -144,14 +145,17 @@ def spread(values: list[float]) -> str:
     return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
 
 
+def _twice(run: str, other: str, name: str, seed) -> UserError:
+    return UserError(f"{run} and {other} are both {name} with seed {seed}: compare one of them")
+
+
 def group(runs: list[dict]) -> dict[str, list[dict]]:
     """{variant name: its runs by seed}; two runs of one variant with the same seed are refused."""
     groups: dict[str, list[dict]] = {}
     for run in runs:
         same = [r for r in groups.get(run["name"], []) if r["seed"] == run["seed"]]
         if same:
-            raise UserError(f"{run['run']} and {same[0]['run']} are both {run['name']} with seed {run['seed']}: "
-                            "compare one of them")  # fmt: skip
+            raise _twice(run["run"], same[0]["run"], run["name"], run["seed"])
         groups.setdefault(run["name"], []).append(run)
     return {name: sorted(g, key=lambda r: r["seed"]) for name, g in groups.items()}
 
@@ -207,13 +211,12 @@ def heatmaps(groups: dict[str, list[dict]], pairs: list[tuple[str, str]]) -> plt
 
 def line_figure(lines: dict[str, tuple[list, list]], xlabel: str, ylabel: str, title: str, path: Path):
     """One line per variant: {name: (x values, y values)}."""
-    figure, axes = plt.subplots(figsize=(7, 4.2), dpi=110)
+    figure, axes = lines_figure()
     for name, (x, y) in lines.items():
         axes.plot(x, y, marker="o", markersize=3, label=name)
     axes.set(xlabel=xlabel, ylabel=ylabel, title=title)
     axes.grid(alpha=0.3)
-    axes.legend(fontsize=7)
-    figure.tight_layout()
+    legend_beside(axes)
     figure.savefig(path)
     return figure
 
@@ -359,6 +362,13 @@ def summarise(
 
 def describe_runs(run_dirs: list[Path], beam: int) -> tuple[list[dict], list[tuple[str, str]]]:
     """`describe` of every run, and the test pairs they share (runs tested on different test sets are refused)."""
+    seen: dict[tuple, Path] = {}
+    for run in run_dirs:  # before decoding anything: the runs' Hydra records name each variant and seed
+        if (config := saved_settings(run)) is not None:
+            key = variant_name(config["model"]), config.get("seed")
+            if key in seen:
+                raise _twice(str(run), str(seen[key]), *key)
+            seen[key] = run
     cache: dict = {}
     runs = [describe(run, cache, beam) for run in run_dirs]
     if len({tuple(pairs) for pairs in cache.values()}) > 1:

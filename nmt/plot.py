@@ -17,6 +17,15 @@ TWENTY = plt.get_cmap("tab20").colors
 plt.rcParams["axes.prop_cycle"] = matplotlib.cycler(color=TWENTY[::2] + TWENTY[1::2])
 
 
+def lines_figure(width: float = 9.0, height: float = 4.2) -> tuple[plt.Figure, plt.Axes]:
+    """A figure for one line per variant, its legend beside the axes (`legend_beside`) so that no curve is hidden."""
+    return plt.subplots(figsize=(width, height), dpi=110, layout="constrained")
+
+
+def legend_beside(axes: plt.Axes) -> None:
+    axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+
+
 def attention_figure(weights: np.ndarray, source: list[str], target: list[str], title: str = "") -> plt.Figure:
     """A heatmap of weights (len(target), len(source)); pieces are sentencepiece subwords."""
     height, width = weights.shape
@@ -47,7 +56,9 @@ def panels_figure(
     columns = math.ceil(math.sqrt(count))  # 4 panels: a 2 x 2 grid
     rows = -(-count // columns)
     cell = (max(3.0, 0.3 * width + 1.5), max(2.5, 0.26 * height + 1.2))
-    figure, grid = plt.subplots(rows, columns, figsize=(cell[0] * columns, cell[1] * rows), dpi=90, squeeze=False)
+    size = (cell[0] * columns, cell[1] * rows)
+    # constrained, not tight, layout: it keeps the figure's title clear of the panels' titles
+    figure, grid = plt.subplots(rows, columns, figsize=size, dpi=90, squeeze=False, layout="constrained")
     for index, axes in enumerate(grid.flat):
         if index >= count:
             axes.axis("off")
@@ -58,5 +69,4 @@ def panels_figure(
         axes.set_title(titles[index], fontsize=8)
     if title:
         figure.suptitle(title, fontsize=9)
-    figure.tight_layout()
     return figure

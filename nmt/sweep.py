@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from nmt import UserError
 from nmt.checkpoint import upgrade
@@ -23,14 +23,18 @@ from nmt.resume import changes, listed
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def settings(overrides: list[str]) -> dict:
-    """The config `train.py OVERRIDES` would run with today (without Hydra's own options)."""
+def composed(overrides: list[str]) -> DictConfig:
+    """The config `train.py OVERRIDES` runs with, as Hydra composes it (Hydra's own `hydra.*` options left out)."""
     from hydra import compose, initialize_config_dir
 
     register()
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
-        config = compose("train", overrides=[o for o in overrides if not o.startswith("hydra.")])
-    return OmegaConf.to_container(config, resolve=True)
+        return compose("train", overrides=[o for o in overrides if not o.startswith("hydra.")])
+
+
+def settings(overrides: list[str]) -> dict:
+    """The config `train.py OVERRIDES` would run with today, as plain containers."""
+    return OmegaConf.to_container(composed(overrides), resolve=True)
 
 
 def saved_settings(run_dir: Path) -> dict | None:

@@ -30,15 +30,14 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from hydra import compose, initialize_config_dir  # noqa: E402
 
 from nmt import build  # noqa: E402
 from nmt.attention import MultiHeadAttention  # noqa: E402
-from nmt.config import register  # noqa: E402
 from nmt.device import autocast  # noqa: E402
 from nmt.device import device as find_device  # noqa: E402
 from nmt.device import precision as find_precision  # noqa: E402
 from nmt.loss import linear_cross_entropy  # noqa: E402
+from nmt.sweep import composed  # noqa: E402
 from nmt.transformer import band  # noqa: E402
 
 # (name, subword tokens per sentence): a Multi30k sentence is about 15 subwords on each side (test2016 means); the
@@ -48,9 +47,7 @@ KERNEL_PREFIXES = ("aten::_scaled_dot_product", "aten::_flash_attention", "aten:
 
 
 def default_transformer(window: int, device: torch.device) -> torch.nn.Module:
-    register()
-    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
-        config = compose("train", overrides=["model=transformer", f"model.window={window}"])
+    config = composed(["model=transformer", f"model.window={window}"])
     vocabulary = SimpleNamespace(source_size=8000, target_size=8000)  # Multi30k's joint sentencepiece size
     return build.model(config.model, vocabulary).to(device)
 

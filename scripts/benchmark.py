@@ -36,15 +36,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
-from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 from nmt import build  # noqa: E402
-from nmt.config import TrainConfig, register  # noqa: E402
+from nmt.config import TrainConfig  # noqa: E402
 from nmt.decoding import Translator  # noqa: E402
 from nmt.device import device as find_device  # noqa: E402
 from nmt.device import precision as find_precision  # noqa: E402
+from nmt.sweep import composed  # noqa: E402
 from nmt.trainer import Trainer  # noqa: E402
 
 
@@ -96,13 +96,11 @@ def synchronize(device: torch.device) -> None:
 
 def config(spec: str, args) -> TrainConfig:
     """The train.py config of a model spec such as "luong model/attention=dot", typed."""
-    register()
     model, *extra = spec.split()
     overrides = [f"model={model}", *extra, f"trainer.precision={args.precision}", f"trainer.device={args.device}"]
     if args.data_dir:
         overrides.append(f"data.dir={args.data_dir}")
-    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
-        return OmegaConf.to_object(compose("train", overrides=overrides))
+    return OmegaConf.to_object(composed(overrides))
 
 
 def measure(model_name: str, args) -> dict:

@@ -30,13 +30,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from nmt import UserError, checkpoint  # noqa: E402
 from nmt.alignment import attention_report, read_gold  # noqa: E402
+from nmt.claims import luong_details  # noqa: E402
 from nmt.comparison import describe_runs, summarise, variant_name  # noqa: E402
 from nmt.config import GrammarOptions  # noqa: E402
 from nmt.corpus import read_parallel  # noqa: E402
 from nmt.decoding import Translator  # noqa: E402
 from nmt.evaluate import alignment_map_of, corpus_of  # noqa: E402
 from nmt.paths import output_folder  # noqa: E402
-from nmt.plot import plt  # noqa: E402
+from nmt.plot import legend_beside, lines_figure  # noqa: E402
 from nmt.sample import generate_aligned, write_aligned  # noqa: E402
 from nmt.sweep import check_finished, settings, train_run  # noqa: E402
 
@@ -75,13 +76,6 @@ VARIANTS = {
 # and alignment (the paper's model; ours may differ in encoder and feeding, which the name says).
 PAPER_AER = {("location", "global"): 0.39, ("general", "local_m"): 0.34, ("general", "local_p"): 0.36}
 BUCKETS = [(1, 10), (11, 20), (21, 30), (31, 40), (41, 60), (61, 80)]  # source words
-
-
-def paper_key(name: str) -> tuple[str, ...]:
-    """("general", "local_m") from `luong (general, local_m, no feeding, bidirectional)`; () for other families."""
-    if not name.startswith("luong (") or ", " not in name:
-        return ()
-    return tuple(name[len("luong (") : -1].split(", ")[:2])
 
 
 def length_test_set(folder: Path, per_bucket: int, train: set[str], seed: int) -> tuple[Path, Path, Path]:
@@ -135,24 +129,22 @@ def measure(name: str, run_dir: Path, long_set: tuple[Path, Path, Path]) -> dict
 
 def figures(results: list[dict], output: Path) -> None:
     labels = [f"{low}-{high}" for low, high in BUCKETS]
-    length, axes = plt.subplots(figsize=(6.5, 4), dpi=110)
+    length, axes = lines_figure(8.5, 4.0)
     for r in results:
         kept = [label for label in labels if label in r["by_length"]]
         axes.plot(kept, [r["by_length"][k]["bleu"] for k in kept], marker="o", markersize=4, label=r["name"])
     axes.set(xlabel="source sentence length (words)", ylabel="BLEU (greedy)", title="BLEU by sentence length")
     axes.grid(alpha=0.3)
-    axes.legend(fontsize=7)
-    length.tight_layout()
+    legend_beside(axes)
     length.savefig(output / "bleu_by_length.png")
-    curves, axes = plt.subplots(figsize=(6.5, 4), dpi=110)
+    curves, axes = lines_figure(8.5, 4.0)
     for r in results:
         if r["valid_aer"]:
             steps, values = zip(*r["valid_aer"])
             axes.plot(steps, values, marker="o", markersize=3, label=r["name"])
     axes.set(xlabel="update", ylabel="valid AER (lower is better)", title="Attention learning to align")
     axes.grid(alpha=0.3)
-    axes.legend(fontsize=7)
-    curves.tight_layout()
+    legend_beside(axes)
     curves.savefig(output / "valid_aer.png")
     with SummaryWriter(str(output / "tensorboard")) as writer:
         writer.add_figure("lab/bleu_by_length", length)
@@ -163,7 +155,7 @@ def report(results: list[dict], output: Path, command: str, train_words: int) ->
     lines = ["| model | map | test AER | precision | recall | long-set AER | entropy | diagonality | "
              "paper's AER (Table 6) | test BLEU |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in sorted(results, key=lambda r: r.get("test_alignment", {}).get("aer", 2)):
-        paper = f"{PAPER_AER[key]:.2f}" if (key := paper_key(r["name"])) in PAPER_AER else "-"
+        paper = f"{PAPER_AER[key]:.2f}" if (key := tuple((luong_details(r["name"]) or [])[:2])) in PAPER_AER else "-"
         if "test_alignment" not in r:
             lines.append(f"| {r['name']} | no attention | - | - | - | - | - | - | {paper} | {r['test_bleu']:.2f} |")
             continue

@@ -18,13 +18,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
-from hydra import compose, initialize_config_dir  # noqa: E402
 
 from nmt import build  # noqa: E402
-from nmt.config import register  # noqa: E402
 from nmt.data import PAD_ID, build_vocabulary  # noqa: E402
 from nmt.sample import generate  # noqa: E402
 from nmt.search import beam_search, greedy  # noqa: E402
+from nmt.sweep import composed  # noqa: E402
 
 
 def main() -> None:
@@ -35,9 +34,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    register()
-    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
-        cfg = compose("train", overrides=[f"model={args.model}"])
+    cfg = composed([f"model={args.model}"])
     vocabulary = build_vocabulary(generate(400, 10, 10, 7).train, 200, True, "unigram", 1.0, None)
     torch.manual_seed(0)
     model = build.model(cfg.model, vocabulary).eval()

@@ -33,6 +33,22 @@ def test_runs_that_differ_only_in_seed_get_mean_and_spread():
         compare.group([*runs, {**runs[2], "run": "s1 again"}])
 
 
+def test_two_runs_of_one_variant_and_seed_are_refused_before_anything_is_decoded(tmp_path):
+    from omegaconf import OmegaConf
+
+    from nmt.sweep import settings
+
+    paper, before = tmp_path / "luong_paper" / "seed1", tmp_path / "before" / "luong" / "seed1"
+    dropouts = {paper: 0.2, before: 0.3}  # a name leaves dropout out: the two are the same variant to the report
+    for run, dropout in dropouts.items():
+        config = settings(["model=luong", "model.bidirectional=false", "model.input_feeding=true", "seed=1",
+                           f"model.dropout={dropout}"])  # fmt: skip
+        (run / ".hydra").mkdir(parents=True)
+        OmegaConf.save(config, run / ".hydra" / "config.yaml")  # no checkpoint: describing would fail otherwise
+    with pytest.raises(compare.UserError, match=r"both luong \(general, global\) with seed 1"):
+        compare.describe_runs([paper, before], beam=1)
+
+
 def test_variant_names_tell_the_score_alignment_normaliser_hard_mode_and_window():
     def bahdanau(**attention):
         return {"_target_": "nmt.rnn.BahdanauSeq2Seq",
@@ -75,6 +91,34 @@ def test_equal_updates_reads_every_curve_at_the_updates_all_of_them_reached():
     steps, table = compare.equal_updates(curves)
     assert steps == [30, 60] and table == {"slow": [5.0, 9.0], "fast": [7.0, 15.0]}
     assert compare.equal_updates({"a": [(1.0, 30, 1.0)], "b": [(1.0, 40, 1.0)]}) == ([], {})
+
+
+def test_the_curves_legend_sits_beside_the_axes_and_every_line_has_its_own_colour(tmp_path):
+    lines = {f"luong (general, variant {i}, a long name)": ([0, 1, 2], [i, i + 1, i + 2]) for i in range(16)}
+    figure = compare.line_figure(lines, "updates", "valid BLEU", "sixteen variants", tmp_path / "curves.png")
+    assert (tmp_path / "curves.png").stat().st_size > 0
+    renderer = figure.canvas.get_renderer()
+    axes = figure.axes[0]
+    legend, plot = axes.get_legend().get_window_extent(renderer), axes.get_window_extent(renderer)
+    assert legend.x0 >= plot.x1  # no curve hidden behind the legend
+    assert legend.x1 <= figure.bbox.x1 + 1  # and the legend is not cut off
+    assert len({line.get_color() for line in axes.get_lines()}) == 16
+
+
+def test_the_heatmap_grids_title_sits_above_every_panels_title():
+    import numpy as np
+
+    from nmt.plot import panels_figure
+
+    words = "ein Hund läuft über das Gras".split()
+    titles = [f"luong (general, variant {i}, no feeding, bidirectional)" for i in range(15)]
+    figure = panels_figure([np.eye(len(words))] * 15, titles, words, words, "attention of each model")
+    renderer = figure.canvas.get_renderer()
+    figure.draw(renderer)
+    top = figure._suptitle.get_window_extent(renderer)
+    panel_titles = [axes.title.get_window_extent(renderer) for axes in figure.axes if axes.get_title()]
+    assert len(panel_titles) == 15
+    assert all(box.y1 <= top.y0 for box in panel_titles)
 
 
 def test_the_claims_table_reports_what_the_run_shows():
