@@ -152,8 +152,10 @@ def restore_training(payload: dict, model, optimizer, schedule, scaler) -> tuple
     model.load_state_dict(payload["model"])
     optimizer.load_state_dict(payload["optimizer"])
     schedule.load_state_dict(payload["schedule"])
-    scaler.load_state_dict(payload["scaler"])
+    if payload["scaler"] and scaler.is_enabled():  # precision=auto may pick fp16 (a scaler) on one machine, not another
+        scaler.load_state_dict(payload["scaler"])
     torch.set_rng_state(payload["rng"]["torch"])
-    if payload["rng"]["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(payload["rng"]["cuda"])
+    if torch.cuda.is_available():  # the devices this process sees, which may be fewer than the saving job saw
+        for index, state in enumerate(payload["rng"]["cuda"][: torch.cuda.device_count()]):
+            torch.cuda.set_rng_state(state, index)
     return Progress.of(payload["progress"]), dict(payload.get("metrics", {}))

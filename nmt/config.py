@@ -133,7 +133,9 @@ class TrainerConfig:
     max_minutes: float = 40.0  # wall-clock budget of training (validation excluded)
     valid_every: int = 0  # steps between validations; 0: at the end of each epoch
     patience: int = 5  # early stopping: validations without a better BLEU; 0 turns it off
-    precision: str = "bf16"  # fp32, bf16 (CPU or GPU) or fp16 (GPU)
+    # auto: bf16 where the CPU or GPU has it natively, else fp16 (loss-scaled) on a GPU, else fp32 (nmt/device.py);
+    # or fp32, bf16, fp16 (GPU only)
+    precision: str = "auto"
     device: str = "auto"  # auto (CUDA when present), cpu or cuda
     resume: Any = False  # true: continue from this run directory's last.pt; or a checkpoint path
     log_every: int = 20  # steps between training-loss logs
@@ -151,7 +153,7 @@ class TrainerConfig:
     def check(self) -> None:
         """Refuse values that make no sense, naming the option, before anything is built."""
         choices = {"optimizer": ("adam", "adamw"), "schedule": ("constant", "plateau", "inverse_sqrt"),
-                   "precision": ("fp32", "bf16", "fp16")}  # fmt: skip
+                   "precision": ("auto", "fp32", "bf16", "fp16")}  # fmt: skip
         for key, allowed in choices.items():
             if getattr(self, key) not in allowed:
                 raise UserError(f"trainer.{key}={getattr(self, key)!r}: use one of {', '.join(allowed)}")
@@ -197,7 +199,7 @@ class SearchOptions:
     beam: int = 1  # 1: greedy; more: beam search with that many hypotheses
     alpha: float = 0.6  # GNMT length penalty of beam search; 0 ranks by log-probability alone
     device: str = "auto"
-    precision: str | None = None  # null: the precision the model was trained with
+    precision: str = "auto"  # chosen for this device as in training, whatever the checkpoint was trained in
     max_tokens: int = 8000  # padded source tokens (times the beam) per decoding batch
     max_input_len: int = 1024  # longer lines (subwords) are refused, naming the line: split them into sentences
     # The attention that gives word alignments: `alignment` for the RNNs; cross_layer_N or cross_layer_N_shifted for

@@ -18,7 +18,7 @@ from nmt.corpus import Pairs
 from nmt.data import BOS_ID, EOS_ID, PAD_ID, ParallelDataset, TokenBatchSampler, Vocabulary, collate
 from nmt.device import autocast
 from nmt.device import device as find_device
-from nmt.device import precision as find_precision
+from nmt.device import resolve as resolve_precision
 from nmt.plot import attention_figure
 from nmt.search import Hypothesis, beam_search, greedy
 
@@ -126,10 +126,11 @@ class Translator:
 
     @classmethod
     def load(
-        cls, path: str | Path, beam: int = 1, alpha: float = 0.6, device: str = "auto", precision: str | None = None,
+        cls, path: str | Path, beam: int = 1, alpha: float = 0.6, device: str = "auto", precision: str = "auto",
         max_tokens: int = 8000, max_input_len: int = 1024,
     ) -> Translator:  # fmt: skip
-        """The model of checkpoint `path`; precision and output length limit as it was trained unless given."""
+        """The model of checkpoint `path`, its output length limit as it was trained; the precision as `precision`
+        chooses for this device (`auto`: bf16 where it runs natively, whatever the model was trained in)."""
         search = Search(
             beam=beam, alpha=alpha, max_tokens=max_tokens, max_input_len=max_input_len
         )  # checks the beam before the model loads
@@ -137,7 +138,8 @@ class Translator:
         model, vocabulary, config = load_model(path, where)
         trained = {**vars(TrainerConfig()), **config.get("trainer", {})}
         search.ratio, search.extra = trained["decode_ratio"], trained["decode_extra"]
-        return cls(model, vocabulary, where, find_precision(precision or trained["precision"]), search, config)
+        dtype = resolve_precision(precision or "auto", where, option="precision").dtype
+        return cls(model, vocabulary, where, dtype, search, config)
 
     def translate(self, lines: list[str]) -> list[str]:
         return self.search_lines(lines)[0]

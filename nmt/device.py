@@ -1,14 +1,37 @@
-"""Where the tensors live and in what precision: device `auto`, bf16/fp16 autocast."""
+"""Where the tensors live and in what precision: device `auto`, precision `auto` from what the hardware runs natively.
+
+bf16 pays only where the hardware has it. On a CPU with AVX512_BF16 or AMX, oneDNN's bf16 products run at about twice
+fp32's speed; on an AVX-512 CPU without them oneDNN emulates bf16 at about half fp32's speed, and below AVX-512 it has
+no bf16 kernels at all: matrix products fall back to a reference loop hundreds of times slower than fp32, and an LSTM
+fails with "could not create a primitive descriptor" (measured on one CPU with oneDNN held to each level by
+ONEDNN_MAX_CPU_ISA: docs/speed.md). On CUDA, bf16 needs compute capability 8.0 (Ampere); older GPUs get fp16 with
+the gradient scaler, from 7.0 (tensor cores), and fp32 below.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
+import platform
+from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
 from nmt import UserError
 
+log = logging.getLogger(__name__)
+
 PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+CHOICES = ("auto", *PRECISIONS)
+
+# oneDNN's instruction-set levels (ONEDNN_MAX_CPU_ISA) that include native bf16 arithmetic: AVX512_CORE_BF16 and
+# everything above it. AVX512_CORE and AVX512_CORE_VNNI convert bf16 in software; AVX2 and below have no bf16 kernels.
+ONEDNN_NATIVE_BF16 = {
+    "AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX10_1_512", "AVX512_CORE_AMX", "AVX10_1_512_AMX",
+    "AVX512_CORE_AMX_FP16", "AVX10_1_512_AMX_FP16", "AVX10_2_512", "AVX10_2_512_AMX_2", "ALL", "DEFAULT",
+}  # fmt: skip
 
 
 def device(name: str) -> torch.device:
@@ -22,10 +45,99 @@ def device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def precision(name: str) -> torch.dtype:
-    if name not in PRECISIONS:
-        raise UserError(f"trainer.precision={name!r}: use one of {', '.join(PRECISIONS)}")
-    return PRECISIONS[name]
+@dataclass(frozen=True)
+class Capability:
+    """What one device runs fast, the facts `choose` decides from (a test builds them by hand)."""
+
+    kind: str  # "cpu" or "cuda"
+    name: str  # the processor's or GPU's name
+    native_bf16: bool  # bf16 arithmetic in hardware, usable by the kernels (not capped, not emulated)
+    bf16_kernels: bool  # bf16 runs at all (a CPU: oneDNN builds bf16 primitives, LSTMs included)
+    fp16: bool  # fast fp16 (a GPU with tensor cores)
+    detail: str  # what was found, for the log: "AVX512_BF16, oneDNN not capped", "compute capability 7.0"
+
+
+def cpu_name() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def cpu_capability() -> Capability:
+    """The CPU's bf16 support as oneDNN will use it: the hardware's instructions (AVX512_BF16 or AMX) and the level
+    oneDNN is held to (ONEDNN_MAX_CPU_ISA or DNNL_MAX_CPU_ISA), which hides instructions the CPU has."""
+    hardware = [name for name, has in (("AVX512_BF16", "_is_avx512_bf16_supported"), ("AMX", "_is_amx_tile_supported"))
+                if getattr(torch.cpu, has, lambda: False)()]  # fmt: skip
+    cap = os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA")
+    kernels = bool(getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)())
+    capped = cap is not None and cap.strip().upper() not in ONEDNN_NATIVE_BF16
+    native = bool(hardware) and kernels and not capped
+    found = "+".join(hardware) if hardware else "no AVX512_BF16 or AMX"
+    held = f"oneDNN held to {cap.strip().upper()}" if cap else "oneDNN not capped"
+    detail = f"{found}, {held}, ATen {torch.backends.cpu.get_cpu_capability()}"
+    return Capability("cpu", cpu_name(), native, kernels, False, detail)
+
+
+def cuda_capability(where: torch.device) -> Capability:
+    major, minor = torch.cuda.get_device_capability(where)
+    name = torch.cuda.get_device_name(where)
+    return Capability("cuda", name, major >= 8, True, major >= 7, f"compute capability {major}.{minor}")
+
+
+def capability(where: torch.device) -> Capability:
+    return cuda_capability(where) if where.type == "cuda" else cpu_capability()
+
+
+@dataclass(frozen=True)
+class Precision:
+    """The precision a command runs in and why: `reason` is the log line; `warning` says what will be slow."""
+
+    name: str
+    reason: str
+    warning: str | None = None
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return PRECISIONS[self.name]
+
+
+def choose(requested: str, found: Capability, option: str = "trainer.precision") -> Precision:
+    """`requested` (auto, fp32, bf16 or fp16) on the device `found` describes. `auto` takes the fastest precision
+    the hardware runs natively; an explicit choice the hardware cannot run is refused naming `option` and the fix,
+    one it runs slowly is kept with a warning."""
+    if requested not in CHOICES:
+        raise UserError(f"{option}={requested!r}: use one of {', '.join(CHOICES)}")
+    on = f"{found.name} ({found.detail})"
+    if requested == "auto":
+        if found.native_bf16:
+            return Precision("bf16", f"bf16 (auto): {on} runs bf16 natively")
+        if found.fp16:
+            return Precision("fp16", f"fp16 with loss scaling (auto): {on} has no native bf16")
+        why = "has no native bf16" if found.kind == "cpu" else "has neither bf16 nor fast fp16"
+        return Precision("fp32", f"fp32 (auto): {on} {why}")
+    if requested == "fp16" and found.kind == "cpu":
+        raise UserError(f"{option}=fp16 needs a GPU; on a CPU use {option}=auto (bf16 where the CPU has it)")
+    if requested == "bf16" and not found.bf16_kernels:
+        raise UserError(
+            f"{option}=bf16: {on} has no bf16 kernels, so LSTMs fail and matrix products run hundreds of times slower "
+            f"than in fp32. Use {option}=auto (fp32 here) or {option}=fp32."
+        )
+    reason = f"{requested} (as asked): {on}"
+    if requested == "bf16" and not found.native_bf16:
+        slower = "emulates bf16, about twice as slow as fp32" if found.kind == "cpu" else "emulates bf16, slowly"
+        return Precision("bf16", reason, f"{option}=bf16: {on} {slower}; {option}=auto would choose faster")
+    return Precision(requested, reason)
+
+
+def resolve(requested: str, where: torch.device, option: str = "trainer.precision") -> Precision:
+    """`choose` for the device `where`, logged (and warned about) once."""
+    chosen = choose(requested, capability(where), option)
+    log.info("precision %s", chosen.reason)
+    if chosen.warning:
+        log.warning(chosen.warning)
+    return chosen
 
 
 def autocast(where: torch.device, dtype: torch.dtype):

@@ -18,6 +18,8 @@ from nmt.config import TrainConfig
 from nmt.corpus import Splits
 from nmt.data import Vocabulary
 from nmt.decoding import check_input_lengths, decode_split
+from nmt.device import capability
+from nmt.device import choose as choose_precision
 from nmt.device import device as find_device
 from nmt.optim import set_lr
 from nmt.resume import check_changes, checkpoint_to_resume
@@ -34,7 +36,8 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     set_seed(settings.seed)
-    distributed.setup(find_device(settings.trainer.device))
+    where = distributed.setup(find_device(settings.trainer.device))
+    log.info("device %s; precision %s", where, choose_precision(settings.trainer.precision, capability(where)).reason)
     run_dir = Path(distributed.share(str(run_dir)))  # under torchrun, every process works in rank 0's run directory
     resumed = checkpoint_to_resume(run_dir, settings.trainer.resume)  # before anything in run_dir is written
     changes = check_changes(resumed[1]["config"], resolved, resumed[0]) if resumed else {}
@@ -128,7 +131,7 @@ def evaluate_best(trainer: Trainer, test_pairs, run_dir: Path) -> dict[str, floa
     (run_dir / "best.test.hyp").write_text("".join(h + "\n" for h in texts), encoding="utf-8")
     results = {"test/bleu": scores.bleu, "test/chrf": scores.chrf, "best/step": best["progress"]["step"]}
     report = {**summary(trainer), **results, "model": trainer.run_config["model"]["_target_"],
-              "signature": scores.bleu_signature}  # fmt: skip
+              "precision": trainer.precision.name, "signature": scores.bleu_signature}  # fmt: skip
     (run_dir / "results.json").write_text(json.dumps(report, indent=2) + "\n")
     log.info("test (best checkpoint, greedy): BLEU %.2f chrF %.2f  [%s]", scores.bleu, scores.chrf,
              scores.bleu_signature)  # fmt: skip

@@ -102,6 +102,9 @@ def linear_cross_entropy(
     """
     if not 0.0 <= smoothing < 1.0:
         raise ValueError(f"label smoothing must be in [0, 1), got {smoothing}")
+    if not torch.is_grad_enabled():  # validation: a Function still sees requires_grad under no_grad, and would form
+        features, weight = features.detach(), weight.detach()  # the gradients (twice the products of the loss)
+        bias = bias.detach() if bias is not None else None
     total, token_loss = _LinearCrossEntropy.apply(features, weight, bias, target, smoothing, dtype or features.dtype)
     return (total, token_loss) if per_token else total
 

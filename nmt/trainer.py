@@ -28,8 +28,9 @@ from nmt.config import TrainerConfig
 from nmt.corpus import Pairs
 from nmt.data import Batch, ParallelDataset, TokenBatchSampler, Vocabulary, check_splits, collate
 from nmt.decoding import Search, check_input_lengths
+from nmt.device import capability
+from nmt.device import choose as choose_precision
 from nmt.device import device as find_device
-from nmt.device import precision as find_precision
 from nmt.loss import batch_loss
 from nmt.meters import Clock, ProgressBar, StopRequests, Window
 from nmt.optim import make_optimizer, make_schedule, steps_on_validation
@@ -73,9 +74,10 @@ class Trainer:
         self.valid_alignments = valid_alignments  # gold links of the valid pairs, for valid AER
         self.run_config = run_config or {"trainer": asdict(config)}  # what checkpoints store as their config
         self.device = distributed.setup(find_device(config.device))
-        self.dtype = find_precision(config.precision)
-        if self.dtype == torch.float16 and self.device.type == "cpu":
-            raise UserError("trainer.precision=fp16 needs a GPU; on a CPU use bf16")
+        self.precision = choose_precision(config.precision, capability(self.device))  # refuses what cannot run
+        if self.precision.warning:
+            log.warning(self.precision.warning)
+        self.dtype = self.precision.dtype
         self.model = model.to(self.device)
         self.world, self.rank = distributed.world_size(), distributed.rank()
         self.features: torch.nn.Module = Features(self.model)
@@ -176,9 +178,11 @@ class Trainer:
             loss_total += loss_sum.detach()
         self.scaler.unscale_(self.optimizer)
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip_norm or float("inf"))
+        scale = self.scaler.get_scale() if self.scaler.is_enabled() else 0.0  # fp16 only: a host sync
         self.scaler.step(self.optimizer)
         self.scaler.update()
-        if not steps_on_validation(self.schedule):
+        skipped = self.scaler.is_enabled() and self.scaler.get_scale() < scale  # inf/NaN gradients: no update made
+        if not steps_on_validation(self.schedule) and not skipped:  # warm-up counts updates made, not attempted
             self.schedule.step()
         return loss_total, norm.detach()
 

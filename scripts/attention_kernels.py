@@ -1,6 +1,6 @@
 """Which kernel F.scaled_dot_product_attention runs for the Transformer's attention, and what a sliding window saves.
 
-python scripts/attention_kernels.py [--device auto] [--precision bf16] [--window 4] [--reps 10] [--output bench]
+python scripts/attention_kernels.py [--device auto] [--precision auto] [--window 4] [--reps 10] [--output bench]
 
 1. The profiler: forward and backward of each attention of the default Transformer (encoder self-attention with the
    padding mask, decoder self-attention with the causal mask, encoder-decoder attention), globally and with the band
@@ -33,9 +33,8 @@ import torch.nn.functional as F  # noqa: E402
 
 from nmt import build  # noqa: E402
 from nmt.attention import MultiHeadAttention  # noqa: E402
-from nmt.device import autocast  # noqa: E402
+from nmt.device import autocast, resolve  # noqa: E402
 from nmt.device import device as find_device  # noqa: E402
-from nmt.device import precision as find_precision  # noqa: E402
 from nmt.loss import linear_cross_entropy  # noqa: E402
 from nmt.sweep import composed  # noqa: E402
 from nmt.transformer import band  # noqa: E402
@@ -105,7 +104,7 @@ def step_seconds(model, batch: int, length: int, reps: int, device, dtype) -> fl
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--precision", default="bf16")
+    parser.add_argument("--precision", default="auto", help="auto (nmt/device.py), fp32, bf16 or fp16")
     parser.add_argument("--window", type=int, default=4, help="the sliding window W to compare with global")
     parser.add_argument("--tokens", type=int, default=2048, help="target tokens per batch (the Transformer's)")
     parser.add_argument("--reps", type=int, default=10, help="timed steps per setting")
@@ -114,7 +113,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = find_device(args.device)
-    dtype = find_precision(args.precision)
+    dtype = resolve(args.precision, device, option="--precision").dtype
     models = {w: default_transformer(w, device) for w in (0, args.window)}
     attention = models[0].encoder[0].self_attention
     heads, head_size = attention.heads, attention.head_size

@@ -1,7 +1,7 @@
 """Speed of training and decoding, per model, on real Multi30k batches: a markdown table and JSON.
 
 python scripts/benchmark.py [--models "sutskever;bahdanau;luong;transformer"] [--checkpoints outputs/runs]
-                            [--precision bf16] [--threads 2] [--device auto] [--steps 8] [--windows 5]
+                            [--precision auto] [--threads 2] [--device auto] [--steps 8] [--windows 5]
                             [--train-only] [--profile N] [--output bench]
 
 A model is a name with optional config overrides: `--models "luong model/attention=dot;luong model.alignment=local_p"`
@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import statistics
 import subprocess
@@ -42,8 +41,8 @@ from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 from nmt import build  # noqa: E402
 from nmt.config import TrainConfig  # noqa: E402
 from nmt.decoding import Translator  # noqa: E402
+from nmt.device import cpu_name, resolve  # noqa: E402
 from nmt.device import device as find_device  # noqa: E402
-from nmt.device import precision as find_precision  # noqa: E402
 from nmt.sweep import composed  # noqa: E402
 from nmt.trainer import Trainer  # noqa: E402
 
@@ -208,7 +207,7 @@ def main() -> None:
     parser.add_argument("--train-only", action="store_true", help="skip decoding")
     parser.add_argument("--checkpoints", default="outputs/runs", help="folder of <model>/best.pt, for decoding")
     parser.add_argument("--data-dir", default=os.environ.get("NMT_DATA_DIR"))
-    parser.add_argument("--precision", default="bf16")
+    parser.add_argument("--precision", default="auto", help="auto (nmt/device.py), fp32, bf16 or fp16")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--steps", type=int, default=8, help="updates per timed window")
@@ -223,7 +222,10 @@ def main() -> None:
         return
     where = find_device(args.device)
     torch.set_num_threads(args.threads)
-    peak = matmul_peak(find_precision(args.precision), where)
+    precision = resolve(args.precision, where, option="--precision")
+    args.precision = precision.name  # every model measured in the one precision chosen here
+    print(f"precision {precision.reason}", file=sys.stderr)
+    peak = matmul_peak(precision.dtype, where)
     results = []
     for name in [spec.strip() for spec in args.models.split(";") if spec.strip()]:
         command = [sys.executable, __file__, "--one", name, *sys.argv[1:]]
@@ -233,10 +235,8 @@ def main() -> None:
         results.append(json.loads(done.stdout.strip().splitlines()[-1]))
         print(f"{name}: {results[-1]['train_tokens_per_second']:,.0f} tok/s", file=sys.stderr)
     gpu = torch.cuda.get_device_name(where) if where.type == "cuda" else "no GPU"
-    machine = (
-        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, {gpu}, torch {torch.__version__}, "
-    )
-    machine += f"{args.precision}, {args.threads} threads"
+    machine = f"{cpu_name()}, {os.cpu_count()} cores, {gpu}, torch {torch.__version__}, {args.threads} threads, "
+    machine += precision.reason
     output = Path(args.output)
     output.mkdir(parents=True, exist_ok=True)
     markdown = table(results, peak, machine)

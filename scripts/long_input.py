@@ -1,6 +1,6 @@
 """How decoding time grows with the input: greedy and beam search over random inputs of growing length.
 
-python scripts/long_input.py [--model bahdanau] [--lengths 100,200,400,800] [--beam 5] [--threads 2]
+python scripts/long_input.py [--model bahdanau] [--lengths 100,200,400,800] [--beam 5] [--threads 2] [--precision auto]
 
 An untrained model of the default size decodes to its length limit (1.5 x input + 10 tokens), the worst case; the
 attention of each step reads the whole input, so total time grows at best as input x output. A search that copied
@@ -21,6 +21,7 @@ import torch  # noqa: E402
 
 from nmt import build  # noqa: E402
 from nmt.data import PAD_ID, build_vocabulary  # noqa: E402
+from nmt.device import autocast, resolve  # noqa: E402
 from nmt.sample import generate  # noqa: E402
 from nmt.search import beam_search, greedy  # noqa: E402
 from nmt.sweep import composed  # noqa: E402
@@ -32,7 +33,10 @@ def main() -> None:
     parser.add_argument("--lengths", default="100,200,400,800", help="input lengths in subwords")
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--precision", default="auto", help="auto (nmt/device.py), fp32 or bf16")
     args = parser.parse_args()
+    cpu = torch.device("cpu")
+    dtype = resolve(args.precision, cpu, option="--precision").dtype
     torch.set_num_threads(args.threads)
     cfg = composed([f"model={args.model}"])
     vocabulary = build_vocabulary(generate(400, 10, 10, 7).train, 200, True, "unigram", 1.0, None)
@@ -43,7 +47,7 @@ def main() -> None:
         source = torch.randint(4, vocabulary.source_size, (1, length))
         mask = source != PAD_ID
         times = []
-        with torch.autocast("cpu", torch.bfloat16):
+        with autocast(cpu, dtype):
             for beam in (1, args.beam):
                 started = time.perf_counter()
                 found = greedy(model, source, mask) if beam == 1 else beam_search(model, source, mask, beam)[0]

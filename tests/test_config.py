@@ -42,7 +42,7 @@ def test_every_model_and_data_option_composes(model, data):
 @pytest.mark.parametrize("trainer", GROUPS["trainer"])
 def test_every_trainer_option_composes(trainer):
     cfg = compose_config(f"trainer={trainer}")
-    assert cfg.trainer.precision in ("fp32", "bf16", "fp16")
+    assert cfg.trainer.precision in ("auto", "fp32", "bf16", "fp16")
 
 
 @pytest.mark.parametrize("experiment", GROUPS["experiment"])

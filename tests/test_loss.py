@@ -3,6 +3,7 @@
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode
 
 from nmt import loss
 from nmt.loss import linear_cross_entropy
@@ -43,11 +44,13 @@ def test_bf16_products_stay_close_to_fp32():
 
 
 def test_without_gradients_only_the_loss_is_computed():
-    features, weight = torch.randn(10, 4), torch.randn(6, 4)
+    """Under no_grad (validation) the products of the gradient are skipped, though the weights require it."""
+    features, weight = torch.randn(10, 4), torch.randn(6, 4, requires_grad=True)
     target = torch.randint(0, 6, (10,))
-    with torch.no_grad():
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
         value = linear_cross_entropy(features, weight, None, target)
     torch.testing.assert_close(value, F.cross_entropy(features @ weight.t(), target, reduction="sum"))
+    assert counter.get_total_flops() == 2 * 10 * 6 * 4  # the logits' product alone
 
 
 def test_a_tied_weight_gets_the_gradient_of_both_uses():

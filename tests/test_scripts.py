@@ -9,6 +9,7 @@ from conftest import ROOT
 from nmt import UserError
 from nmt import comparison as compare
 from nmt.claims import NOT_MEASURED, NOT_SIGNIFICANT, NOT_SUPPORTED, PARTLY, SUPPORTED, check_claims
+from nmt.device import autocast, resolve
 from nmt.significance import Difference
 
 
@@ -260,14 +261,16 @@ def test_flop_count_includes_the_cpu_lstm_kernel():
     torch = benchmark.torch
     lstm = torch.nn.LSTM(64, 128, 2, batch_first=True)
     inputs = torch.randn(4, 10, 64)
-
-    def step():
-        with torch.autocast("cpu", torch.bfloat16):
-            outputs, _ = lstm(inputs)
-        outputs.float().sum().backward()
-
+    cpu = torch.device("cpu")
     forward = 2 * 40 * 512 * (64 + 128) + 2 * 40 * 512 * (128 + 128)  # two layers, 40 tokens, 4 gates of 128
-    assert benchmark.counted_flops(step) == 3 * forward  # forward, and backward twice that
+    for dtype in {torch.float32, resolve("auto", cpu).dtype}:  # and bf16 where this CPU runs it natively
+
+        def step(dtype=dtype):
+            with autocast(cpu, dtype):
+                outputs, _ = lstm(inputs)
+            outputs.float().sum().backward()
+
+        assert benchmark.counted_flops(step) == 3 * forward  # forward, and backward twice that
 
 
 def test_the_lab_trains_scores_alignment_and_length_and_resumes_where_it_stopped(tmp_path, capsys):

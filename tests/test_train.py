@@ -22,6 +22,7 @@ from nmt.alignment import parse_links
 from nmt.config import TrainerConfig
 from nmt.data import PAD_ID
 from nmt.decoding import Search, score, translate
+from nmt.device import cpu_capability
 from nmt.evaluate import evaluate as evaluate_checkpoint
 from nmt.resume import latest_good
 from nmt.search import beam_search
@@ -65,6 +66,7 @@ def test_training_learns_a_few_sentences_and_translates_them_back(
     assert (tmp_path / "best.pt").is_file() and (tmp_path / "last.pt").is_file()
 
 
+@pytest.mark.skipif(not cpu_capability().bf16_kernels, reason="this CPU has no bf16 kernels (test_device.py)")
 def test_bf16_autocast_trains_on_cpu(tmp_path, sample_splits, sample_vocabulary):
     trainer = make_trainer(
         tmp_path, sample_vocabulary, sample_splits.train[:8], "bahdanau", max_steps=3, valid_every=3, precision="bf16"
