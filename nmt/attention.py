@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from nmt.dropout import Dropout
+from nmt.flops import attention_products, linear
 
 NORMALIZERS = ("softmax", "sparsemax", "entmax15")
 HARD = ("none", "reinforce", "gumbel")
@@ -146,6 +147,11 @@ class Attention(nn.Module):
         """Alignment scores (B, T, S)."""
         raise NotImplementedError
 
+    def flops(self, batch: int, queries: int, positions: int) -> int:
+        """Products of `prepare` and `score` in one trained call over `batch` sentences of `positions` source
+        positions, with `queries` queries each (nmt/flops.py); the context's product is the model's to count."""
+        raise NotImplementedError
+
     def forward(
         self,
         query: torch.Tensor,
@@ -182,6 +188,12 @@ class AdditiveAttention(Attention):
     def score(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         hidden = torch.tanh(self.query_projection(query)[:, :, None, :] + keys[:, None, :, :])  # (B, T, S, A)
         return self.energy(hidden).squeeze(-1)  # (B, T, S)
+
+    def flops(self, batch: int, queries: int, positions: int) -> int:
+        size = self.energy.in_features  # A
+        return (linear(batch * positions, self.key_projection.in_features, size)  # U h_i
+                + linear(batch * queries, self.query_projection.in_features, size)  # W s
+                + linear(batch * queries * positions, size, 1))  # fmt: skip  # v^T tanh(.)
 
 
 class ConcatAttention(AdditiveAttention):
@@ -220,10 +232,14 @@ class DotAttention(Attention):
         if query_size != key_size:
             raise ValueError(f"dot attention needs equal query and key sizes, got {query_size} and {key_size}")
         self.scale = 1 / math.sqrt(key_size) if scaled else 1.0
+        self.size = key_size
 
     def score(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         scores = torch.bmm(query, keys.transpose(1, 2))  # (B, T, S)
         return scores * self.scale if self.scale != 1.0 else scores
+
+    def flops(self, batch: int, queries: int, positions: int) -> int:
+        return attention_products(batch * queries, positions, self.size)
 
 
 class GeneralAttention(DotAttention):
@@ -233,11 +249,15 @@ class GeneralAttention(DotAttention):
         self, query_size: int, key_size: int, normalizer: str = "softmax", hard: str = "none", temperature: float = 1.0
     ):
         Attention.__init__(self, normalizer, hard, temperature)
-        self.scale = 1.0
+        self.scale, self.size = 1.0, query_size
         self.key_projection = nn.Linear(key_size, query_size, bias=False)  # W_a
 
     def prepare(self, memory: torch.Tensor) -> torch.Tensor:
         return self.key_projection(memory)  # (B, S, Q)
+
+    def flops(self, batch: int, queries: int, positions: int) -> int:
+        prepare = linear(batch * positions, self.key_projection.in_features, self.size)
+        return prepare + super().flops(batch, queries, positions)
 
 
 class LocationAttention(Attention):
@@ -264,6 +284,9 @@ class LocationAttention(Attention):
         beyond = scores.new_full((*scores.shape[:-1], source_length - scores.shape[-1]), float("-inf"))
         return torch.cat([scores, beyond], -1)
 
+    def flops(self, batch: int, queries: int, positions: int) -> int:
+        return linear(batch * queries, self.position_scores.in_features, self.position_scores.out_features)
+
 
 class LocalAttention(nn.Module):
     """Luong et al. 2015, section 3.2: attend only to the window [p_t - D, p_t + D] of the source.
@@ -283,6 +306,14 @@ class LocalAttention(nn.Module):
 
     def prepare(self, memory: torch.Tensor) -> torch.Tensor:
         return self.inner.prepare(memory)
+
+    def flops(self, batch: int, queries: int, positions: int) -> int:
+        """The inner score over every position (the window is a mask), and local-p's p_t (eq. 9)."""
+        total = self.inner.flops(batch, queries, positions)
+        if self.predictive:
+            size = self.position[0].in_features
+            total += linear(batch * queries, size, size) + linear(batch * queries, size, 1)
+        return total
 
     def centres(self, query: torch.Tensor, mask: torch.Tensor, query_positions: torch.Tensor | None) -> torch.Tensor:
         """p_t for every query (B, T), in source positions."""

@@ -118,6 +118,7 @@ class Progress:
     bad_validations: int = 0  # validations since the best (early stopping)
     train_seconds: float = 0.0  # wall-clock training time, validation excluded
     tokens_trained: int = 0  # target tokens of every update (all processes)
+    flops: int = 0  # training compute so far: the FLOPs of every update's products (nmt/flops.py)
 
     @classmethod
     def of(cls, saved: dict) -> Progress:

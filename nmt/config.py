@@ -130,8 +130,12 @@ class TrainerConfig:
     label_smoothing: float = 0.1
     max_epochs: int = 0  # 0: no limit (another limit must stop training)
     max_steps: int = 0
-    max_minutes: float = 40.0  # wall-clock budget of training (validation excluded)
+    max_minutes: float = 40.0  # wall-clock budget of training (validation excluded); not reproducible across machines
+    # Training compute budget: the FLOPs of the updates' matrix products, from each model's formula for its batches
+    # (nmt/flops.py), e.g. 8e13; the same update on any machine, idle or busy
+    max_flops: float = 0.0
     valid_every: int = 0  # steps between validations; 0: at the end of each epoch
+    validations: int = 0  # with max_flops: validate as training passes each 1/N of the budget (instead of valid_every)
     patience: int = 5  # early stopping: validations without a better BLEU; 0 turns it off
     # auto: bf16 where the CPU or GPU has it natively, else fp16 (loss-scaled) on a GPU, else fp32 (nmt/device.py);
     # or fp32, bf16, fp16 (GPU only)
@@ -158,9 +162,10 @@ class TrainerConfig:
             if getattr(self, key) not in allowed:
                 raise UserError(f"trainer.{key}={getattr(self, key)!r}: use one of {', '.join(allowed)}")
         at_least = {"log_every": 1, "accumulate": 1, "valid_max_tokens": 1, "decode_extra": 1, "max_steps": 0,
-                    "max_epochs": 0, "max_minutes": 0, "valid_every": 0, "patience": 0, "keep_checkpoints": 0,
-                    "num_samples": 0, "num_plots": 0, "warmup_steps": 0, "plateau_patience": 0, "clip_norm": 0,
-                    "weight_decay": 0, "min_lr": 0, "decode_ratio": 0, "decode_max_input_len": 1}  # fmt: skip
+                    "max_epochs": 0, "max_minutes": 0, "max_flops": 0, "validations": 0, "valid_every": 0,
+                    "patience": 0, "keep_checkpoints": 0, "num_samples": 0, "num_plots": 0, "warmup_steps": 0,
+                    "plateau_patience": 0, "clip_norm": 0, "weight_decay": 0, "min_lr": 0, "decode_ratio": 0,
+                    "decode_max_input_len": 1}  # fmt: skip
         for key, low in at_least.items():
             if getattr(self, key) < low:
                 raise UserError(f"trainer.{key}={getattr(self, key)}: must be at least {low}")
@@ -171,11 +176,14 @@ class TrainerConfig:
                 raise UserError(f"trainer.{key}={getattr(self, key)}: must be in [0, 1)")
         if len(self.betas) != 2 or not all(0 <= beta < 1 for beta in self.betas):
             raise UserError(f"trainer.betas={list(self.betas)}: two numbers in [0, 1), e.g. [0.9, 0.98]")
-        if not (self.max_steps or self.max_epochs or self.max_minutes or self.patience):
+        if not (self.max_steps or self.max_epochs or self.max_minutes or self.max_flops or self.patience):
             raise UserError(
-                "trainer.max_steps, max_epochs, max_minutes and patience are all 0, so nothing would stop training: "
-                "set at least one (e.g. trainer.max_minutes=40)"
+                "trainer.max_steps, max_epochs, max_minutes, max_flops and patience are all 0, so nothing would stop "
+                "training: set at least one (e.g. trainer.max_flops=8e13)"
             )
+        if self.validations and not self.max_flops:
+            raise UserError(f"trainer.validations={self.validations} divides the compute budget, but trainer.max_flops "
+                            "is 0: set it, or validate with trainer.valid_every")  # fmt: skip
 
 
 # --- the commands ------------------------------------------------------------------------------------------------

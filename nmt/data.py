@@ -19,6 +19,7 @@ import torch
 
 from nmt import UserError
 from nmt.corpus import Pairs
+from nmt.flops import Shape
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +138,11 @@ class Batch:
     @property
     def target_tokens(self) -> int:
         return int((self.target_out != PAD_ID).sum())
+
+    @property
+    def shape(self) -> Shape:
+        """The sentence lengths a model's FLOP formula reads (a host sync: the trainer takes them from the corpus)."""
+        return Shape.of(self.source_mask.sum(1).tolist(), (self.target_out != PAD_ID).sum(1).tolist())
 
 
 class ParallelDataset(torch.utils.data.Dataset):

@@ -85,12 +85,12 @@ class Window:
 
 
 class ProgressBar:
-    """tqdm over the fraction of the budget done (the nearest of max_steps, max_epochs and max_minutes), so that it
-    shows where the run ends and when; with no limit but patience, a plain count of steps."""
+    """tqdm over the fraction of the budget done (the nearest of max_steps, max_epochs, max_minutes and max_flops),
+    so that it shows where the run ends and when; with no limit but patience, a plain count of steps."""
 
     def __init__(self, config: TrainerConfig, progress: Progress, enabled: bool):
         self.config, self.progress = config, progress
-        self.limited = bool(config.max_steps or config.max_epochs or config.max_minutes)
+        self.limited = bool(config.max_steps or config.max_epochs or config.max_minutes or config.max_flops)
         self.loss = self.speed = self.lr = self.valid_bleu = None
         bar_format = "{l_bar}{bar}| {elapsed}<{remaining}{postfix}" if self.limited else None
         self.bar = tqdm(total=1000 if self.limited else None, initial=0 if self.limited else progress.step,
@@ -98,7 +98,8 @@ class ProgressBar:
 
     def fraction(self, batches_in_epoch: int, clock: Clock) -> float:
         c, p = self.config, self.progress
-        done = [p.step / c.max_steps if c.max_steps else 0.0, c.max_minutes and clock.seconds() / (60 * c.max_minutes)]
+        done = [p.step / c.max_steps if c.max_steps else 0.0, c.max_minutes and clock.seconds() / (60 * c.max_minutes),
+                c.max_flops and p.flops / c.max_flops]  # fmt: skip
         if c.max_epochs:
             done.append((p.epoch + p.batch_in_epoch / max(batches_in_epoch, 1)) / c.max_epochs)
         return min(1.0, max(done))

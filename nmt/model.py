@@ -21,6 +21,8 @@ from typing import Protocol, runtime_checkable
 import torch
 from torch import nn
 
+from nmt.flops import Shape
+
 State = dict[str, torch.Tensor]
 
 
@@ -69,3 +71,9 @@ class Seq2Seq(Protocol):
         target_mask (B, T) the real target tokens, token_loss (B, T) each token's -log p(y_t) (no smoothing, zero on
         padding). None (this default) for every model whose attention the loss's gradient trains directly."""
         return None
+
+    def training_flops(self, shape: Shape) -> int:
+        """The floating-point operations of the matrix products of one training update (forward, backward, the
+        fused output layer and loss) on a batch of `shape`'s sentence lengths, from the model's own formula
+        (`nmt.flops`): what a compute budget counts, the same on any machine."""
+        ...

@@ -23,7 +23,8 @@ RUN_FILES = ("last.pt", "previous.pt", "best.pt", "results.json")  # and step<N>
 # Options a resumed run may change. Everything else under data, model, trainer and seed must match the checkpoint.
 SAFE = {
     "data.dir", "data.url", "data.cache", "data.spm_cache",
-    "trainer.max_steps", "trainer.max_epochs", "trainer.max_minutes", "trainer.patience", "trainer.valid_every",
+    "trainer.max_steps", "trainer.max_epochs", "trainer.max_minutes", "trainer.max_flops", "trainer.patience",
+    "trainer.valid_every", "trainer.validations",
     "trainer.log_every", "trainer.progress", "trainer.test_at_end", "trainer.keep_checkpoints", "trainer.num_samples",
     "trainer.num_plots", "trainer.valid_max_tokens", "trainer.decode_ratio", "trainer.decode_extra",
     "trainer.device", "trainer.resume", "trainer.lr", "trainer.clip_norm", "trainer.label_smoothing",

@@ -15,6 +15,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from nmt.attention import Attention, LocalAttention
 from nmt.dropout import Dropout
+from nmt.flops import Shape, attention_products, linear, output_and_loss, packed_rnn, padded_rnn
 from nmt.model import Seq2Seq, State
 
 AttentionFactory = Callable[..., Attention]
@@ -85,6 +86,11 @@ class Encoder(nn.Module):
             # every decoder step's attention product would cast (and keep for backward) a copy of its own.
             outputs = outputs.to(torch.get_autocast_dtype(outputs.device.type))
         return outputs, final
+
+    def flops(self, lengths: tuple[int, ...]) -> int:
+        rnn = self.rnn
+        gates = 4 if isinstance(rnn, nn.LSTM) else 3
+        return packed_rnn(lengths, rnn.input_size, rnn.hidden_size, gates, rnn.num_layers, rnn.bidirectional)
 
 
 def batch_first(state: torch.Tensor) -> torch.Tensor:
@@ -163,6 +169,12 @@ class SutskeverSeq2Seq(nn.Module, Seq2Seq):
 
     def attention_maps(self, source: torch.Tensor, source_mask: torch.Tensor, target_in: torch.Tensor):
         return {}  # no attention: nothing to plot
+
+    def training_flops(self, shape: Shape) -> int:
+        decoder, rows = self.decoder, shape.batch * shape.target_max
+        return (self.encoder.flops(shape.source)
+                + padded_rnn(rows, decoder.input_size, decoder.hidden_size, 4, decoder.num_layers)  # teacher forcing
+                + output_and_loss(shape, decoder.hidden_size, self.output.out_features))  # fmt: skip
 
 
 class BahdanauSeq2Seq(AlignmentMaps, nn.Module, Seq2Seq):
@@ -264,6 +276,17 @@ class BahdanauSeq2Seq(AlignmentMaps, nn.Module, Seq2Seq):
     def forward(self, source: torch.Tensor, source_mask: torch.Tensor, target_in: torch.Tensor):
         features, weights = self.features(source, source_mask, target_in)
         return self.output(features), weights  # (B, T, V), (B, T, S)
+
+    def training_flops(self, shape: Shape) -> int:
+        batch, source, target = shape.batch, shape.source_max, shape.target_max
+        hidden, gates = self.decoder.hidden_size, 4 if self.cell_type == "lstm" else 3
+        return (self.encoder.flops(shape.source)
+                + linear(batch, hidden, hidden)  # s_0
+                + self.attention.flops(batch, target, source)
+                + attention_products(batch * target, source, 2 * hidden)  # c_t = sum_i a_ti h_i
+                + padded_rnn(batch * target, self.decoder.input_size, hidden, gates, 1)  # every step of every row
+                + linear(batch * target, self.readout.in_features, self.readout.out_features)  # maxout
+                + output_and_loss(shape, self.output.in_features, self.output.out_features))  # fmt: skip
 
 
 class LuongSeq2Seq(AlignmentMaps, nn.Module, Seq2Seq):
@@ -394,3 +417,13 @@ class LuongSeq2Seq(AlignmentMaps, nn.Module, Seq2Seq):
     def forward(self, source: torch.Tensor, source_mask: torch.Tensor, target_in: torch.Tensor):
         features, weights = self.features(source, source_mask, target_in)
         return self.output(features), weights  # (B, T, V), (B, T, S)
+
+    def training_flops(self, shape: Shape) -> int:
+        batch, source, target, decoder = shape.batch, shape.source_max, shape.target_max, self.decoder
+        hidden = decoder.hidden_size
+        return (self.encoder.flops(shape.source)
+                + self.attention.flops(batch, target, source)
+                + attention_products(batch * target, source, hidden)  # c_t
+                + padded_rnn(batch * target, decoder.input_size, hidden, 4, decoder.num_layers)
+                + linear(batch * target, 2 * hidden, hidden)  # W_c [c_t; h_t], eq. 5
+                + output_and_loss(shape, hidden, self.output.out_features))  # fmt: skip

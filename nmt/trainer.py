@@ -31,6 +31,7 @@ from nmt.decoding import Search, check_input_lengths
 from nmt.device import capability
 from nmt.device import choose as choose_precision
 from nmt.device import device as find_device
+from nmt.flops import Shape
 from nmt.loss import batch_loss
 from nmt.meters import Clock, ProgressBar, StopRequests, Window
 from nmt.optim import make_optimizer, make_schedule, steps_on_validation
@@ -187,12 +188,13 @@ class Trainer:
         return loss_total, norm.detach()
 
     def updates(self):
-        """(this process's batches, target tokens of the update, of this process's part, batches in the update) from
-        where training stands, epoch after epoch. An update takes `accumulate` x processes batches of the epoch's
-        order; process r gets every r-th. Token counts come from the corpus lengths, not from the tensors (no sync)."""
+        """(this process's batches, target tokens of the update, of this process's part, batches in the update, FLOPs
+        of the update) from where training stands, epoch after epoch. An update takes `accumulate` x processes batches
+        of the epoch's order; process r gets every r-th. Token and FLOP counts come from the corpus lengths, not from
+        the tensors (no sync), and cover every process's batches."""
         pin, progress = self.device.type == "cuda", self.progress
         per_update = self.config.accumulate * self.world
-        lengths = self.dataset.target_lengths  # eos included
+        lengths, sources = self.dataset.target_lengths, self.dataset.source_lengths  # eos included
         while True:
             self.sampler.set_epoch(progress.epoch)
             epoch_batches = self.sampler.batches()
@@ -216,7 +218,8 @@ class Trainer:
                 batches = [next(loader).to(self.device, non_blocking=pin) for _ in indices]
                 tokens = int(sum(lengths[i].sum() for i in map(np.asarray, group)))
                 local = int(sum(lengths[i].sum() for i in map(np.asarray, indices)))
-                yield batches, tokens, local, len(group)
+                flops = sum(self.model.training_flops(Shape.of(sources[i], lengths[i])) for i in map(np.asarray, group))
+                yield batches, tokens, local, len(group), flops
             progress.epoch += 1
             progress.batch_in_epoch = 0
 
@@ -232,7 +235,7 @@ class Trainer:
         bar = ProgressBar(self.config, self.progress, enabled=self.config.progress and self.rank == 0)
         try:
             with StopRequests() as stop:
-                for batches, tokens, local_tokens, count in self.updates() if reason is None else ():
+                for batches, tokens, local_tokens, count, flops in self.updates() if reason is None else ():
                     if stop.requested:
                         self.stop_signal = stop.requested
                         raise KeyboardInterrupt
@@ -240,10 +243,11 @@ class Trainer:
                     self.progress.step += 1
                     self.progress.batch_in_epoch += count
                     self.progress.tokens_trained += tokens
+                    self.progress.flops += flops
                     window.add(loss_sum, local_tokens)
                     if self.progress.step % self.config.log_every == 0:
                         self.log_train(window, norm, bar)
-                    if self.should_validate():
+                    if self.should_validate(self.progress.flops - flops):
                         with clock.paused():
                             self.validate_and_save()
                         window.restart()
@@ -290,13 +294,20 @@ class Trainer:
             return f"reached trainer.max_epochs={c.max_epochs}"
         if c.max_minutes and clock.seconds() >= c.max_minutes * 60:
             return f"reached trainer.max_minutes={c.max_minutes:g}"
+        if c.max_flops and p.flops >= c.max_flops:
+            return f"reached trainer.max_flops={c.max_flops:g} ({p.flops:.4g} FLOPs)"
         if c.patience and p.bad_validations >= c.patience:
             return f"valid BLEU did not improve in {c.patience} validations (trainer.patience)"
         return None
 
-    def should_validate(self) -> bool:
-        if self.config.valid_every:
-            return self.progress.step % self.config.valid_every == 0
+    def should_validate(self, flops_before: int) -> bool:
+        """After an update that began at `flops_before`: at the end of each epoch, every valid_every updates, or as
+        the compute passes each 1/validations of max_flops (the same fractions of the budget for every model)."""
+        c, p = self.config, self.progress
+        if c.validations:
+            return int(p.flops * c.validations // c.max_flops) > int(flops_before * c.validations // c.max_flops)
+        if c.valid_every:
+            return p.step % c.valid_every == 0
         return self.progress.batch_in_epoch == self.batches_in_epoch  # the end of an epoch
 
     def log_train(self, window: Window, norm: torch.Tensor, bar: ProgressBar) -> None:
@@ -304,16 +315,22 @@ class Trainer:
         if not math.isfinite(loss):
             raise NonFiniteLoss(f"the training loss became {loss} by step {self.step}")
         lr = self.optimizer.param_groups[0]["lr"]
-        scalars = {"train/loss": loss, "train/lr": lr, "train/grad_norm": float(norm), "train/tokens_per_second": speed}
+        scalars = {"train/loss": loss, "train/lr": lr, "train/grad_norm": float(norm), "train/tokens_per_second": speed,
+                   "train/petaflops": self.progress.flops / 1e15}  # fmt: skip
         self.log.scalars({**scalars, "train/epoch": self.progress.epoch + 1}, self.step)
         bar.loss, bar.speed, bar.lr = loss, speed, lr
 
     # --- validation -------------------------------------------------------------------------------------------
 
     def validate(self) -> dict[str, float]:
-        """Valid loss, then greedy decoding with BLEU and chrF; logged with samples and heatmaps."""
-        return validate(self.model, self.vocabulary, self.valid_dataset, self.valid_pairs, self.search, self.config,
-                        self.log, self.progress.step, self.device, self.dtype, self.valid_alignments)  # fmt: skip
+        """Valid loss, then greedy decoding with BLEU and chrF; logged with samples and heatmaps, and against the
+        compute trained so far (`compute/valid_bleu`, its x the teraFLOPs, so runs of different models line up)."""
+        metrics = validate(self.model, self.vocabulary, self.valid_dataset, self.valid_pairs, self.search, self.config,
+                           self.log, self.progress.step, self.device, self.dtype, self.valid_alignments)  # fmt: skip
+        metrics["petaflops"] = self.progress.flops / 1e15
+        self.log.scalars({"valid/petaflops": metrics["petaflops"]}, self.progress.step)
+        self.log.scalars({"compute/valid_bleu": metrics["bleu"]}, round(self.progress.flops / 1e12))
+        return metrics
 
     def validate_and_save(self) -> None:
         metrics = distributed.share(self.validate() if self.rank == 0 else None)  # every replica steps the schedule

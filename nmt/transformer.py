@@ -15,6 +15,7 @@ from torch import nn
 
 from nmt.attention import MultiHeadAttention
 from nmt.dropout import Dropout
+from nmt.flops import Shape, attention_products, linear, output_and_loss
 from nmt.model import Seq2Seq, State
 
 
@@ -86,6 +87,10 @@ class FeedForward(nn.Sequential):
             Dropout(dropout) if dropout else nn.Identity(),
             nn.Linear(hidden_size, model_size),
         )
+
+    def flops(self, rows: int) -> int:
+        return linear(rows, self[0].in_features, self[0].out_features) + linear(rows, self[-1].in_features,
+                                                                            self[-1].out_features)  # fmt: skip
 
 
 class ResidualLayer(nn.Module):
@@ -305,3 +310,22 @@ class Transformer(nn.Module, Seq2Seq):
         maps["cross_heads_last_layer"] = weights
         maps["encoder_self_last_layer"] = encoder_weights
         return maps
+
+    def training_flops(self, shape: Shape) -> int:
+        """Per layer: the four projections of each attention over the rows they read, the scores and the weighted
+        values of every head over the padded block (a window is a mask: the products are the same), the FFN."""
+        batch, source, target = shape.batch, shape.source_max, shape.target_max
+        size = self.output.in_features  # d_model
+
+        def projections(rows: int, count: int) -> int:
+            return count * linear(rows, size, size)
+
+        total = output_and_loss(shape, size, self.output.out_features)
+        for layer in self.encoder:
+            total += projections(batch * source, 4) + 2 * attention_products(batch * source, source, size)
+            total += layer.feedforward.flops(batch * source)
+        for layer in self.decoder:
+            total += projections(batch * target, 4) + 2 * attention_products(batch * target, target, size)  # self
+            total += projections(batch * target, 2) + projections(batch * source, 2)  # cross: W^Q, W^O; W^K, W^V
+            total += 2 * attention_products(batch * target, source, size) + layer.feedforward.flops(batch * target)
+        return total

@@ -12,10 +12,12 @@ of --steps updates each), peak resident memory of a process that only trains it,
 search and beam 5 over test2016 with a trained checkpoint (`<checkpoints>/<model>/best.pt`, when there is one; an
 untrained model decodes to its length limit, which says little). The harness also measures this machine's
 matrix-multiply peak in the chosen precision and reports each model's FLOP/s against it: the floating-point operations
-of one training update counted by torch.utils.flop_counter (matrix products forward and backward, exactly; the
-elementwise work is not counted), per target token, times tokens/s. 6 x parameters x tokens/s, the usual estimate,
-is in the JSON too; it overstates the RNNs (embeddings do no products) and understates attention. Each model runs in
-a fresh subprocess, so peak memory is its own. Timings on a shared machine are noisy: compare ratios taken in one run.
+of the timed updates from the model's own formula (nmt/flops.py: matrix products forward and backward, as
+torch.utils.flop_counter counts them, tested against it; the elementwise work is not counted; the same on a GPU,
+where the counter misses cuDNN's RNN kernels), per target token, times tokens/s. 6 x parameters x tokens/s, the usual
+estimate, is in the JSON too; it overstates the RNNs (embeddings do no products) and understates attention. Each
+model runs in a fresh subprocess, so peak memory is its own. Timings on a shared machine are noisy: compare ratios
+taken in one run.
 """
 
 from __future__ import annotations
@@ -36,7 +38,6 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
-from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 from nmt import build  # noqa: E402
 from nmt.config import TrainConfig  # noqa: E402
@@ -63,29 +64,6 @@ def matmul_peak(dtype: torch.dtype, device: torch.device) -> float:
         synchronize(device)
         best = max(best, 2 * n**3 * repeats / (time.perf_counter() - started))
     return best
-
-
-def lstm_layer_flops(input_shape, weight_ih_shape, weight_hh_shape, *args, **kwargs) -> int:
-    """nn.LSTM on a CPU runs each layer as one oneDNN operator, which the flop counter does not know: its products
-    are 2 x time x batch x 4H x (input + H), padding included (it is computed too)."""
-    return 2 * input_shape[0] * input_shape[1] * weight_ih_shape[0] * (weight_ih_shape[1] + weight_hh_shape[1])
-
-
-def lstm_layer_backward_flops(*args, **kwargs) -> int:
-    return 2 * lstm_layer_flops(*args, **kwargs)  # gradients of the inputs and of the weights
-
-
-FLOP_FORMULAS = {
-    torch.ops.aten.mkldnn_rnn_layer: lstm_layer_flops,
-    torch.ops.aten.mkldnn_rnn_layer_backward: lstm_layer_backward_flops,
-}
-
-
-def counted_flops(step) -> int:
-    """Floating-point operations of the products in `step()`, forward and backward."""
-    with FlopCounterMode(display=False, custom_mapping=FLOP_FORMULAS) as counter:
-        step()
-    return counter.get_total_flops()
 
 
 def synchronize(device: torch.device) -> None:
@@ -116,20 +94,21 @@ def measure(model_name: str, args) -> dict:
                       cfg.data.max_tokens, cfg.data.max_len, cfg.seed)  # fmt: skip
     updates = trainer.updates()
     for _ in range(3):  # warm-up: allocator, kernels, first batches
-        batches, tokens, _, _ = next(updates)
+        batches, tokens, _, _, _ = next(updates)
         trainer.train_step(batches, tokens)
-    batches, tokens, _, _ = next(updates)
-    flops_per_token = counted_flops(lambda: trainer.train_step(batches, tokens)) / tokens
-    rates = []
+    rates, all_tokens, all_flops = [], 0, 0
     for _ in range(args.windows):
         synchronize(trainer.device)
         started, window_tokens = time.perf_counter(), 0
         for _ in range(args.steps):
-            batches, tokens, _, _ = next(updates)
+            batches, tokens, _, _, flops = next(updates)
             trainer.train_step(batches, tokens)
             window_tokens += tokens
+            all_flops += flops
         synchronize(trainer.device)
         rates.append(window_tokens / (time.perf_counter() - started))
+        all_tokens += window_tokens
+    flops_per_token = all_flops / all_tokens  # the model's own formula (nmt/flops.py), on any device
     if args.profile:
         write_profile(trainer, updates, model_name, args)
     result = {
@@ -171,7 +150,7 @@ def write_profile(trainer: Trainer, updates, model_name: str, args) -> None:
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     with torch.profiler.profile(activities=activities) as profiler:
         for _ in range(args.profile):
-            batches, tokens, _, _ = next(updates)
+            batches, tokens, _, _, _ = next(updates)
             trainer.train_step(batches, tokens)
         synchronize(trainer.device)
     sort = "self_cuda_time_total" if trainer.device.type == "cuda" else "self_cpu_time_total"

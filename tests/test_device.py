@@ -113,7 +113,7 @@ def test_an_update_the_gradient_scaler_skips_does_not_advance_the_schedule(tmp_p
                            warmup_steps=10, progress=False)  # fmt: skip
     trainer = Trainer(model, sample_vocabulary, sample_splits.train[:16], sample_splits.valid[:4], tmp_path, config)
     trainer.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)  # what fp16 uses, on the CPU
-    batches, tokens, _, _ = next(trainer.updates())
+    batches, tokens, _, _, _ = next(trainer.updates())
     trainer.train_step(batches, tokens)
     assert trainer.schedule.last_epoch == 1 and trainer.scaler.get_scale() == 2.0**10
     with torch.no_grad():

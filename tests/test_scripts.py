@@ -4,12 +4,14 @@ import importlib.util
 import json
 
 import pytest
+import torch
 from conftest import ROOT
 
 from nmt import UserError
 from nmt import comparison as compare
 from nmt.claims import NOT_MEASURED, NOT_SIGNIFICANT, NOT_SUPPORTED, PARTLY, SUPPORTED, check_claims
 from nmt.device import autocast, resolve
+from nmt.flops import counted
 from nmt.significance import Difference
 
 
@@ -257,8 +259,6 @@ def test_benchmark_measures_and_profiles_a_small_model_on_the_sample_corpus(tmp_
 
 
 def test_flop_count_includes_the_cpu_lstm_kernel():
-    benchmark = load_script("benchmark")
-    torch = benchmark.torch
     lstm = torch.nn.LSTM(64, 128, 2, batch_first=True)
     inputs = torch.randn(4, 10, 64)
     cpu = torch.device("cpu")
@@ -270,7 +270,7 @@ def test_flop_count_includes_the_cpu_lstm_kernel():
                 outputs, _ = lstm(inputs)
             outputs.float().sum().backward()
 
-        assert benchmark.counted_flops(step) == 3 * forward  # forward, and backward twice that
+        assert counted(step) == 3 * forward  # forward, and backward twice that
 
 
 def test_the_lab_trains_scores_alignment_and_length_and_resumes_where_it_stopped(tmp_path, capsys):

@@ -97,7 +97,7 @@ def test_accumulated_update_has_the_gradient_of_one_large_batch(tmp_path, sample
     pairs = sample_splits.train[:60]
     trainer = make_trainer(tmp_path, sample_vocabulary, pairs, "bahdanau", accumulate=3, clip_norm=0.0)
     reference = copy.deepcopy(trainer.model)
-    batches, tokens, local_tokens, count = next(trainer.updates())
+    batches, tokens, local_tokens, count, _ = next(trainer.updates())
     assert count == len(batches) == 3 and tokens == local_tokens == sum(b.target_tokens for b in batches)
     trainer.train_step(batches, tokens)
     total = sum(
@@ -114,7 +114,7 @@ def test_an_epoch_of_accumulated_updates_uses_every_batch_once(tmp_path, sample_
     trainer = make_trainer(tmp_path, sample_vocabulary, sample_splits.train[:200], "sutskever", accumulate=2)
     seen, updates = [], trainer.updates()
     while trainer.progress.epoch == 0:
-        batches, _, _, count = next(updates)
+        batches, _, _, count, _ = next(updates)
         seen += [i for b in batches for i in b.indices.tolist()]
         trainer.progress.batch_in_epoch += count
         if trainer.progress.batch_in_epoch == trainer.batches_in_epoch:
