@@ -26,15 +26,16 @@ train: install
 demo: install
 	$(BIN)/python train.py data=sample model=bahdanau experiment=demo
 
-# Every family and Luong variant (scripts/compare.py VARIANTS) on the same data and CPU-sized budget, SEEDS seeds
-# each, then the report with significance and the papers' claims (multirun/compare/report.md). About three hours per
-# seed on 2 cores; rerunning continues where it stopped. The lab's lab.json, when there, feeds two of the claims.
+# Every family and Luong variant (configs/variant/) on the same data and compute (COMPARE_FLOPS: what Bahdanau's
+# model trains in 8 minutes on 2 cores with native bf16), SEEDS seeds each, as one `train.py -m`, then the report with
+# significance and the papers' claims (multirun/compare/report.md). About three hours per seed on 2 cores; rerunning
+# continues where it stopped. The lab's lab.json, when there, feeds two of the claims.
 SEEDS ?= 1
-COMPARE_MINUTES ?= 8
+COMPARE_FLOPS ?= 1e14
 LAB_JSON = $(wildcard multirun/lab/lab.json)
 compare: install
 	$(BIN)/python scripts/compare.py --train --output multirun/compare --seeds $(SEEDS) \
-		--minutes $(COMPARE_MINUTES) $(if $(LAB_JSON),--lab $(LAB_JSON),) --extra $(DATA_ARG)
+		--flops $(COMPARE_FLOPS) $(if $(LAB_JSON),--lab $(LAB_JSON),) --extra $(DATA_ARG)
 
 # The alignment lab: the four families and the Luong variants on the sample grammar; AER against its gold alignments
 # and BLEU by sentence length up to 80 words (multirun/lab/report.md and its figures). About 40 minutes per seed (16 variants).

@@ -1,5 +1,6 @@
-"""A comparison of finished training runs: seeds grouped, significance, equal-time and equal-update views, the
-papers' claims, attention side by side; written as report.md, figures, compare.json and TensorBoard.
+"""A comparison of finished training runs: seeds grouped, significance, equal-compute (or equal-time), equal-update
+and equal-epoch views, the papers' claims, attention side by side; written as report.md, figures, compare.json and
+TensorBoard.
 
 `scripts/compare.py` (make compare) and `scripts/lab.py` (make lab) train the runs and call `summarise`. Runs whose
 configs differ only in the seed are seeds of one variant, named from the config (`luong (general, local_p)`).
@@ -104,6 +105,8 @@ def describe(run: Path, test_cache: dict, beam: int) -> dict:
         "best_step": best["progress"]["step"],
         "updates": progress["step"],
         "minutes": progress["train_seconds"] / 60,
+        "petaflops": progress.get("flops", 0) / 1e15,
+        "budget": budget(config.get("trainer", {})),
         "tokens_per_second": progress["tokens_trained"] / max(progress["train_seconds"], 1e-9),
         "valid_bleu": best["progress"]["best_bleu"],
         "test_bleu": sacrebleu.corpus_bleu(hypotheses, [references]).score,
@@ -113,6 +116,7 @@ def describe(run: Path, test_cache: dict, beam: int) -> dict:
             f"{low}-{high}": value for (low, high), value in bleu_by_length(sources, hypotheses, references).items()
         },  # fmt: skip
         "curve": valid_curve(run),
+        "compute_curve": compute_curve(run),
         "alignment_map": shape[0] if shape else None,
         "attention": shape[1] if shape else None,
         "hypotheses": beam_output or hypotheses,  # what the significance tests compare
@@ -136,6 +140,29 @@ def valid_curve(run: Path) -> list[tuple[float, int, float]]:
         points += [(elapsed + (e.wall_time - start) / 60, e.step, e.value) for e in validations]
         elapsed += (end - start) / 60
     return points
+
+
+def compute_curve(run: Path) -> list[tuple[float, float, float]]:
+    """(petaFLOPs trained, epochs trained, valid BLEU) at each validation, for runs that log them (trained with a
+    compute count); with trainer.validations, the k-th point of every run of one budget is at the same k/N of it."""
+    tags = ("valid/petaflops", "valid/epochs", "valid/bleu")
+    found: dict[str, dict[int, float]] = {tag: {} for tag in tags}
+    for path in run.glob("events.out.tfevents.*"):
+        events = EventAccumulator(str(path))
+        events.Reload()
+        for tag in set(tags) & set(events.Tags()["scalars"]):
+            found[tag].update({e.step: e.value for e in events.Scalars(tag)})
+    steps = sorted(set.intersection(*(set(values) for values in found.values())))
+    return [tuple(found[tag][step] for tag in tags) for step in steps]
+
+
+def budget(trainer: dict) -> str:
+    """What stops a run, from its trainer options: "1e+14 FLOPs", "8 minutes (wall clock)", "300 updates"..."""
+    parts = [f"{trainer['max_flops']:g} FLOPs" if trainer.get("max_flops") else "",
+             f"{trainer['max_steps']} updates" if trainer.get("max_steps") else "",
+             f"{trainer['max_epochs']} epochs" if trainer.get("max_epochs") else "",
+             f"{trainer['max_minutes']:g} minutes (wall clock)" if trainer.get("max_minutes") else ""]  # fmt: skip
+    return " or ".join(p for p in parts if p) or "early stopping alone"
 
 
 def spread(values: list[float]) -> str:
@@ -172,6 +199,24 @@ def mean_curve(runs: list[dict]) -> list[tuple[float, int, float]]:
         at = [next(p for p in r["curve"] if p[1] == step) for r in runs]
         points.append((statistics.mean(p[0] for p in at), step, statistics.mean(p[2] for p in at)))
     return points
+
+
+def mean_compute_curve(runs: list[dict]) -> list[tuple[float, float, float]]:
+    """(petaFLOPs, epochs, valid BLEU) averaged over seeds at each validation every seed made (the k-th of each)."""
+    points = min(len(r["compute_curve"]) for r in runs)
+    return [tuple(statistics.mean(r["compute_curve"][k][i] for r in runs) for i in range(3)) for k in range(points)]
+
+
+def equal_compute(curves: dict[str, list[tuple[float, float, float]]], columns: int = 5) -> tuple[list[float], dict]:
+    """Valid BLEU at the same compute: the k-th validation of every variant, for up to `columns` k spread to the
+    last that all of them made (their compute differs by at most the last update's: validations fall at the same
+    fractions of one budget); ([petaFLOPs at each, the mean over variants], {variant: [BLEU at each]})."""
+    shared = min((len(c) for c in curves.values()), default=0)
+    if not shared:
+        return [], {}
+    chosen = sorted({round(i * (shared - 1) / max(columns - 1, 1)) for i in range(columns)})
+    at = [statistics.mean(c[k][0] for c in curves.values()) for k in chosen]
+    return at, {name: [c[k][2] for k in chosen] for name, c in curves.items()}
 
 
 def equal_updates(curves: dict[str, list[tuple[float, int, float]]], columns: int = 5) -> tuple[list[int], dict]:
@@ -221,7 +266,7 @@ def line_figure(lines: dict[str, tuple[list, list]], xlabel: str, ylabel: str, t
     return figure
 
 
-def figures(groups: dict[str, list[dict]], curves: dict, pairs: list, output: Path) -> dict[str, plt.Figure]:
+def figures(groups: dict[str, list[dict]], curves: dict, compute: dict, pairs: list, output: Path) -> dict:
     labels = [f"{low}-{high}" for low, high in LENGTH_BUCKETS]
     by_length = {}
     for name, runs in groups.items():
@@ -238,6 +283,22 @@ def figures(groups: dict[str, list[dict]], curves: dict, pairs: list, output: Pa
                                        "updates", "valid BLEU (greedy)", "Equal updates: valid BLEU against updates",
                                        output / "bleu_by_updates.png"),
     }  # fmt: skip
+    if any(compute.values()):
+        made["bleu_by_compute"] = line_figure(
+            {n: ([p[0] for p in c], [p[2] for p in c]) for n, c in compute.items() if c},
+            "training compute (petaFLOPs)",
+            "valid BLEU (greedy)",
+            "Equal compute: valid BLEU against FLOPs",
+            output / "bleu_by_compute.png",
+        )
+        made["bleu_by_epochs"] = line_figure(
+            {n: ([p[1] for p in c], [p[2] for p in c]) for n, c in compute.items() if c},
+            "epochs",
+            "valid BLEU (greedy)",
+            "Equal epochs: valid BLEU against epochs",
+            output / "bleu_by_epochs.png",
+        )
+    # fmt: skip
     attention = heatmaps(groups, pairs)
     if attention is not None:
         attention.savefig(output / "attention.png")
@@ -252,20 +313,53 @@ def p_cell(difference) -> str:
     return f"{d.delta:+.2f}{d.mark()} ({p_value(d.p_bootstrap)}, {p_value(d.p_randomization)})"
 
 
-def report(groups, tests, claims, curves, signatures, output: Path, beam: int, command: str) -> str:
+def equal_compute_table(compute: dict[str, list[tuple[float, float, float]]]) -> list[str]:
+    at, table = equal_compute(compute) if compute and all(compute.values()) else ([], {})
+    if not at:
+        return []
+    lines = ["## Equal compute and equal epochs\n", "Valid BLEU (greedy, mean over seeds) at the same training compute "
+             "(the same fractions of the budget, petaFLOPs in the header); against epochs in the second figure.\n",
+             "| variant | " + " | ".join(f"{p:.3g} PFLOP" for p in at) + " |", "|---|" + "---|" * len(at)]  # fmt: skip
+    for name in sorted(table, key=lambda n: -table[n][-1]):
+        lines.append(f"| {name} | " + " | ".join(f"{b:.2f}" for b in table[name]) + " |")
+    return [
+        *lines,
+        "",
+        "![valid BLEU against compute](bleu_by_compute.png)",
+        "![valid BLEU against epochs](bleu_by_epochs.png)",
+        "",
+    ]
+
+
+def budget_section(groups: dict[str, list[dict]]) -> list[str]:
+    """The headline table's title and what it holds equal, from the runs' budgets."""
+    budgets = sorted({r["budget"] for runs in groups.values() for r in runs})
+    if any("wall clock" in b for b in budgets):
+        return ["## Equal time\n", f"Each run trains for {'; '.join(budgets)}. A wall-clock budget depends on the "
+                "machine and on what else ran on it, so these runs are **not reproducible**: the same seed gives "
+                "another model elsewhere (a compute budget, `--flops`, does not). "]  # fmt: skip
+    if len(budgets) == 1 and budgets[0].endswith("FLOPs"):
+        return ["## Equal compute\n", f"Each run trains for the same compute, {budgets[0]} of matrix products "
+                "(nmt/flops.py): the same updates on any machine, idle or busy. "]  # fmt: skip
+    return ["## Budgets\n", f"The runs' budgets: {'; '.join(budgets)}. "]
+
+
+def report(groups, tests, claims, curves, compute, signatures, output: Path, beam: int, command: str) -> str:
     """report.md: the claims, then the tables behind them; figures beside it."""
     lines = [f"# Comparison\n\n`{command}`\n", "## The papers' claims\n", "| claim | paper | this run | evidence |",
              "|---|---|---|---|"]  # fmt: skip
     lines += [f"| {c.claim} | {c.source} | **{c.verdict}** | {c.evidence} |" for c in claims]
-    lines += ["", "![attention of each model](attention.png)", "", "## Equal time\n",
-              "Each run trains for the same wall-clock budget; test BLEU of the best checkpoint ("
+    title, budget_text = budget_section(groups)
+    lines += ["", "![attention of each model](attention.png)", "", title,
+              budget_text + "Test BLEU of the best checkpoint by valid BLEU ("
               + (f"beam {beam}, length penalty 0.6" if beam > 1 else "greedy")
               + "), mean ± standard deviation over seeds with each seed's figure. "
               "Δ: the difference in BLEU against the baseline and against the best variant, with the p-values of "
               "paired bootstrap resampling and approximate randomization (the largest over seeds; * when both are "
               "below 0.05 for every seed, in one direction).\n",
               f"| variant | seeds | test BLEU | each seed | chrF | Δ {BASELINE} (p bs, p ar) | Δ best (p bs, p ar) | "
-              "updates | tok/s | entropy | diagonality |", "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+              "updates | PFLOP | minutes | tok/s | entropy | diagonality |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     ranked = sorted(groups, key=lambda n: -statistics.mean(headline(r) for r in groups[n]))
     for name in ranked:
         runs, against = groups[name], {k: tests[k].get(name, {}) for k in ("baseline", "best")}
@@ -277,9 +371,19 @@ def report(groups, tests, claims, curves, signatures, output: Path, beam: int, c
             f"{', '.join(f'{headline(r):.2f}' for r in runs)} | {spread([r['test_chrf'] for r in runs])} | "
             f"{p_cell(against['baseline'].get('BLEU'))} | {p_cell(against['best'].get('BLEU'))} | "
             f"{statistics.mean(r['updates'] for r in runs):.0f} | "
+            f"{statistics.mean(r['petaflops'] for r in runs):.3g} | "
+            f"{statistics.mean(r['minutes'] for r in runs):.1f} | "
             f"{statistics.mean(r['tokens_per_second'] for r in runs):,.0f} | {attention} |"
         )  # fmt: skip
-    lines += ["", "![valid BLEU against time](bleu_by_time.png)", ""]
+    lines += [
+        "",
+        "Minutes and tokens/s are measurements of the machine the runs shared, not what stopped them "
+        "(unless the budget above is in minutes).",
+        "",
+        "![valid BLEU against time](bleu_by_time.png)",
+        "",
+    ]
+    lines += equal_compute_table(compute)
     steps, at_steps = equal_updates(curves)
     lines += ["## Equal updates\n", "Valid BLEU (greedy, mean over seeds) after the same number of updates, "
               "whatever each took in time.\n"]  # fmt: skip
@@ -340,8 +444,9 @@ def summarise(
 
     claims = check_claims(bleu, tester, lab)
     curves = {name: mean_curve(g) for name, g in groups.items()}
-    made = figures(groups, curves, pairs, output)
-    text = report(groups, tests, claims, curves, signatures, output, beam, command)
+    compute = {name: mean_compute_curve(g) for name, g in groups.items()}
+    made = figures(groups, curves, compute, pairs, output)
+    text = report(groups, tests, claims, curves, compute, signatures, output, beam, command)
     record = {
         "command": command,
         "signatures": signatures,

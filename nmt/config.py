@@ -141,7 +141,10 @@ class TrainerConfig:
     # or fp32, bf16, fp16 (GPU only)
     precision: str = "auto"
     device: str = "auto"  # auto (CUDA when present), cpu or cuda
-    resume: Any = False  # true: continue from this run directory's last.pt; or a checkpoint path
+    # true: continue from this run directory's last.pt; or a checkpoint path; auto (a sweep's jobs, rerun): keep the
+    # run finished here with these settings, continue an interrupted one, start a new one where there is none
+    resume: Any = False
+    threads: int = 0  # torch's CPU threads; 0: its default (all cores). Jobs side by side: cores / jobs each
     log_every: int = 20  # steps between training-loss logs
     valid_max_tokens: int = 8000  # padded tokens per validation/decoding batch
     decode_ratio: float = 1.5  # greedy decoding stops at decode_ratio x source length + decode_extra
@@ -163,9 +166,9 @@ class TrainerConfig:
                 raise UserError(f"trainer.{key}={getattr(self, key)!r}: use one of {', '.join(allowed)}")
         at_least = {"log_every": 1, "accumulate": 1, "valid_max_tokens": 1, "decode_extra": 1, "max_steps": 0,
                     "max_epochs": 0, "max_minutes": 0, "max_flops": 0, "validations": 0, "valid_every": 0,
-                    "patience": 0, "keep_checkpoints": 0, "num_samples": 0, "num_plots": 0, "warmup_steps": 0,
-                    "plateau_patience": 0, "clip_norm": 0, "weight_decay": 0, "min_lr": 0, "decode_ratio": 0,
-                    "decode_max_input_len": 1}  # fmt: skip
+                    "threads": 0, "patience": 0, "keep_checkpoints": 0, "num_samples": 0, "num_plots": 0,
+                    "warmup_steps": 0, "plateau_patience": 0, "clip_norm": 0, "weight_decay": 0, "min_lr": 0,
+                    "decode_ratio": 0, "decode_max_input_len": 1}  # fmt: skip
         for key, low in at_least.items():
             if getattr(self, key) < low:
                 raise UserError(f"trainer.{key}={getattr(self, key)}: must be at least {low}")

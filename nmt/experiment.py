@@ -22,7 +22,7 @@ from nmt.device import capability
 from nmt.device import choose as choose_precision
 from nmt.device import device as find_device
 from nmt.optim import set_lr
-from nmt.resume import check_changes, checkpoint_to_resume
+from nmt.resume import check_changes, checkpoint_to_resume, finished_run
 from nmt.trainer import Trainer
 
 log = logging.getLogger(__name__)
@@ -36,9 +36,15 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     set_seed(settings.seed)
+    if settings.trainer.threads:  # several jobs side by side on one machine: jobs x threads = cores
+        torch.set_num_threads(settings.trainer.threads)
     where = distributed.setup(find_device(settings.trainer.device))
     log.info("device %s; precision %s", where, choose_precision(settings.trainer.precision, capability(where)).reason)
     run_dir = Path(distributed.share(str(run_dir)))  # under torchrun, every process works in rank 0's run directory
+    if settings.trainer.resume == "auto" and (kept := finished_run(run_dir, resolved)) is not None:
+        log.info("%s holds this run, finished with these settings: kept (test BLEU %s)", run_dir,
+                 kept.get("test/bleu"))  # fmt: skip
+        return kept
     resumed = checkpoint_to_resume(run_dir, settings.trainer.resume)  # before anything in run_dir is written
     changes = check_changes(resumed[1]["config"], resolved, resumed[0]) if resumed else {}
     splits, vocabulary = corpus_and_vocabulary(settings, run_dir)

@@ -10,6 +10,7 @@ validation cadence, logging, decoding, device, learning rate, clipping, label sm
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 from pathlib import Path
 
@@ -20,6 +21,10 @@ from nmt.config import TrainerConfig, flatten
 log = logging.getLogger(__name__)
 
 RUN_FILES = ("last.pt", "previous.pt", "best.pt", "results.json")  # and step<N>.pt
+# What a finished run was trained for: a resumed run may change these (it trains on), but a finished run kept under
+# another budget would be reported as if it had trained for the one asked for.
+BUDGET = {"trainer.max_flops", "trainer.max_minutes", "trainer.max_steps", "trainer.max_epochs", "trainer.validations",
+          "trainer.valid_every", "trainer.patience"}  # fmt: skip
 # Options a resumed run may change. Everything else under data, model, trainer and seed must match the checkpoint.
 SAFE = {
     "data.dir", "data.url", "data.cache", "data.spm_cache",
@@ -27,7 +32,7 @@ SAFE = {
     "trainer.valid_every", "trainer.validations",
     "trainer.log_every", "trainer.progress", "trainer.test_at_end", "trainer.keep_checkpoints", "trainer.num_samples",
     "trainer.num_plots", "trainer.valid_max_tokens", "trainer.decode_ratio", "trainer.decode_extra",
-    "trainer.device", "trainer.resume", "trainer.lr", "trainer.clip_norm", "trainer.label_smoothing",
+    "trainer.device", "trainer.resume", "trainer.lr", "trainer.clip_norm", "trainer.label_smoothing", "trainer.threads",
 }  # fmt: skip
 
 
@@ -51,9 +56,9 @@ def checkpoint_to_resume(run_dir: Path, option) -> tuple[Path, dict] | None:
                 "trainer.resume=true, or give the new run its own directory (hydra.run.dir=...)"
             )
         return None
-    if option is True or option in ("true", "True"):
+    if option is True or option in ("true", "True", "auto"):
         if not (run_dir / "last.pt").is_file() and not (run_dir / "previous.pt").is_file():
-            log.info("trainer.resume=true but %s has no last.pt yet; starting a new run", run_dir)
+            log.info("trainer.resume=%s but %s has no last.pt yet; starting a new run", option, run_dir)
             return None
         return latest_good(run_dir)
     path = Path(str(option)).expanduser()
@@ -63,6 +68,21 @@ def checkpoint_to_resume(run_dir: Path, option) -> tuple[Path, dict] | None:
             "Give the continued run its own directory (hydra.run.dir=...)"
         )
     return path, training_checkpoint(path)
+
+
+def finished_run(run_dir: Path, new: dict) -> dict | None:
+    """For `trainer.resume=auto` (a sweep's job, rerun): the results of the run finished in `run_dir` when it was
+    trained with the settings and budget of `new` (the command line's resolved config), None when there is no
+    finished run there; a finished run with other settings is refused, naming them."""
+    results, last = run_dir / "results.json", run_dir / "last.pt"
+    if not (results.is_file() and last.is_file()):
+        return None
+    changed, breaking = changes(checkpoint.load(last)["config"], new)
+    breaking = sorted({*breaking, *(BUDGET & changed.keys())} - {"trainer.resume"})
+    if breaking:
+        raise UserError(f"{run_dir} holds a finished run trained with other settings than asked for "
+                        f"({listed(changed, breaking, 'then')}): move it away, or ask for its settings")  # fmt: skip
+    return json.loads(results.read_text(encoding="utf-8"))
 
 
 def latest_good(run_dir: Path) -> tuple[Path, dict]:

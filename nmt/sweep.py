@@ -1,14 +1,17 @@
-"""Several training runs one after another, each a `train.py` process, that a rerun continues where it stopped.
+"""Several training runs that a rerun continues where it stopped.
 
-`make compare` and `make lab` (scripts/compare.py, scripts/lab.py) run their variants through `train_run`: a run
-whose `results.json` exists is kept, an interrupted one (a `last.pt` without results) resumes with
-`trainer.resume=true`, and the rest start. A kept run must have the settings the overrides give today: after a
-default changes, a finished run from before would otherwise be reported as if it had today's, beside seeds that do
-(`check_finished` refuses it, naming the options, before anything trains).
+`make compare` (scripts/compare.py) trains its variants and seeds as one `train.py -m` through a Hydra launcher
+(`sweep`): one run after another, several at once on this machine (hydra-joblib-launcher), or a SLURM job each
+(submitit). Every job runs with `trainer.resume=auto`, so what a rerun does is the training command's own, under any
+launcher: a run finished with the same settings is kept, an interrupted one continues, the rest start.
+`make lab` (scripts/lab.py) runs its variants one after another through `train_run`. A kept run must have the
+settings the overrides give today: after a default changes, a finished run from before would otherwise be reported
+as if it had today's, beside seeds that do (`check_finished` refuses it, naming the options, before anything trains).
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,9 +21,10 @@ from omegaconf import DictConfig, OmegaConf
 from nmt import UserError
 from nmt.checkpoint import upgrade
 from nmt.config import register
-from nmt.resume import changes, listed
+from nmt.resume import BUDGET, changes, listed
 
 ROOT = Path(__file__).resolve().parents[1]
+LAUNCHERS = ("basic", "joblib", "slurm")
 
 
 def composed(overrides: list[str]) -> DictConfig:
@@ -51,6 +55,7 @@ def check_finished(runs: list[tuple[str, list[str], Path]]) -> None:
         saved = saved_settings(run_dir) if (run_dir / "results.json").is_file() else None
         if saved is not None:
             changed, breaking = changes(saved, settings(overrides))
+            breaking = sorted({*breaking, *(BUDGET & changed.keys())})
             if breaking:
                 stale.append(f"{name} ({run_dir}): {listed(changed, breaking, 'then')}")
     if stale:
@@ -75,3 +80,27 @@ def train_run(name: str, overrides: list[str], run_dir: Path) -> bool:
         raise UserError(f"{name}: train.py failed in {run_dir}; rerun to continue. Its last words:\n"
                         f"{result.stderr[-2000:]}")  # fmt: skip
     return True
+
+
+def sweep(variants: list[str], seeds: list[int], overrides: list[str], folder: Path, launcher: str = "basic",
+          jobs: int = 1) -> list[Path]:  # fmt: skip
+    """Train every variant (configs/variant/<name>.yaml) with every seed, seed by seed, as one `train.py -m` into
+    folder/<variant>/seed<N>, through Hydra's `launcher`: `basic` (one after another), `joblib` (`jobs` at once on
+    this machine, each with cores / jobs torch threads) or `slurm`. Returns the run directories."""
+    runs = [(f"{variant} seed {seed}", [f"variant={variant}", *overrides, f"seed={seed}"],
+             folder / variant / f"seed{seed}") for seed in seeds for variant in variants]  # fmt: skip
+    check_finished(runs)
+    subdir = "${hydra:runtime.choices.variant}/seed${seed}"  # resolved by Hydra for each job
+    command = [sys.executable, str(ROOT / "train.py"), "-m", f"seed={','.join(map(str, seeds))}",
+               f"variant={','.join(variants)}", *overrides, "trainer.resume=auto", "trainer.progress=false",
+               f"hydra.sweep.dir={folder}", f"hydra.sweep.subdir={subdir}"]  # fmt: skip
+    if launcher == "joblib":
+        threads = max(1, (os.cpu_count() or 1) // jobs)
+        command += ["hydra/launcher=joblib", f"hydra.launcher.n_jobs={jobs}", f"trainer.threads={threads}"]
+    elif launcher == "slurm":
+        command += ["hydra/launcher=slurm"]
+    print("train.py " + " ".join(command[3:]), flush=True)
+    if subprocess.run(command, cwd=ROOT).returncode != 0:
+        raise UserError(f"a run of the sweep failed (its error is above); rerun to continue: finished runs in {folder} "
+                        "are kept and interrupted ones continue")  # fmt: skip
+    return [run_dir for _, _, run_dir in runs]

@@ -327,8 +327,10 @@ class Trainer:
         compute trained so far (`compute/valid_bleu`, its x the teraFLOPs, so runs of different models line up)."""
         metrics = validate(self.model, self.vocabulary, self.valid_dataset, self.valid_pairs, self.search, self.config,
                            self.log, self.progress.step, self.device, self.dtype, self.valid_alignments)  # fmt: skip
-        metrics["petaflops"] = self.progress.flops / 1e15
-        self.log.scalars({"valid/petaflops": metrics["petaflops"]}, self.progress.step)
+        progress = self.progress
+        metrics["petaflops"] = progress.flops / 1e15
+        metrics["epochs"] = progress.epoch + progress.batch_in_epoch / max(self.batches_in_epoch, 1)
+        self.log.scalars({"valid/petaflops": metrics["petaflops"], "valid/epochs": metrics["epochs"]}, progress.step)
         self.log.scalars({"compute/valid_bleu": metrics["bleu"]}, round(self.progress.flops / 1e12))
         return metrics
 

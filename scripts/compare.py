@@ -1,16 +1,19 @@
 """Compare the model families and attention variants: train them with several seeds, then a report with
-significance, equal-time and equal-update views, and the papers' claims checked.
+significance, equal-compute, equal-update and equal-epoch views, and the papers' claims checked.
 
-python scripts/compare.py --train [--output multirun/compare] [--seeds 3] [--minutes 8] [--variants a,b,...]
+python scripts/compare.py --train [--output multirun/compare] [--seeds 3] [--flops 1e14] [--variants a,b,...]
                           [--lab multirun/lab/lab.json] [--extra data.dir=...]
 python scripts/compare.py DIR [DIR ...] [--output REPORT_DIR] [--lab LAB_JSON]
 
-With --train, each variant trains for the same wall-clock budget once per seed (OUTPUT/runs/<variant>/seed<N>),
-validating every --valid-every updates so every curve has points at the same updates; a rerun keeps finished runs
-and resumes an interrupted one. Without it, the DIRs are run directories (best.pt, last.pt, best.test.hyp) or
-folders of them. Runs whose configs differ only in the seed are seeds of one variant. The report (`nmt/comparison.py`:
-report.md and its figures, compare.json with every figure, the same in TensorBoard under OUTPUT/tensorboard) goes to
---output.
+With --train, each variant trains for the same compute once per seed (OUTPUT/runs/<variant>/seed<N>): --flops
+floating-point operations of matrix products (nmt/flops.py), which stop a run at the same update on any machine,
+idle or busy; it validates as each 1/--validations of the budget is passed, so every curve has points at the same
+compute. --minutes gives a wall-clock budget instead (validating every --valid-every updates), which no other
+machine reproduces, and the report says so. A rerun keeps finished runs (refusing one trained with other settings or
+budget than asked for today) and resumes an interrupted one. Without --train, the DIRs are run directories (best.pt,
+last.pt, best.test.hyp) or folders of them. Runs whose configs differ only in the seed are seeds of one variant. The
+report (`nmt/comparison.py`: report.md and its figures, compare.json with every figure, the same in TensorBoard under
+OUTPUT/tensorboard) goes to --output.
 """
 
 from __future__ import annotations
@@ -25,49 +28,52 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from nmt import UserError  # noqa: E402
 from nmt.comparison import describe_runs, find_runs, summarise  # noqa: E402
 from nmt.paths import output_folder  # noqa: E402
-from nmt.sweep import check_finished, train_run  # noqa: E402
+from nmt.sweep import LAUNCHERS, sweep  # noqa: E402
 
-# The variants of `--train`: train.py overrides on top of each model's defaults.
-VARIANTS = {
-    "sutskever": ["model=sutskever"],
-    "bahdanau": ["model=bahdanau"],
-    "luong": ["model=luong"],  # bidirectional encoder, no input feeding (configs/model/luong.yaml)
-    "luong_feeding": ["model=luong", "model.input_feeding=true"],
-    "luong_paper": ["model=luong", "model.bidirectional=false", "model.input_feeding=true"],  # the paper's model
-    "luong_dot": ["model=luong", "model/attention=dot"],
-    "luong_concat": ["model=luong", "model/attention=concat"],
-    "luong_location": ["model=luong", "model/attention=location"],
-    "luong_local_m": ["model=luong", "model.alignment=local_m"],
-    "luong_local_p": ["model=luong", "model.alignment=local_p"],
-    "transformer": ["model=transformer"],
-    # the rest of the attention family (docs/attention.md): sparse and hard attention in Bahdanau's model, the window
-    "bahdanau_sparsemax": ["model=bahdanau", "model.attention.normalizer=sparsemax"],
-    "bahdanau_entmax15": ["model=bahdanau", "model.attention.normalizer=entmax15"],
-    "bahdanau_reinforce": ["model=bahdanau", "model.attention.hard=reinforce"],
-    "bahdanau_gumbel": ["model=bahdanau", "model.attention.hard=gumbel"],
-    "transformer_window": ["model=transformer", "model.window=4"],
-}
-# Validation every 30 updates gives each 8-minute curve 9-30 points at the same updates; the plateau schedule then
-# waits 6 validations (about one epoch of the RNNs, as the default recipe does with its validation per epoch) before
-# it cuts the rate, and the budget alone stops a run.
+# The variants of `--train`, in the order they train: configs/variant/<name>.yaml, each a few train.py overrides.
+VARIANTS = [
+    "sutskever",
+    "bahdanau",
+    "luong",
+    "luong_feeding",
+    "luong_paper",
+    "luong_dot",
+    "luong_concat",
+    "luong_location",
+    "luong_local_m",
+    "luong_local_p",
+    "transformer",
+    # the rest of the attention family (docs/attention.md): sparse and hard attention, the window
+    "bahdanau_sparsemax",
+    "bahdanau_entmax15",
+    "bahdanau_reinforce",
+    "bahdanau_gumbel",
+    "transformer_window",
+]
+# fmt: skip
+# 1e14 FLOPs is what Bahdanau's model trained in 8 minutes alone on a 2-core CPU with native bf16 (427 updates of
+# 2.3e11, 2.5 epochs of Multi30k); 12 validations, one about every 36 of its updates. The plateau schedule waits 6
+# validations (about one epoch of the RNNs, as the default recipe does with its validation per epoch) before it cuts
+# the rate, and the budget alone stops a run.
+FLOPS = 1e14
 RECIPE = ["trainer.plateau_patience=6", "trainer.patience=0", "trainer.progress=false"]
 
 
 def train(args: argparse.Namespace) -> list[Path]:
-    """Every variant of --variants with every seed, one after another; finished runs are kept."""
+    """Every variant of --variants with every seed, as one `train.py -m` through Hydra's --launcher; finished runs
+    are kept, interrupted ones continue."""
     keys = args.variants.split(",")
     unknown = [k for k in keys if k not in VARIANTS]
     if unknown:
         raise UserError(f"--variants: {', '.join(unknown)} unknown; use any of {', '.join(VARIANTS)}")
-    budget = [f"trainer.max_minutes={args.minutes}", f"trainer.valid_every={args.valid_every}", *RECIPE, *args.extra]
-    seeds = range(args.seed, args.seed + args.seeds)
-    folder = args.output / "runs"
-    runs = [(f"{key} seed {seed}", [*VARIANTS[key], *budget, f"seed={seed}"], folder / key / f"seed{seed}")
-            for seed in seeds for key in keys]  # fmt: skip
-    check_finished(runs)
-    for name, overrides, run_dir in runs:  # seed by seed: a stopped comparison is complete so far
-        train_run(name, overrides, run_dir)
-    return [run_dir for _, _, run_dir in runs]
+    if args.minutes:
+        budget = [f"trainer.max_minutes={args.minutes}", f"trainer.valid_every={args.valid_every}",
+                  "trainer.max_flops=0", "trainer.validations=0"]  # fmt: skip
+    else:
+        budget = [f"trainer.max_flops={args.flops:g}", f"trainer.validations={args.validations}",
+                  "trainer.max_minutes=0", "trainer.valid_every=0"]  # fmt: skip
+    seeds = list(range(args.seed, args.seed + args.seeds))
+    return sweep(keys, seeds, [*budget, *RECIPE, *args.extra], args.output / "runs", args.launcher, args.jobs)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -78,9 +84,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--variants", default=",".join(VARIANTS), help=f"with --train: any of {', '.join(VARIANTS)}")
     parser.add_argument("--seeds", type=int, default=1, help="with --train: seeds per variant")
     parser.add_argument("--seed", type=int, default=1234, help="with --train: the first seed")
-    parser.add_argument("--minutes", type=float, default=8.0, help="with --train: training minutes per run")
-    parser.add_argument("--valid-every", type=int, default=30, help="with --train: updates between validations")
+    parser.add_argument("--flops", type=float, default=FLOPS, help="with --train: training compute per run")
+    parser.add_argument("--validations", type=int, default=12, help="with --train: at each 1/N of the compute")
+    parser.add_argument("--minutes", type=float, default=0.0,
+                        help="with --train: a wall-clock budget instead of --flops (not reproducible)")  # fmt: skip
+    parser.add_argument("--valid-every", type=int, default=30, help="with --minutes: updates between validations")
     parser.add_argument("--extra", nargs="*", default=[], help="with --train: more train.py overrides for every run")
+    parser.add_argument("--launcher", choices=LAUNCHERS, default="basic",
+                        help="with --train: Hydra's launcher: one run after another (basic), --jobs at once on this "
+                             "machine (joblib), or a SLURM job each (slurm)")  # fmt: skip
+    parser.add_argument("--jobs", type=int, default=1, help="with --launcher joblib: runs at once")
     parser.add_argument("--beam", type=int, default=5, help="beam size of the headline test BLEU; 1: greedy")
     parser.add_argument("--lab", type=Path, default=None, help="the lab's lab.json, for the claims it supports")
     parser.add_argument("--samples", type=int, default=1000, help="paired bootstrap resamples")
@@ -88,8 +101,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.train == bool(args.folders):
         raise UserError("give either --train or the folders of finished runs to compare")
-    if args.seeds < 1 or args.minutes <= 0 or args.valid_every < 1:
-        raise UserError("--seeds and --valid-every must be at least 1 and --minutes above 0")
+    if args.seeds < 1 or args.valid_every < 1 or args.validations < 1 or args.jobs < 1:
+        raise UserError("--seeds, --validations, --valid-every and --jobs must be at least 1")
+    if args.minutes < 0 or not args.flops > 0:
+        raise UserError("--flops must be above 0, and --minutes (a wall-clock budget instead) at least 0")
     if args.lab is not None and not args.lab.is_file():
         raise UserError(f"--lab {args.lab}: no such file; `make lab` writes multirun/lab/lab.json")
     args.output = output_folder(args.output or (args.folders[0] if args.folders else Path("multirun/compare")),

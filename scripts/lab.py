@@ -1,12 +1,13 @@
 """The alignment lab: every attention variant on the sample grammar, scored as alignment (AER) and by length.
 
-python scripts/lab.py [--output multirun/lab] [--minutes 2] [--seeds 1] [--variants bahdanau,luong_local_p,...]
+python scripts/lab.py [--output multirun/lab] [--flops F] [--seeds 1] [--variants bahdanau,luong_local_p,...]
 
 The sample grammar knows the gold word alignment of each pair it writes, so attention can be scored as alignment
 (AER, Och and Ney 2003), as Luong et al. (2015, Table 6) did on gold German-English alignments, and it writes
 sentences of any length, so BLEU can be measured against sentence length past what the models were trained on, as
-Bahdanau et al. (2015, Figure 2) did. Each variant trains for the same few minutes on sentences of at most
-20 words (`train.py experiment=lab`), once per seed (OUTPUT/runs/<variant>/seed<N>); then every model decodes a
+Bahdanau et al. (2015, Figure 2) did. Each variant trains for the same compute (--flops, what Bahdanau's model
+does in about two minutes on 2 CPU cores; the same updates on any machine) on sentences of at most 20 words
+(`train.py experiment=lab`), once per seed (OUTPUT/runs/<variant>/seed<N>); then every model decodes a
 test set of length buckets up to 80 words. The report (OUTPUT/report.md with its figures, OUTPUT/lab.json, and the
 figures in TensorBoard under OUTPUT/tensorboard) holds the AER table beside the paper's figures, BLEU by length and
 valid AER during training; OUTPUT/comparison/report.md compares the same runs as `make compare` does (seeds,
@@ -50,6 +51,8 @@ SIZES = {
     "transformer": ["model=transformer", "model.d_model=128", "model.feedforward_size=512", "model.encoder_layers=2",
                     "model.decoder_layers=2", "trainer.lr=0.001", "trainer.warmup_steps=300"],
 }  # fmt: skip
+# What Bahdanau's lab model trained in two minutes alone on a 2-core CPU with native bf16: 432 updates, 9.1e12 FLOPs
+FLOPS = 9e12
 # The variants: train.py overrides; each is named from its config, as `scripts/compare.py` names runs.
 VARIANTS = {
     "sutskever": SIZES["sutskever"],
@@ -212,7 +215,10 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", type=Path, default=Path("multirun/lab"))
     parser.add_argument("--variants", default=",".join(VARIANTS), help=f"any of {', '.join(VARIANTS)}")
-    parser.add_argument("--minutes", type=float, default=2.0, help="training minutes per variant")
+    parser.add_argument("--flops", type=float, default=FLOPS, help="training compute per variant")
+    parser.add_argument("--validations", type=int, default=10, help="validations, at each 1/N of the compute")
+    parser.add_argument("--minutes", type=float, default=0.0,
+                        help="a wall-clock budget instead of --flops (not reproducible)")  # fmt: skip
     parser.add_argument("--steps", type=int, default=0, help="or a number of updates per variant")
     parser.add_argument("--per-bucket", type=int, default=100, help="length test sentences per bucket")
     parser.add_argument("--seed", type=int, default=1234, help="the first seed")
@@ -228,7 +234,15 @@ def main(argv: list[str] | None = None) -> None:
     if args.seeds < 1:
         raise UserError(f"--seeds {args.seeds}: at least 1")
     output = output_folder(args.output, "--output").resolve()  # train.py runs from the repository root
-    budget = [f"trainer.max_minutes={args.minutes}", f"trainer.max_steps={args.steps}", *args.extra]
+    if args.validations < 1 or not args.flops > 0 or args.minutes < 0 or args.steps < 0:
+        raise UserError("--validations must be at least 1, --flops above 0, --minutes and --steps at least 0")
+    if args.minutes or args.steps:  # a budget of time or updates instead of compute
+        budget = [f"trainer.max_minutes={args.minutes}", f"trainer.max_steps={args.steps}", "trainer.max_flops=0",
+                  "trainer.validations=0"]  # fmt: skip
+    else:
+        budget = [f"trainer.max_flops={args.flops:g}", f"trainer.validations={args.validations}",
+                  "trainer.max_minutes=0", "trainer.valid_every=0"]  # fmt: skip
+    budget += args.extra
     seeds = range(args.seed, args.seed + args.seeds)
     names = {key: variant_name(settings(["experiment=lab", *VARIANTS[key]])["model"]) for key in keys}
     runs = [(f"{names[key]} seed {seed}", ["experiment=lab", *VARIANTS[key], *budget, f"seed={seed}"],

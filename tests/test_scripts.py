@@ -2,12 +2,13 @@
 
 import importlib.util
 import json
+import re
 
 import pytest
 import torch
 from conftest import ROOT
 
-from nmt import UserError
+from nmt import UserError, checkpoint
 from nmt import comparison as compare
 from nmt.claims import NOT_MEASURED, NOT_SIGNIFICANT, NOT_SUPPORTED, PARTLY, SUPPORTED, check_claims
 from nmt.device import autocast, resolve
@@ -177,18 +178,21 @@ def test_the_claims_table_reports_what_the_run_shows():
     assert all(c.verdict == NOT_MEASURED for c in check_claims({"transformer": 30.0}, tester, None))
 
 
-def test_the_comparison_trains_seeds_tests_significance_and_resumes(tmp_path, capsys):
+def test_the_comparison_trains_seeds_tests_significance_and_resumes(tmp_path, capfd):
     script = load_script("compare")
-    small = ["--train", "--variants", "sutskever,luong", "--seeds", "2", "--minutes", "5", "--valid-every", "3",
+    small = ["--train", "--variants", "sutskever,luong", "--seeds", "2", "--flops", "1.2e9", "--validations", "2",
              "--beam", "2", "--samples", "50", "--trials", "50", "--output", str(tmp_path / "compare"), "--extra",
              "data=sample", "data.sizes.train=300", "data.sizes.valid=10", "data.sizes.test=12",
-             "trainer.max_steps=6", "model.embedding_size=16", "model.hidden_size=24",
+             "model.embedding_size=16", "model.hidden_size=24",
              f"data.spm_cache={tmp_path / 'spm'}"]  # fmt: skip
     script.main(small)
     output = tmp_path / "compare"
     report = (output / "report.md").read_text()
     assert "| claim | paper | this run | evidence |" in report and "Δ sutskever (p bs, p ar)" in report
-    assert "| 3 updates | 6 updates |" in report  # equal updates: both validated at 3 and 6
+    assert "## Equal compute\n\nEach run trains for the same compute, 1.2e+09 FLOPs" in report
+    assert re.search(r"\| variant \| [0-9.e-]+ PFLOP \| [0-9.e-]+ PFLOP \|", report)  # at half and all of it
+    variants = json.loads((output / "compare.json").read_text())["variants"].values()
+    assert all(len(r["compute_curve"]) == 2 for v in variants for r in v["runs"])
     luong = "luong (general, global, no feeding, bidirectional)"  # the defaults
     row = next(line for line in report.splitlines() if line.startswith(f"| {luong} | 2 |"))
     record = json.loads((output / "compare.json").read_text())
@@ -199,13 +203,46 @@ def test_the_comparison_trains_seeds_tests_significance_and_resumes(tmp_path, ca
     significance = record["significance"]["baseline"][luong]["BLEU"]
     assert significance["seeds"] == 2 and 0 < significance["p_bootstrap"] <= 1
     assert "bs BLEU" in record["signatures"] and len(record["claims"]) == 6
-    for name in ("bleu_by_time.png", "bleu_by_updates.png", "bleu_by_length.png", "attention.png"):
+    for name in (
+        "bleu_by_compute.png",
+        "bleu_by_epochs.png",
+        "bleu_by_time.png",
+        "bleu_by_updates.png",
+        "bleu_by_length.png",
+        "attention.png",
+    ):
         assert (output / name).is_file(), name
-    capsys.readouterr()
-    script.main(small)  # a rerun keeps the four finished runs
-    assert capsys.readouterr().out.count("done before, kept") == 4
+    assert sorted(p.parent.relative_to(output / "runs").as_posix() for p in output.glob("runs/*/*/results.json")) == [
+        "luong/seed1234",
+        "luong/seed1235",
+        "sutskever/seed1234",
+        "sutskever/seed1235",
+    ]  # one train.py -m, seed by seed
+    capfd.readouterr()
+    script.main(small)  # a rerun keeps the four finished runs (trainer.resume=auto in every job)
+    assert capfd.readouterr().out.count("holds this run, finished with these settings: kept") == 4
     with pytest.raises(UserError, match=r"luong seed 1234 \(.*\): model.dropout: 0.2 then, 0.5 now"):
         script.main([*small, "model.dropout=0.5"])  # today's settings differ from the finished runs': refused
+
+
+@pytest.mark.slow
+def test_the_joblib_launcher_runs_two_jobs_at_once_and_gives_the_basic_launchers_results(tmp_path):
+    """The comparison's runs through hydra-joblib-launcher, two at a time, end where the basic launcher's end, seed for
+    seed (each run with one torch thread either way: the thread count can change the sums' order, the launcher not)."""
+    from nmt.sweep import sweep
+
+    overrides = ["data=sample", "data.sizes.train=300", "data.sizes.valid=10", "data.sizes.test=10",
+                 "model.embedding_size=16", "model.hidden_size=24", "trainer.max_minutes=0", "trainer.max_flops=8e8",
+                 "trainer.validations=2", "trainer.threads=1", f"data.spm_cache={tmp_path / 'spm'}"]  # fmt: skip
+    basic = sweep(["sutskever"], [1, 2], overrides, tmp_path / "basic")
+    joblib = sweep(["sutskever"], [1, 2], overrides, tmp_path / "joblib", launcher="joblib", jobs=2)
+    launched = (tmp_path / "joblib" / "multirun.yaml").read_text()
+    assert "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher" in launched and "n_jobs: 2" in launched
+    for a, b in zip(basic, joblib, strict=True):
+        results = [json.loads((run / "results.json").read_text()) for run in (a, b)]
+        assert results[0]["test/bleu"] == results[1]["test/bleu"] and results[0]["train/steps"] > 1
+        weights = [checkpoint.load(run / "last.pt")["model"] for run in (a, b)]
+        assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
 
 
 def test_a_finished_run_is_kept_only_with_the_settings_asked_for_today(tmp_path):
