@@ -32,10 +32,12 @@ demo: install
 # continues where it stopped. The lab's lab.json, when there, feeds two of the claims.
 SEEDS ?= 1
 COMPARE_FLOPS ?= 1e14
+# Runs at once, each with cores / jobs threads: 2 jobs x 1 thread took 0.76 of 1 job x 2 threads here (docs/comparison.md)
+COMPARE_JOBS ?= 2
 LAB_JSON = $(wildcard multirun/lab/lab.json)
 compare: install
-	$(BIN)/python scripts/compare.py --train --output multirun/compare --seeds $(SEEDS) \
-		--flops $(COMPARE_FLOPS) $(if $(LAB_JSON),--lab $(LAB_JSON),) --extra $(DATA_ARG)
+	$(BIN)/python scripts/compare.py --train --output multirun/compare --seeds $(SEEDS) --flops $(COMPARE_FLOPS) \
+		--launcher joblib --jobs $(COMPARE_JOBS) $(if $(LAB_JSON),--lab $(LAB_JSON),) --extra $(DATA_ARG)
 
 # The alignment lab: the four families and the Luong variants on the sample grammar; AER against its gold alignments
 # and BLEU by sentence length up to 80 words (multirun/lab/report.md and its figures). About 40 minutes per seed (16 variants).

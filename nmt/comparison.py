@@ -20,9 +20,11 @@ from torch.utils.tensorboard import SummaryWriter
 from nmt import UserError, build, checkpoint
 from nmt.alignment import attention_report, choose_map, parse_key, word_attention
 from nmt.claims import BASELINE, check_claims
+from nmt.config import flatten
 from nmt.decoding import Translator
 from nmt.evaluate import LENGTH_BUCKETS, bleu_by_length
 from nmt.plot import legend_beside, lines_figure, panels_figure, plt
+from nmt.resume import BUDGET, changes
 from nmt.significance import p_value, seeded_tests
 from nmt.sweep import saved_settings
 
@@ -101,6 +103,7 @@ def describe(run: Path, test_cache: dict, beam: int) -> dict:
         "run": str(run),
         "name": variant_name(config["model"]),
         "seed": config.get("seed"),
+        "config": {k: config[k] for k in ("data", "model", "trainer", "seed") if k in config},
         "parameters": sum({t.data_ptr(): t.numel() for t in best["model"].values()}.values()),  # tied ones once
         "best_step": best["progress"]["step"],
         "updates": progress["step"],
@@ -176,14 +179,48 @@ def _twice(run: str, other: str, name: str, seed) -> UserError:
     return UserError(f"{run} and {other} are both {name} with seed {seed}: compare one of them")
 
 
-def group(runs: list[dict]) -> dict[str, list[dict]]:
-    """{variant name: its runs by seed}; two runs of one variant with the same seed are refused."""
-    groups: dict[str, list[dict]] = {}
+def differences(config: dict, other: dict) -> list[str]:
+    """The options that make two runs' resolved configs different runs, the seed aside (nmt.resume.changes: the
+    corpus, the model, the recipe; and here the budget too)."""
+    changed, breaking = changes(config, other)
+    return sorted({*breaking, *(BUDGET & changed.keys())} - {"seed", "trainer.resume"})
+
+
+def kinds(runs: list[dict]) -> list[list[dict]]:
+    """`runs` split into sets whose configs are equal but for the seed (and options that change nothing)."""
+    found: list[list[dict]] = []
     for run in runs:
-        same = [r for r in groups.get(run["name"], []) if r["seed"] == run["seed"]]
-        if same:
-            raise _twice(run["run"], same[0]["run"], run["name"], run["seed"])
-        groups.setdefault(run["name"], []).append(run)
+        same = next((k for k in found if not differences(k[0].get("config", {}), run.get("config", {}))), None)
+        if same is None:
+            found.append([run])
+        else:
+            same.append(run)
+    return found
+
+
+def group(runs: list[dict]) -> dict[str, list[dict]]:
+    """{variant name: its runs by seed}. Runs are seeds of one variant only when their configs are equal but for the
+    seed: runs that share a name but differ in an option (dropout, sizes, budget, corpus...) get names of their own
+    that say which option tells them apart. Two runs of one variant with the same seed are refused."""
+    by_name: dict[str, list[dict]] = {}
+    for run in runs:
+        by_name.setdefault(run["name"], []).append(run)
+    groups: dict[str, list[dict]] = {}
+    for name, named in by_name.items():
+        sets = kinds(named)
+        for members in sets:
+            config = members[0].get("config", {})
+            telling = sorted({key for other in sets if other is not members
+                              for key in differences(config, other[0].get("config", {}))})  # fmt: skip
+            values = flatten({k: config.get(k) for k in ("data", "model", "trainer")})
+            shown = [f"{k}={values[k]:g}" if isinstance(values.get(k), float) else f"{k}={values.get(k)}"
+                     for k in telling]  # fmt: skip
+            label = f"{name} [{', '.join(shown)}]" if telling else name
+            for run in members:
+                same = [r for r in groups.get(label, []) if r["seed"] == run["seed"]]
+                if same:
+                    raise _twice(run["run"], same[0]["run"], label, run["seed"])
+                groups.setdefault(label, []).append({**run, "name": label})
     return {name: sorted(g, key=lambda r: r["seed"]) for name, g in groups.items()}
 
 
@@ -467,13 +504,14 @@ def summarise(
 
 def describe_runs(run_dirs: list[Path], beam: int) -> tuple[list[dict], list[tuple[str, str]]]:
     """`describe` of every run, and the test pairs they share (runs tested on different test sets are refused)."""
-    seen: dict[tuple, Path] = {}
+    seen: dict[tuple, list[tuple[Path, dict]]] = {}
     for run in run_dirs:  # before decoding anything: the runs' Hydra records name each variant and seed
         if (config := saved_settings(run)) is not None:
             key = variant_name(config["model"]), config.get("seed")
-            if key in seen:
-                raise _twice(str(run), str(seen[key]), *key)
-            seen[key] = run
+            twin = next((other for other, saved in seen.get(key, []) if not differences(saved, config)), None)
+            if twin is not None:
+                raise _twice(str(run), str(twin), *key)
+            seen.setdefault(key, []).append((run, config))
     cache: dict = {}
     runs = [describe(run, cache, beam) for run in run_dirs]
     if len({tuple(pairs) for pairs in cache.values()}) > 1:

@@ -43,7 +43,7 @@ def test_two_runs_of_one_variant_and_seed_are_refused_before_anything_is_decoded
     from nmt.sweep import settings
 
     paper, before = tmp_path / "luong_paper" / "seed1", tmp_path / "before" / "luong" / "seed1"
-    dropouts = {paper: 0.2, before: 0.3}  # a name leaves dropout out: the two are the same variant to the report
+    dropouts = {paper: 0.2, before: 0.2}  # the same config, trained twice
     for run, dropout in dropouts.items():
         config = settings(["model=luong", "model.bidirectional=false", "model.input_feeding=true", "seed=1",
                            f"model.dropout={dropout}"])  # fmt: skip
@@ -51,6 +51,26 @@ def test_two_runs_of_one_variant_and_seed_are_refused_before_anything_is_decoded
         OmegaConf.save(config, run / ".hydra" / "config.yaml")  # no checkpoint: describing would fail otherwise
     with pytest.raises(compare.UserError, match=r"both luong \(general, global\) with seed 1"):
         compare.describe_runs([paper, before], beam=1)
+
+
+def test_runs_are_seeds_of_one_variant_only_when_their_configs_differ_in_the_seed_alone():
+    from nmt.sweep import settings
+
+    def run(seed, *overrides):
+        config = settings(["model=luong", f"seed={seed}", *overrides])
+        return {"name": "luong (general, global)", "seed": seed, "run": f"r{seed}{overrides}", "config": config}
+
+    runs = [run(1), run(2), run(1, "model.dropout=0.3"), run(4, "data.dir=/elsewhere", "trainer.progress=false"),
+            run(3, "trainer.max_flops=1e14")]  # fmt: skip
+    groups = compare.group(runs)
+    assert sorted(groups) == ["luong (general, global) [model.dropout=0.2, trainer.max_flops=0]",
+                              "luong (general, global) [model.dropout=0.2, trainer.max_flops=1e+14]",
+                              "luong (general, global) [model.dropout=0.3, trainer.max_flops=0]"]  # fmt: skip
+    defaults = "luong (general, global) [model.dropout=0.2, trainer.max_flops=0]"
+    assert [r["seed"] for r in groups[defaults]] == [1, 2, 4]
+    with pytest.raises(compare.UserError, match="both luong .* with seed 2"):
+        compare.group([*runs, run(2, "trainer.progress=false")])  # the same run again
+    assert compare.group([run(1), run(2)]).keys() == {"luong (general, global)"}  # nothing tells them apart
 
 
 def test_variant_names_tell_the_score_alignment_normaliser_hard_mode_and_window():
