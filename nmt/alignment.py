@@ -96,16 +96,20 @@ class AlignmentScores:
         return f"AER {self.aer:.3f} ({counts})"
 
 
-def alignment_error(predicted: list[set[Link]], gold: list[Gold]) -> AlignmentScores:
-    """Precision, recall and AER of predicted links against gold ones, summed over the corpus (Och and Ney 2003)."""
+def alignment_counts(predicted: list[set[Link]], gold: list[Gold]) -> list[tuple[int, int, int, int]]:
+    """Per sentence: (|A & S|, |A & P|, |A|, |S|), the counts whose sums give precision, recall and AER; the
+    significance tests resample them (`nmt.study.significance.aer_score`)."""
     if len(predicted) != len(gold):
         raise ValueError(f"{len(predicted)} predicted alignments for {len(gold)} gold ones")
-    found = sure = sure_hits = possible_hits = 0
-    for links, reference in zip(predicted, gold):
-        found += len(links)
-        sure += len(reference.sure)
-        sure_hits += len(links & reference.sure)
-        possible_hits += len(links & reference.possible)
+    return [(len(links & reference.sure), len(links & reference.possible), len(links), len(reference.sure))
+            for links, reference in zip(predicted, gold)]  # fmt: skip
+
+
+def alignment_error(predicted: list[set[Link]], gold: list[Gold]) -> AlignmentScores:
+    """Precision, recall and AER of predicted links against gold ones, summed over the corpus (Och and Ney 2003)."""
+    sure_hits, possible_hits, found, sure = (
+        sum(column) for column in zip(*alignment_counts(predicted, gold), (0,) * 4)
+    )
     precision = possible_hits / found if found else 0.0
     recall = sure_hits / sure if sure else 0.0
     aer = 1 - (sure_hits + possible_hits) / (found + sure) if found + sure else 0.0
@@ -243,9 +247,9 @@ def diagonality(matrices: list[np.ndarray | None]) -> float:
 
 def attention_report(
     model: torch.nn.Module, vocabulary: Vocabulary, pairs: list[tuple[str, str]], device: torch.device,
-    dtype: torch.dtype, gold: list[Gold] | None = None, shifts: tuple[bool, ...] | None = None,
-) -> dict[str, dict[str, float]]:  # fmt: skip
-    """{map name: {entropy, diagonality, support[, aer, precision, recall]}} for each alignment map of the model (the
+    dtype: torch.dtype, gold: list[Gold] | None = None, shifts: tuple[bool, ...] | None = None, counts: bool = False,
+) -> dict[str, dict]:  # fmt: skip
+    """{map name: {entropy, diagonality, support[, aer, precision, recall[, counts]]}} for each alignment map (the
     Transformer's also shifted), from force-decoding the references; empty for a model without attention."""
     maps = alignment_maps(model, device)
     if shifts is None:
@@ -255,8 +259,11 @@ def attention_report(
     for key, values in matrices.items():
         figures = {"entropy": entropy(values), "diagonality": diagonality(values), "support": support(values)}
         if gold is not None:
-            scores = alignment_error(links_of(values), gold)
+            links = links_of(values)
+            scores = alignment_error(links, gold)
             figures.update(aer=scores.aer, precision=scores.precision, recall=scores.recall)
+            if counts:  # per sentence, for the significance tests
+                figures["counts"] = alignment_counts(links, gold)
         report[key_name(key)] = figures
     return report
 

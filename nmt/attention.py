@@ -120,21 +120,24 @@ class Attention(nn.Module):
 
         weights (B, T, S) as `attend` reports them in training, target_mask (B, T) the real target words, token_loss
         (B, T) each word's -log p(y_t) under the positions drawn (zero on padding). The term's value is zero; its
-        gradient is sum_t (L_t - b) grad log p(s_t), where L_t is the mean loss per word of the words from t on (the
+        gradient is sum_t (L_t - b_t) grad log p(s_t) / n, where L_t is the summed loss of the words from t on (the
         draw at step t cannot change the words before it, so leaving them out of its reward keeps the estimate
-        unbiased and lowers its variance) and b a moving average of the loss per target word, updated after use.
-        Per word, the term has the scale of the cross-entropy's own gradient, whatever the sentence's length, so
-        clipping the gradient norm does not let it crowd out the rest. Draws followed by worse words get less likely.
+        unbiased and lowers its variance), b_t a moving average of the loss per target word times the number of words
+        from t on (it depends on the sentence's length, never on the draw, so it leaves the estimate unbiased), and n
+        the batch's mean sentence length: one constant per batch, so the term is the unbiased gradient of the expected
+        summed loss, scaled to the cross-entropy's own per-word gradient, and clipping the gradient norm does not let
+        it crowd out the rest. The baseline is updated after use. Draws followed by worse words get less likely.
         """
         if self.hard != "reinforce" or not weights.requires_grad:
             return None
         with torch.no_grad():
             mask = target_mask.to(token_loss.dtype)  # (B, T)
-            per_word = token_loss.sum() / mask.sum().clamp_min(1)
+            words = mask.sum().clamp_min(1)
+            per_word = token_loss.sum() / words
             baseline = torch.where(self.reward_baseline.isnan(), per_word, self.reward_baseline)
             loss_to_go = (token_loss * mask).flip(1).cumsum(1).flip(1)  # (B, T)
-            words_to_go = mask.flip(1).cumsum(1).flip(1).clamp_min(1)
-            advantage = (loss_to_go / words_to_go - baseline) * mask  # L_t - b, (B, T)
+            words_to_go = mask.flip(1).cumsum(1).flip(1)
+            advantage = (loss_to_go - baseline * words_to_go) * mask / (words / mask.shape[0])  # (L_t - b_t) / n
             self.reward_baseline.copy_(BASELINE_DECAY * baseline + (1 - BASELINE_DECAY) * per_word)
         log_probability = (weights - weights.detach()).sum(-1)  # (B, T): value 0, gradient grad log p(s_t)
         return (advantage * log_probability).sum()

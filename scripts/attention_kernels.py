@@ -36,7 +36,7 @@ from nmt.attention import MultiHeadAttention  # noqa: E402
 from nmt.device import autocast, resolve  # noqa: E402
 from nmt.device import device as find_device  # noqa: E402
 from nmt.loss import linear_cross_entropy  # noqa: E402
-from nmt.sweep import composed  # noqa: E402
+from nmt.study.sweep import composed  # noqa: E402
 from nmt.transformer import band  # noqa: E402
 
 # (name, subword tokens per sentence): a Multi30k sentence is about 15 subwords on each side (test2016 means); the

@@ -44,7 +44,7 @@ from nmt.config import TrainConfig  # noqa: E402
 from nmt.decoding import Translator  # noqa: E402
 from nmt.device import cpu_name, resolve  # noqa: E402
 from nmt.device import device as find_device  # noqa: E402
-from nmt.sweep import composed  # noqa: E402
+from nmt.study.sweep import composed  # noqa: E402
 from nmt.trainer import Trainer  # noqa: E402
 
 

@@ -12,8 +12,8 @@ compute. --minutes gives a wall-clock budget instead (validating every --valid-e
 machine reproduces, and the report says so. A rerun keeps finished runs (refusing one trained with other settings or
 budget than asked for today) and resumes an interrupted one. Without --train, the DIRs are run directories (best.pt,
 last.pt, best.test.hyp) or folders of them. Runs whose configs differ only in the seed are seeds of one variant. The
-report (`nmt/comparison.py`: report.md and its figures, compare.json with every figure, the same in TensorBoard under
-OUTPUT/tensorboard) goes to --output.
+report (`nmt/study/comparison.py`: report.md and its figures, compare.json with every figure, the same in
+TensorBoard under OUTPUT/tensorboard) goes to --output.
 """
 
 from __future__ import annotations
@@ -26,9 +26,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from nmt import UserError  # noqa: E402
-from nmt.comparison import describe_runs, find_runs, summarise  # noqa: E402
 from nmt.paths import output_folder  # noqa: E402
-from nmt.sweep import LAUNCHERS, sweep  # noqa: E402
+from nmt.study.comparison import describe_runs, find_runs, summarise  # noqa: E402
+from nmt.study.significance import RESAMPLES  # noqa: E402
+from nmt.study.sweep import LAUNCHERS, sweep  # noqa: E402
 
 # The variants of `--train`, in the order they train: configs/variant/<name>.yaml, each a few train.py overrides.
 VARIANTS = [
@@ -96,7 +97,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--jobs", type=int, default=1, help="with --launcher joblib: runs at once")
     parser.add_argument("--beam", type=int, default=5, help="beam size of the headline test BLEU; 1: greedy")
     parser.add_argument("--lab", type=Path, default=None, help="the lab's lab.json, for the claims it supports")
-    parser.add_argument("--samples", type=int, default=1000, help="paired bootstrap resamples")
+    parser.add_argument(
+        "--samples", type=int, default=RESAMPLES, help="bootstrap resamples (over seeds and sentences, and per seed)"
+    )
     parser.add_argument("--trials", type=int, default=10000, help="approximate randomization trials")
     args = parser.parse_args(argv)
     if args.train == bool(args.folders):

@@ -21,6 +21,7 @@ import argparse
 import json
 import statistics
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import sacrebleu
@@ -31,8 +32,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from nmt import UserError, checkpoint  # noqa: E402
 from nmt.alignment import attention_report, read_gold  # noqa: E402
-from nmt.claims import luong_details  # noqa: E402
-from nmt.comparison import describe_runs, summarise, variant_name  # noqa: E402
 from nmt.config import GrammarOptions  # noqa: E402
 from nmt.corpus import read_parallel  # noqa: E402
 from nmt.decoding import Translator  # noqa: E402
@@ -40,7 +39,10 @@ from nmt.evaluate import alignment_map_of, corpus_of  # noqa: E402
 from nmt.paths import output_folder  # noqa: E402
 from nmt.plot import legend_beside, lines_figure  # noqa: E402
 from nmt.sample import generate_aligned, write_aligned  # noqa: E402
-from nmt.sweep import check_finished, settings, train_run  # noqa: E402
+from nmt.study.claims import Claim, gap_grows_with_length, local_aligns_better, luong_details  # noqa: E402
+from nmt.study.comparison import describe_runs, summarise, variant_name  # noqa: E402
+from nmt.study.significance import RESAMPLES, Evidence  # noqa: E402
+from nmt.study.sweep import check_finished, settings, train_run  # noqa: E402
 
 # Small sizes of each family, for a few minutes on 2 CPU cores; corpus and recipe: configs/experiment/lab.yaml.
 SIZES = {
@@ -119,11 +121,12 @@ def measure(name: str, run_dir: Path, long_set: tuple[Path, Path, Path]) -> dict
             bleu = sacrebleu.corpus_bleu([hypotheses[i] for i in chosen], [[pairs[i][1] for i in chosen]])
             by_length[f"{low}-{high}"] = {"bleu": bleu.score, "sentences": len(chosen)}
     result = {"name": name, "run": str(run_dir), "by_length": by_length, "valid_aer": valid_aer_curve(run_dir),
-              "test_bleu": json.loads((run_dir / "results.json").read_text())["test/bleu"]}  # fmt: skip
+              "test_bleu": json.loads((run_dir / "results.json").read_text())["test/bleu"],
+              "seed": translator.config.get("seed"), "long_hypotheses": hypotheses}  # fmt: skip
     chosen_map = alignment_map_of(translator, None, None)
     if chosen_map is not None:
         test = attention_report(translator.model, translator.vocabulary, splits.test, translator.device,
-                                translator.dtype, splits.alignments["test"])[chosen_map]  # fmt: skip
+                                translator.dtype, splits.alignments["test"], counts=True)[chosen_map]  # fmt: skip
         long = attention_report(translator.model, translator.vocabulary, pairs, translator.device,
                                 translator.dtype, gold)[chosen_map]  # fmt: skip
         result.update(alignment_map=chosen_map, test_alignment=test, long_alignment=long)
@@ -154,7 +157,7 @@ def figures(results: list[dict], output: Path) -> None:
         writer.add_figure("lab/valid_aer", curves)
 
 
-def report(results: list[dict], output: Path, command: str, train_words: int) -> str:
+def report(results: list[dict], output: Path, command: str, train_words: int, claims: list[Claim]) -> str:
     lines = ["| model | map | test AER | precision | recall | long-set AER | entropy | diagonality | "
              "paper's AER (Table 6) | test BLEU |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in sorted(results, key=lambda r: r.get("test_alignment", {}).get("aer", 2)):
@@ -177,7 +180,10 @@ def report(results: list[dict], output: Path, command: str, train_words: int) ->
     for r in results:
         cells = [f"{r['by_length'][label]['bleu']:.1f}" if label in r["by_length"] else "-" for label in labels]
         lines.append(f"| {r['name']} | " + " | ".join(cells) + " |")
-    lines += ["", "![BLEU by sentence length](bleu_by_length.png) ![valid AER during training](valid_aer.png)"]
+    lines += ["", "![BLEU by sentence length](bleu_by_length.png) ![valid AER during training](valid_aer.png)", "",
+              "The two claims the lab answers (intervals over seeds and sentences, Holm within a claim; "
+              "nmt/study/claims.py):", "", "| claim | paper | these runs | evidence |", "|---|---|---|---|",
+              *[f"| {c.claim} | {c.source} | **{c.verdict}** | {c.evidence} |" for c in claims]]  # fmt: skip
     intro = (
         f"`{command}`\n\nAER, precision and recall (Och and Ney 2003) of each target word's argmax attention "
         "against the grammar's gold links (sure and possible), force-decoding the reference, on the sample test "
@@ -189,14 +195,33 @@ def report(results: list[dict], output: Path, command: str, train_words: int) ->
     )
     text = "# The alignment lab\n\n" + intro + "\n\n" + "\n".join(lines) + "\n"
     (output / "report.md").write_text(text, encoding="utf-8")
-    record = {"command": command, "results": results}
+    record = {"command": command, "results": results, "claims": [asdict(c) for c in claims]}
     (output / "lab.json").write_text(json.dumps(record, indent=1), encoding="utf-8")
     return text
+
+
+def lab_claims(measured: dict[str, list[dict]], names: dict[str, str], long_set: tuple[Path, Path, Path],
+               max_words: int, resamples: int) -> list[Claim]:  # fmt: skip
+    """The two claims the lab answers, with intervals over seeds and sentences: the gap by length on the length test
+    set, local against global AER on the sample test split."""
+    pairs = read_parallel(long_set[0], long_set[1])
+    hypotheses = {names[key]: {r["seed"]: r["long_hypotheses"] for r in runs} for key, runs in measured.items()}
+    by_length = Evidence(hypotheses, [t for _, t in pairs], [len(s.split()) for s, _ in pairs], resamples=resamples)
+    counts = {names[key]: {r["seed"]: r["test_alignment"]["counts"] for r in runs}
+              for key, runs in measured.items() if all("test_alignment" in r for r in runs)}  # fmt: skip
+    sentences = len(next(iter(next(iter(counts.values())).values()))) if counts else 1
+    alignment = Evidence({}, [""] * sentences, alignments=counts, resamples=resamples)
+    note = f"; the models trained on sentences of at most {max_words} words" if max_words else ""
+    return [gap_grows_with_length(by_length, note, BUCKETS), local_aligns_better(alignment)]
 
 
 def aggregate(name: str, runs: list[dict]) -> dict:
     """One variant over its seeds: mean BLEU by length and mean AER (each seed's figures kept under "seeds")."""
     first = runs[0]
+    runs = [{k: v for k, v in r.items() if k != "long_hypotheses"} for r in runs]  # the claims have read them
+    for run in runs:
+        for split in ("test_alignment", "long_alignment"):
+            run.get(split, {}).pop("counts", None)
     result = {"name": name, "seeds": runs, "test_bleu": statistics.mean(r["test_bleu"] for r in runs),
               "valid_aer": first["valid_aer"],  # the curve of the first seed
               "by_length": {label: {"bleu": statistics.mean(r["by_length"][label]["bleu"] for r in runs),
@@ -205,7 +230,7 @@ def aggregate(name: str, runs: list[dict]) -> dict:
     if "test_alignment" in first:
         result["alignment_map"] = first["alignment_map"]
         for split in ("test_alignment", "long_alignment"):
-            result[split] = {k: statistics.mean(r[split][k] for r in runs) for k in first[split]}
+            result[split] = {k: statistics.mean(r[split][k] for r in runs) for k in first[split] if k != "counts"}
         if len(runs) > 1:
             result["test_alignment"]["aer_sd"] = statistics.stdev(r["test_alignment"]["aer"] for r in runs)
     return result
@@ -224,7 +249,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=1234, help="the first seed")
     parser.add_argument("--seeds", type=int, default=1, help="seeds per variant (the report gives their mean)")
     parser.add_argument("--extra", nargs="*", default=[], help="more train.py overrides for every variant")
-    parser.add_argument("--samples", type=int, default=1000, help="paired bootstrap resamples (the comparison)")
+    parser.add_argument("--samples", type=int, default=RESAMPLES, help="bootstrap resamples (claims, comparison)")
     parser.add_argument("--trials", type=int, default=10000, help="approximate randomization trials (the comparison)")
     args = parser.parse_args(argv)
     keys = args.variants.split(",")
@@ -253,11 +278,13 @@ def main(argv: list[str] | None = None) -> None:
     config = checkpoint.load(output / "runs" / keys[0] / f"seed{args.seed}" / "best.pt")["config"]
     train_pairs = corpus_of(config, None).train
     long_set = length_test_set(output / "data", args.per_bucket, {s for s, _ in train_pairs}, args.seed + 1)
-    results = [aggregate(names[key], [measure(names[key], output / "runs" / key / f"seed{seed}", long_set)
-                                            for seed in seeds]) for key in keys]  # fmt: skip
+    measured = {key: [measure(names[key], output / "runs" / key / f"seed{seed}", long_set) for seed in seeds]
+                for key in keys}  # fmt: skip
+    claims = lab_claims(measured, names, long_set, config["data"]["grammar"]["max_words"], args.samples)
+    results = [aggregate(names[key], measured[key]) for key in keys]
     figures(results, output)
     command = ("python scripts/lab.py " + " ".join(argv if argv is not None else sys.argv[1:])).strip()
-    print(report(results, output, command, config["data"]["grammar"]["max_words"]))
+    print(report(results, output, command, config["data"]["grammar"]["max_words"], claims))
     # The same runs as a comparison on the sample test split: seeds, significance and the papers' claims.
     runs, pairs = describe_runs([output / "runs" / key / f"seed{seed}" for seed in seeds for key in keys], beam=1)
     lab = json.loads((output / "lab.json").read_text(encoding="utf-8"))

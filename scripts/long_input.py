@@ -24,7 +24,7 @@ from nmt.data import PAD_ID, build_vocabulary  # noqa: E402
 from nmt.device import autocast, resolve  # noqa: E402
 from nmt.sample import generate  # noqa: E402
 from nmt.search import beam_search, greedy  # noqa: E402
-from nmt.sweep import composed  # noqa: E402
+from nmt.study.sweep import composed  # noqa: E402
 
 
 def main() -> None:

@@ -340,7 +340,7 @@ def test_reinforce_gradient_matches_the_exact_expectation_on_two_positions():
     assert exact.abs().max() > 0.1  # a gradient worth estimating
 
 
-def test_reinforce_rewards_each_draw_with_the_mean_loss_from_its_word_on_against_a_moving_average():
+def test_reinforce_rewards_each_draw_with_the_summed_loss_from_its_word_on_against_a_moving_average():
     module = GeneralAttention(query_size=H, key_size=H, hard="reinforce").train()
     module.expected_context = 0.0
     assert module.reward_baseline.isnan()  # nothing seen yet
@@ -351,10 +351,11 @@ def test_reinforce_rewards_each_draw_with_the_mean_loss_from_its_word_on_against
     _, weights = module(query, module.prepare(memory), memory, mask)
     module.policy_loss(weights, target_mask, token_loss).backward(retain_graph=True)
     torch.testing.assert_close(module.reward_baseline, torch.tensor(2.0))  # the first batch's 8 / 4 words
-    # the advantages: mean losses from each word on, (2, 2.5, 3) and (2), against the baseline 2.0
+    # the summed losses from each word on, (6, 5, 3) and (2), against 2.0 per word to go, (6, 4, 2) and (2), divided
+    # once by the batch's mean sentence length, 4 words / 2 sentences
     gradient = query.grad.clone()
     query.grad = None
-    advantages = torch.tensor([[0.0, 0.5, 1.0], [0.0, 0.0, 0.0]])
+    advantages = torch.tensor([[0.0, 0.5, 0.5], [0.0, 0.0, 0.0]])
     (advantages * (weights - weights.detach()).sum(-1)).sum().backward()
     torch.testing.assert_close(gradient, query.grad)
     module.policy_loss(weights, target_mask, 2 * token_loss)

@@ -4,16 +4,24 @@ import importlib.util
 import json
 import re
 
+import numpy as np
 import pytest
 import torch
 from conftest import ROOT
 
 from nmt import UserError, checkpoint
-from nmt import comparison as compare
-from nmt.claims import NOT_MEASURED, NOT_SIGNIFICANT, NOT_SUPPORTED, PARTLY, SUPPORTED, check_claims
 from nmt.device import autocast, resolve
 from nmt.flops import counted
-from nmt.significance import Difference
+from nmt.study import comparison as compare
+from nmt.study.claims import check_claims
+from nmt.study.significance import (
+    CONTRADICTED,
+    INCONCLUSIVE,
+    NEEDS_SEEDS,
+    NOT_MEASURED,
+    SUPPORTED,
+    Evidence,
+)
 
 
 def load_script(name: str):
@@ -40,7 +48,7 @@ def test_runs_that_differ_only_in_seed_get_mean_and_spread():
 def test_two_runs_of_one_variant_and_seed_are_refused_before_anything_is_decoded(tmp_path):
     from omegaconf import OmegaConf
 
-    from nmt.sweep import settings
+    from nmt.study.sweep import settings
 
     paper, before = tmp_path / "luong_paper" / "seed1", tmp_path / "before" / "luong" / "seed1"
     dropouts = {paper: 0.2, before: 0.2}  # the same config, trained twice
@@ -54,7 +62,7 @@ def test_two_runs_of_one_variant_and_seed_are_refused_before_anything_is_decoded
 
 
 def test_runs_are_seeds_of_one_variant_only_when_their_configs_differ_in_the_seed_alone():
-    from nmt.sweep import settings
+    from nmt.study.sweep import settings
 
     def run(seed, *overrides):
         config = settings(["model=luong", f"seed={seed}", *overrides])
@@ -145,57 +153,67 @@ def test_the_heatmap_grids_title_sits_above_every_panels_title():
     assert all(box.y1 <= top.y0 for box in panel_titles)
 
 
-def test_the_claims_table_reports_what_the_run_shows():
-    bleu = {
-        "sutskever": 10.0,
-        "bahdanau (additive)": 29.0,
-        "luong (general, global)": 19.0,  # the paper's model: no variant without feeding to pair it with
-        "luong (general, global, bidirectional)": 21.0,
-        "luong (general, global, no feeding, bidirectional)": 20.5,
-        "luong (general, local_p, no feeding, bidirectional)": 17.0,
-        "transformer": 30.0,
-        "transformer (window 4)": 31.0,  # a Transformer too: not among the recurrent models it is tested against
+def test_the_claims_compare_like_with_like_and_follow_from_the_intervals():
+    from test_significance import REFERENCES, system
+
+    runs = {
+        "sutskever": system(2),
+        "bahdanau (additive)": system(8),
+        "luong (general, global)": system(5),  # the paper's model: no variant without feeding to pair it with
+        "luong (general, global, bidirectional)": system(5),
+        "luong (general, global, no feeding, bidirectional)": {s: h for s, h in system(5, (4, 5, 6)).items()},
+        "luong (general, local_p, no feeding, bidirectional)": system(3),
+        "transformer": system(8, (7, 8, 9)),
+        "transformer (window 4)": system(3),  # a Transformer too: not among the recurrent models it is tested against
     }
-
-    def tester(a, b):  # significant exactly when the gap is above 1 BLEU
-        delta = bleu[a] - bleu[b]
-        p = 0.001 if abs(delta) > 1 else 0.4
-        return Difference(delta, p, p, 2, True)
-
-    lab = {"results": [
-        {"name": "sutskever", "by_length": {"1-10": {"bleu": 40.0}, "61-80": {"bleu": 2.0}}},
-        {"name": "bahdanau (additive)", "by_length": {"1-10": {"bleu": 60.0}, "61-80": {"bleu": 35.0}},
-         "test_alignment": {"aer": 0.2}},
-        {"name": "luong (general, global, no feeding, bidirectional)",
-         "by_length": {"1-10": {"bleu": 55.0}, "61-80": {"bleu": 20.0}}, "test_alignment": {"aer": 0.30}},
-        {"name": "luong (general, global)", "by_length": {}, "test_alignment": {"aer": 0.10}},  # another encoder
-        {"name": "luong (general, local_m, no feeding, bidirectional)", "by_length": {},
-         "test_alignment": {"aer": 0.25}},
-        {"name": "luong (general, local_p, no feeding, bidirectional)", "by_length": {},
-         "test_alignment": {"aer": 0.35}},
-    ]}  # fmt: skip
-    claims = {c.claim: c for c in check_claims(bleu, tester, lab)}
-    verdicts = {claim: c.verdict for claim, c in claims.items()}
-    assert verdicts == {
+    runs = {name: dict(zip((1, 2, 3), seeds.values())) for name, seeds in runs.items()}
+    valid = {name: 20.0 for name in runs} | {"luong (general, global)": 25.0}  # Luong's family by valid BLEU
+    local_m, local_p = ("luong (general, local_m, no feeding, bidirectional)",
+                        "luong (general, local_p, no feeding, bidirectional)")  # fmt: skip
+    glob = "luong (general, global, no feeding, bidirectional)"
+    alignments = {local_m: {s: np.array([[2, 3, 3, 2]] * 40) for s in (1, 2, 3)},  # AER 0
+                  glob: {s: np.array([[1, 1, 3, 2]] * 40) for s in (1, 2, 3)}}  # fmt: skip
+    evidence = Evidence(runs, REFERENCES, [8] * len(REFERENCES), alignments, resamples=1000)
+    claims = {c.claim: c for c in check_claims(evidence, valid)}
+    assert {claim: c.verdict for claim, c in claims.items()} == {
         "Attention beats the fixed-vector encoder-decoder": SUPPORTED,
-        "The gap grows with sentence length": SUPPORTED,  # +20 on short sentences, +33 on long ones
-        "Input feeding helps": NOT_SIGNIFICANT,  # +0.5
-        "Local-p attention with the general score is the best Luong variant": NOT_SUPPORTED,
-        "Local attention aligns better than global (lower AER)": PARTLY,  # local-m yes, local-p no
-        "The Transformer beats the recurrent models": NOT_SIGNIFICANT,  # +1.0 over Bahdanau
+        "The gap grows with sentence length": NOT_MEASURED,  # every sentence has 8 words: one bucket
+        "Input feeding helps": INCONCLUSIVE,  # the same quality with and without
+        "Local-p attention with the general score is the best Luong variant": CONTRADICTED,  # below global
+        "Local attention aligns better than global (lower AER)": SUPPORTED,
+        "The Transformer beats the recurrent models": INCONCLUSIVE,  # above Sutskever and Luong, level with Bahdanau
     }
-    assert (
-        "7 of 7 attention models significantly above sutskever"
-        in claims["Attention beats the fixed-vector encoder-decoder"].evidence
-    )
-    assert "rank 4 of 4" in claims["Local-p attention with the general score is the best Luong variant"].evidence
-    feeding = claims["Input feeding helps"].evidence  # the one pair that differs only in feeding
-    assert feeding.startswith("luong (general, global, bidirectional) minus without feeding: +0.50")
-    assert ";" not in feeding
-    assert "(bahdanau (additive)): +1.00 BLEU" in claims["The Transformer beats the recurrent models"].evidence
-    aligned = claims["Local attention aligns better than global (lower AER)"].evidence  # against its own global model
-    assert "local_m 0.250 against global 0.300; local_p 0.350 against global 0.300" in aligned
-    assert all(c.verdict == NOT_MEASURED for c in check_claims({"transformer": 30.0}, tester, None))
+    feeding = claims["Input feeding helps"]  # the one pair that differs only in feeding
+    assert feeding.evidence.startswith("luong (general, global, bidirectional) minus without feeding: +0.00 BLEU")
+    assert len(feeding.comparisons) == 1 and feeding.comparisons[0]["verdict"] == INCONCLUSIVE
+    local = claims["Local-p attention with the general score is the best Luong variant"].comparisons
+    assert [c["label"] for c in local] == [f"{local_p} minus {glob}"]  # its own encoder and feeding; no local-m
+    transformer = claims["The Transformer beats the recurrent models"].comparisons
+    assert [c["label"].split(" minus ")[1] for c in transformer] == ["sutskever", "bahdanau (additive)",
+                                                                     "luong (general, global)"]  # fmt: skip
+    assert [c["verdict"] for c in transformer] == [SUPPORTED, INCONCLUSIVE, SUPPORTED]
+    assert all(c["p_holm"] >= c["p"] for c in transformer)
+    one_seed = Evidence({n: {1: h[1]} for n, h in runs.items()}, REFERENCES, resamples=200)
+    assert check_claims(one_seed, valid)[0].verdict == NEEDS_SEEDS  # figures, no verdict
+    assert all(c.verdict == NOT_MEASURED for c in check_claims(Evidence({"transformer": runs["transformer"]},
+                                                                        REFERENCES, resamples=100), valid))  # fmt: skip
+    lab = {"claims": [{"claim": "The gap grows with sentence length", "source": "Bahdanau", "verdict": SUPPORTED,
+                       "evidence": "long", "comparisons": []}]}  # fmt: skip
+    from_lab = {c.claim: c for c in check_claims(evidence, valid, lab)}["The gap grows with sentence length"]
+    assert from_lab.verdict == SUPPORTED and from_lab.evidence == "the lab: long"
+
+
+def test_the_gap_by_length_compares_the_longest_bucket_with_the_shortest():
+    from test_significance import degrade
+
+    short = [f"the {a} {n} {v} ." for a, n, v in [("small", "dog", "runs"), ("old", "man", "sleeps")] * 10]
+    long = [" ".join(f"w{i}{k}" for k in range(40)) for i in range(20)]
+    references, lengths = short + long, [5] * 20 + [40] * 20
+    wrong_on_long = {s: short + [degrade(r, 2, s) for r in long] for s in (1, 2, 3)}
+    right = {s: list(references) for s in (1, 2, 3)}
+    evidence = Evidence({"sutskever": wrong_on_long, "bahdanau (additive)": right}, references, lengths, resamples=500)
+    claim = check_claims(evidence, {"sutskever": 1.0, "bahdanau (additive)": 2.0})[1]
+    assert claim.verdict == SUPPORTED and "on 31+ words minus on 1-10 words (20 and 20 sentences)" in claim.evidence
 
 
 def test_the_comparison_trains_seeds_tests_significance_and_resumes(tmp_path, capfd):
@@ -208,7 +226,8 @@ def test_the_comparison_trains_seeds_tests_significance_and_resumes(tmp_path, ca
     script.main(small)
     output = tmp_path / "compare"
     report = (output / "report.md").read_text()
-    assert "| claim | paper | this run | evidence |" in report and "Δ sutskever (p bs, p ar)" in report
+    assert "| claim | paper | these runs | evidence |" in report and "| Δ sutskever | Δ best |" in report
+    assert "no claim gets a verdict under 3 seeds" in report
     assert "## Equal compute\n\nEach run trains for the same compute, 1.2e+09 FLOPs" in report
     assert re.search(r"\| variant \| [0-9.e-]+ PFLOP \| [0-9.e-]+ PFLOP \|", report)  # at half and all of it
     variants = json.loads((output / "compare.json").read_text())["variants"].values()
@@ -220,9 +239,13 @@ def test_the_comparison_trains_seeds_tests_significance_and_resumes(tmp_path, ca
     assert [r["seed"] for r in record["variants"][luong]["runs"]] == [1234, 1235]
     assert f"| {seeds[0]:.2f}, {seeds[1]:.2f} |" in row  # each seed's figure beside the mean
     assert record["variants"][luong]["mean_bleu"] == pytest.approx(sum(seeds) / 2)
-    significance = record["significance"]["baseline"][luong]["BLEU"]
-    assert significance["seeds"] == 2 and 0 < significance["p_bootstrap"] <= 1
+    interval = record["intervals"]["baseline"][luong]["BLEU"]
+    assert interval["seeds"] == 2 and 0 < interval["p"] <= 1 and interval["low"] <= interval["high"]
+    assert interval["delta"] == pytest.approx(record["variants"][luong]["mean_bleu"]
+                                              - record["variants"]["sutskever"]["mean_bleu"])  # fmt: skip
     assert "bs BLEU" in record["signatures"] and len(record["claims"]) == 6
+    assert {c["verdict"] for c in record["claims"]} <= {"needs 3 seeds", "not measured"}
+    assert record["best"] == max(record["variants"], key=lambda n: record["variants"][n]["mean_valid_bleu"])
     for name in (
         "bleu_by_compute.png",
         "bleu_by_epochs.png",
@@ -249,7 +272,7 @@ def test_the_comparison_trains_seeds_tests_significance_and_resumes(tmp_path, ca
 def test_the_joblib_launcher_runs_two_jobs_at_once_and_gives_the_basic_launchers_results(tmp_path):
     """The comparison's runs through hydra-joblib-launcher, two at a time, end where the basic launcher's end, seed for
     seed (each run with one torch thread either way: the thread count can change the sums' order, the launcher not)."""
-    from nmt.sweep import sweep
+    from nmt.study.sweep import sweep
 
     overrides = ["data=sample", "data.sizes.train=300", "data.sizes.valid=10", "data.sizes.test=10",
                  "model.embedding_size=16", "model.hidden_size=24", "trainer.max_minutes=0", "trainer.max_flops=8e8",
@@ -270,7 +293,7 @@ def test_a_finished_run_is_kept_only_with_the_settings_asked_for_today(tmp_path)
     (beside seeds that do): it names the run and the option instead, before anything trains."""
     from omegaconf import OmegaConf
 
-    from nmt.sweep import check_finished, settings
+    from nmt.study.sweep import check_finished, settings
 
     overrides = ["model=luong", "data=sample", "seed=7", "hydra.run.dir=elsewhere"]
     run = tmp_path / "luong" / "seed7"
@@ -332,7 +355,7 @@ def test_flop_count_includes_the_cpu_lstm_kernel():
 
 def test_the_lab_trains_scores_alignment_and_length_and_resumes_where_it_stopped(tmp_path, capsys):
     lab = load_script("lab")
-    small = ["--variants", "sutskever,luong_local_m", "--steps", "6", "--minutes", "0", "--per-bucket", "2",
+    small = ["--variants", "sutskever,luong_local_m", "--steps", "6", "--minutes", "0", "--per-bucket", "10",
              "--samples", "50", "--trials", "50", "--output", str(tmp_path / "lab"), "--extra",
              "data.sizes.train=300", "data.sizes.valid=10", "data.sizes.test=10", "trainer.valid_every=3",
              "model.embedding_size=16", "model.hidden_size=24", f"data.spm_cache={tmp_path / 'spm'}"]  # fmt: skip
@@ -347,12 +370,13 @@ def test_the_lab_trains_scores_alignment_and_length_and_resumes_where_it_stopped
     results = lab.json.loads((tmp_path / "lab" / "lab.json").read_text())["results"]
     luong = next(r for r in results if r["name"].startswith("luong"))
     assert 0 <= luong["test_alignment"]["aer"] <= 1 and [step for step, _ in luong["valid_aer"]] == [3, 6]
-    assert len(lab.read_gold(tmp_path / "lab" / "data" / "long.align")) == 12  # 2 per bucket
+    assert len(lab.read_gold(tmp_path / "lab" / "data" / "long.align")) == 60  # 10 per bucket
     comparison = (tmp_path / "lab" / "comparison" / "report.md").read_text()  # the same runs, compared
     record = json.loads((tmp_path / "lab" / "comparison" / "compare.json").read_text())
     claims = {c["claim"]: c for c in record["claims"]}
-    assert claims["The gap grows with sentence length"]["verdict"] != "not measured"  # from the lab's own figures
-    assert f"| {local_m} | 1 |" in comparison and "Δ sutskever (p bs, p ar)" in comparison
+    assert claims["The gap grows with sentence length"]["verdict"] == "needs 3 seeds"  # the lab's, on long sentences
+    assert claims["The gap grows with sentence length"]["evidence"].startswith("the lab: lead over sutskever on 61-80")
+    assert f"| {local_m} | 1 |" in comparison and "| Δ sutskever | Δ best |" in comparison
     capsys.readouterr()
     lab.main(small)  # a second run keeps the finished runs
     assert capsys.readouterr().out.count("done before, kept") == 2

@@ -1,8 +1,27 @@
 """Paired significance tests: sacrebleu's, per seed; a system is never significantly different from itself."""
 
+import math
+import statistics
+
+import numpy as np
 import pytest
 
-from nmt.significance import paired_tests, seeded_tests
+from nmt.study.claims import judged
+from nmt.study.significance import (
+    CONTRADICTED,
+    INCONCLUSIVE,
+    NEEDS_SEEDS,
+    SUPPORTED,
+    Evidence,
+    Interval,
+    aer_score,
+    detectable,
+    holm,
+    overall,
+    paired_tests,
+    pooled_sd,
+    seeded_tests,
+)
 
 SCENES = [("small", "dog", "runs", "park"), ("old", "man", "sleeps", "house"), ("red", "car", "waits", "street"),
           ("young", "girl", "sings", "garden"), ("tired", "cat", "lies", "kitchen"), ("blue", "bird", "sits", "tree"),
@@ -74,3 +93,75 @@ def test_mismatched_lengths_and_unknown_reference_system_are_refused():
         paired_tests({"a": REFERENCES[:3], "b": REFERENCES}, REFERENCES, "b")
     with pytest.raises(ValueError, match="not among"):
         paired_tests({"a": REFERENCES}, REFERENCES, "b")
+
+
+# --- over seeds and sentences together ---------------------------------------------------------------------------
+
+
+def system(every: int, seeds=(1, 2, 3)) -> dict[int, list[str]]:
+    """Hypotheses of one variant: every `every`-th word wrong, the wrong words moving with the seed."""
+    return {seed: [degrade(r, every, i + seed) for i, r in enumerate(REFERENCES)] for seed in seeds}
+
+
+def test_a_variant_against_itself_is_inconclusive():
+    evidence = Evidence({"a": system(3), "copy": system(3)}, REFERENCES, resamples=2000)
+    interval = evidence.compare("a", "copy")
+    assert interval.delta == 0 and interval.low <= 0 <= interval.high and interval.p > 0.5
+    assert interval.verdict() == INCONCLUSIVE and interval.seeds == 3 and interval.resamples == 2000
+    assert evidence.compare("a", "a").p == 1.0  # the very same runs: every resample gives zero
+
+
+def test_a_clear_shift_over_three_seeds_is_supported_and_read_the_other_way_contradicted():
+    evidence = Evidence({"good": system(6), "bad": system(2)}, REFERENCES, resamples=2000)
+    better = evidence.compare("good", "bad")
+    assert better.delta > 10 and better.low > 0 and better.p < 0.01
+    assert better.verdict() == SUPPORTED and better.verdict(direction=-1) == CONTRADICTED
+    assert evidence.compare("bad", "good").verdict() == CONTRADICTED
+    chrf = evidence.compare("good", "bad", "chrF")
+    assert chrf.delta == pytest.approx(statistics.mean(evidence.runs("good", "chrF").observed)
+                                       - statistics.mean(evidence.runs("bad", "chrF").observed))  # fmt: skip
+
+
+def test_one_seed_gives_figures_but_no_verdict():
+    evidence = Evidence({"good": system(6, (1,)), "bad": system(2, (1,))}, REFERENCES, resamples=500)
+    interval = evidence.compare("good", "bad")
+    assert interval.delta > 10 and interval.seeds == 1 and interval.verdict() == NEEDS_SEEDS
+    assert overall([SUPPORTED, NEEDS_SEEDS]) == NEEDS_SEEDS
+
+
+def test_seeds_that_disagree_make_a_difference_inconclusive_that_each_seed_alone_would_call_significant():
+    """The point of resampling training runs: one variant's seeds spread as widely as the gap between variants."""
+    steady = system(3)
+    erratic = {1: system(2, (1,))[1], 2: system(8, (2,))[2], 3: system(3, (3,))[3]}
+    interval = Evidence({"erratic": erratic, "steady": steady}, REFERENCES, resamples=2000).compare("erratic", "steady")
+    assert interval.verdict() == INCONCLUSIVE and interval.low < 0 < interval.high
+    for seed in (1, 2):  # sentence-level tests of one seed see only the test set's noise
+        alone, _ = paired_tests({"erratic": erratic[seed], "steady": steady[seed]}, REFERENCES, "steady", 200, 300)
+        assert alone["erratic"]["BLEU"]["p_randomization"] < 0.05
+
+
+def test_holm_turns_a_borderline_verdict_inconclusive():
+    borderline = [Interval(1.0, 0.1, 2.0, 0.03, 3, 10000), Interval(0.8, 0.05, 1.5, 0.04, 3, 10000)]
+    assert all(i.verdict() == SUPPORTED for i in borderline)
+    adjusted = holm(borderline)
+    assert [i.p_holm for i in adjusted] == pytest.approx([0.06, 0.06])
+    assert all(i.verdict() == INCONCLUSIVE for i in adjusted)
+    claim = judged("claim", "paper", [("a", borderline[0], 1), ("b", borderline[1], 1)])
+    assert claim.verdict == INCONCLUSIVE and "Holm 0.06" in claim.evidence
+    assert judged("claim", "paper", [("a", borderline[0], 1)]).verdict == SUPPORTED  # alone, nothing to correct
+
+
+def test_power_from_the_seed_spread():
+    assert pooled_sd([[1.0, 3.0], [5.0, 7.0], [9.0]]) == pytest.approx(2**0.5)
+    assert pooled_sd([[1.0]]) is None
+    three, ten = detectable(1.0, 3), detectable(1.0, 10)
+    assert 2.5 < three < 3.5 and ten < three and detectable(2.0, 3) == pytest.approx(2 * three)
+
+
+def test_aer_resamples_link_counts():
+    counts = {"local": {s: np.array([[2, 3, 3, 2]] * 20) for s in (1, 2, 3)},  # every link right: AER 0
+              "global": {s: np.array([[1, 1, 3, 2]] * 20) for s in (1, 2, 3)}}  # fmt: skip
+    evidence = Evidence({}, [""] * 20, alignments=counts, resamples=500)
+    interval = evidence.compare("local", "global", "AER")
+    assert interval.delta == pytest.approx(0 - (1 - 2 / 5)) and interval.verdict(direction=-1) == SUPPORTED
+    assert math.isnan(aer_score(np.zeros(4)))

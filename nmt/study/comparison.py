@@ -19,14 +19,14 @@ from torch.utils.tensorboard import SummaryWriter
 
 from nmt import UserError, build, checkpoint
 from nmt.alignment import attention_report, choose_map, parse_key, word_attention
-from nmt.claims import BASELINE, check_claims
 from nmt.config import flatten
 from nmt.decoding import Translator
 from nmt.evaluate import LENGTH_BUCKETS, bleu_by_length
 from nmt.plot import legend_beside, lines_figure, panels_figure, plt
 from nmt.resume import BUDGET, changes
-from nmt.significance import p_value, seeded_tests
-from nmt.sweep import saved_settings
+from nmt.study.claims import BASELINE, check_claims
+from nmt.study.significance import MIN_SEEDS, Evidence, detectable, p_value, pooled_sd, seeded_tests
+from nmt.study.sweep import saved_settings
 
 
 def find_runs(folders: list[Path]) -> list[Path]:
@@ -98,6 +98,7 @@ def describe(run: Path, test_cache: dict, beam: int) -> dict:
     progress = last["progress"]
     sources = [s for s, _ in pairs]
     beam_output = beam_hypotheses(run, sources, beam) if beam > 1 else None
+    scored = beam_output or hypotheses  # the headline's output: BLEU, chrF, lengths and the tests all read it
     shape = attention_shape(Translator.load(run / "best.pt"), pairs)
     return {
         "run": str(run),
@@ -113,16 +114,16 @@ def describe(run: Path, test_cache: dict, beam: int) -> dict:
         "tokens_per_second": progress["tokens_trained"] / max(progress["train_seconds"], 1e-9),
         "valid_bleu": best["progress"]["best_bleu"],
         "test_bleu": sacrebleu.corpus_bleu(hypotheses, [references]).score,
-        "test_chrf": sacrebleu.corpus_chrf(hypotheses, [references]).score,
+        "test_chrf": sacrebleu.corpus_chrf(scored, [references]).score,
         "test_bleu_beam": sacrebleu.corpus_bleu(beam_output, [references]).score if beam_output else None,
         "by_length": {
-            f"{low}-{high}": value for (low, high), value in bleu_by_length(sources, hypotheses, references).items()
+            f"{low}-{high}": value for (low, high), value in bleu_by_length(sources, scored, references).items()
         },  # fmt: skip
         "curve": valid_curve(run),
         "compute_curve": compute_curve(run),
         "alignment_map": shape[0] if shape else None,
         "attention": shape[1] if shape else None,
-        "hypotheses": beam_output or hypotheses,  # what the significance tests compare
+        "hypotheses": scored,  # what the significance tests compare
     }
 
 
@@ -268,8 +269,32 @@ def equal_updates(curves: dict[str, list[tuple[float, int, float]]], columns: in
 
 
 def significance(groups: dict[str, list[dict]], references: list[str], against: str, samples: int, trials: int):
+    """sacrebleu's paired tests, seed by seed, of every variant against `against`."""
     hypotheses = {name: {r["seed"]: r["hypotheses"] for r in runs} for name, runs in groups.items()}
     return seeded_tests(hypotheses, references, against, samples, trials)
+
+
+def intervals(evidence: Evidence, against: str) -> dict[str, dict]:
+    """{variant: {metric: Interval of it minus `against`}} over seeds and sentences."""
+    return {name: {metric: evidence.compare(name, against, metric) for metric in ("BLEU", "chrF")}
+            for name in evidence.names if name != against}  # fmt: skip
+
+
+def power_text(groups: dict[str, list[dict]]) -> str:
+    """What the seeds can tell apart, from the spread over seeds measured here."""
+    seeds = min(len(runs) for runs in groups.values())
+    sd = pooled_sd([[headline(r) for r in runs] for runs in groups.values()])
+    if seeds < MIN_SEEDS:
+        start = (f"These runs have {seeds} seed{'s' * (seeds != 1)} per variant at the fewest: the tables give "
+                 f"figures, and no claim gets a verdict under {MIN_SEEDS} seeds (`--seeds {MIN_SEEDS}`). ")  # fmt: skip
+    else:
+        start = ""
+    if sd is None:
+        return start + "With one seed per variant the spread between training runs is not measured."
+    return start + (f"Test BLEU moves by {sd:.2f} from one seed to the next (standard deviation over seeds, pooled "
+                    f"over variants): with {max(seeds, 2)} seeds per variant, a true difference of "
+                    f"{detectable(sd, max(seeds, 2)):.2f} BLEU is found 80% of the time at the 0.05 level (two-sample "
+                    "t-test over seeds, statsmodels); smaller ones often read inconclusive.")  # fmt: skip
 
 
 def heatmaps(groups: dict[str, list[dict]], pairs: list[tuple[str, str]]) -> plt.Figure | None:
@@ -311,7 +336,7 @@ def figures(groups: dict[str, list[dict]], curves: dict, compute: dict, pairs: l
         by_length[name] = ([k.replace("-1000", "+") for k in kept],
                            [statistics.mean(r["by_length"][k][0] for r in runs) for k in kept])  # fmt: skip
     made = {
-        "bleu_by_length": line_figure(by_length, "source sentence length (words)", "test BLEU (greedy)",
+        "bleu_by_length": line_figure(by_length, "source sentence length (words)", "test BLEU (headline output)",
                                       "BLEU by source length", output / "bleu_by_length.png"),
         "bleu_by_time": line_figure({n: ([p[0] for p in c], [p[2] for p in c]) for n, c in curves.items() if c},
                                     "wall-clock minutes (training and validation)", "valid BLEU (greedy)",
@@ -343,11 +368,17 @@ def figures(groups: dict[str, list[dict]], curves: dict, compute: dict, pairs: l
     return made
 
 
-def p_cell(difference) -> str:
+def interval_cell(interval) -> str:
+    if interval is None:
+        return "-"
+    return f"{interval.delta:+.2f} [{interval.low:+.2f}, {interval.high:+.2f}] p {p_value(interval.p)}"
+
+
+def seeds_cell(difference) -> str:
+    """Each seed's paired tests against the best: the largest p over seeds of bootstrap and randomization."""
     if difference is None:
         return "-"
-    d = difference
-    return f"{d.delta:+.2f}{d.mark()} ({p_value(d.p_bootstrap)}, {p_value(d.p_randomization)})"
+    return f"{p_value(difference.p_bootstrap)}, {p_value(difference.p_randomization)}"
 
 
 def equal_compute_table(compute: dict[str, list[tuple[float, float, float]]]) -> list[str]:
@@ -381,32 +412,44 @@ def budget_section(groups: dict[str, list[dict]]) -> list[str]:
     return ["## Budgets\n", f"The runs' budgets: {'; '.join(budgets)}. "]
 
 
-def report(groups, tests, claims, curves, compute, signatures, output: Path, beam: int, command: str) -> str:
+def report(groups, tests, claims, curves, compute, signatures, output: Path, beam: int, command: str,
+           best: str) -> str:  # fmt: skip
     """report.md: the claims, then the tables behind them; figures beside it."""
-    lines = [f"# Comparison\n\n`{command}`\n", "## The papers' claims\n", "| claim | paper | this run | evidence |",
-             "|---|---|---|---|"]  # fmt: skip
+    resamples = next((i.resamples for t in tests["intervals"].values() for m in t.values() for i in m.values()), 0)
+    lines = [f"# Comparison\n\n`{command}`\n", "## The papers' claims\n",
+             "Each claim's comparisons are fixed in advance (nmt/study/claims.py): a difference, its 95% interval "
+             "and "
+             f"p-value from {resamples:,} bootstrap resamples of seeds and test sentences together, Holm's correction "
+             "within a claim; supported or contradicted when the adjusted p is below 0.05, inconclusive otherwise "
+             "(the method: docs/comparison.md, \"The statistics\").\n",
+             "| claim | paper | these runs | evidence |", "|---|---|---|---|"]  # fmt: skip
     lines += [f"| {c.claim} | {c.source} | **{c.verdict}** | {c.evidence} |" for c in claims]
+    lines += ["", power_text(groups)]
     title, budget_text = budget_section(groups)
     lines += ["", "![attention of each model](attention.png)", "", title,
               budget_text + "Test BLEU of the best checkpoint by valid BLEU ("
               + (f"beam {beam}, length penalty 0.6" if beam > 1 else "greedy")
-              + "), mean ± standard deviation over seeds with each seed's figure. "
-              "Δ: the difference in BLEU against the baseline and against the best variant, with the p-values of "
-              "paired bootstrap resampling and approximate randomization (the largest over seeds; * when both are "
-              "below 0.05 for every seed, in one direction).\n",
-              f"| variant | seeds | test BLEU | each seed | chrF | Δ {BASELINE} (p bs, p ar) | Δ best (p bs, p ar) | "
-              "updates | PFLOP | minutes | tok/s | entropy | diagonality |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
-    ranked = sorted(groups, key=lambda n: -statistics.mean(headline(r) for r in groups[n]))
+              + "), mean ± standard deviation over seeds with each seed's figure; rows in order of valid BLEU "
+              f"(greedy, the best checkpoint's), which also chooses the best variant ({best}). Δ: the difference in "
+              "test BLEU against the baseline and against the best, with its 95% interval and p-value over seeds and "
+              "sentences; per seed: the largest p over seeds of sacrebleu's paired bootstrap and approximate "
+              "randomization against the best (how far another test set would move it, not another training run).\n",
+              f"| variant | seeds | valid BLEU | test BLEU | each seed | chrF | Δ {BASELINE} | Δ best | "
+              "per seed (p bs, p ar) | updates | PFLOP | minutes | tok/s | entropy | diagonality |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    ranked = sorted(groups, key=lambda n: -statistics.mean(r["valid_bleu"] for r in groups[n]))
     for name in ranked:
-        runs, against = groups[name], {k: tests[k].get(name, {}) for k in ("baseline", "best")}
+        runs = groups[name]
         shape = [r["attention"] for r in runs if r["attention"]]
         attention = (f"{statistics.mean(s['entropy'] for s in shape):.2f} | "
                      f"{statistics.mean(s['diagonality'] for s in shape):.2f}") if shape else "- | -"  # fmt: skip
+        against = {k: tests["intervals"][k].get(name, {}).get("BLEU") for k in ("baseline", "best")}
         lines.append(
-            f"| {name} | {len(runs)} | {spread([headline(r) for r in runs])} | "
+            f"| {name} | {len(runs)} | {spread([r['valid_bleu'] for r in runs])} | "
+            f"{spread([headline(r) for r in runs])} | "
             f"{', '.join(f'{headline(r):.2f}' for r in runs)} | {spread([r['test_chrf'] for r in runs])} | "
-            f"{p_cell(against['baseline'].get('BLEU'))} | {p_cell(against['best'].get('BLEU'))} | "
+            f"{interval_cell(against['baseline'])} | {interval_cell(against['best'])} | "
+            f"{seeds_cell(tests['best'].get(name, {}).get('BLEU'))} | "
             f"{statistics.mean(r['updates'] for r in runs):.0f} | "
             f"{statistics.mean(r['petaflops'] for r in runs):.3g} | "
             f"{statistics.mean(r['minutes'] for r in runs):.1f} | "
@@ -431,13 +474,16 @@ def report(groups, tests, claims, curves, compute, signatures, output: Path, bea
     else:
         lines.append("No update count that every variant validated at (use `--train`, or one trainer.valid_every).")
     lines += ["", "![valid BLEU against updates](bleu_by_updates.png)", "", "## chrF\n",
-              f"| variant | Δ chrF {BASELINE} (p bs, p ar) | Δ chrF best (p bs, p ar) |", "|---|---|---|"]  # fmt: skip
+              "chrF of the same output as the BLEU above, with its intervals over seeds and sentences.\n",
+              f"| variant | chrF | Δ chrF {BASELINE} | Δ chrF best |", "|---|---|---|---|"]  # fmt: skip
     for name in ranked:
-        lines.append(f"| {name} | {p_cell(tests['baseline'].get(name, {}).get('chrF'))} | "
-                     f"{p_cell(tests['best'].get(name, {}).get('chrF'))} |")  # fmt: skip
+        lines.append(f"| {name} | {spread([r['test_chrf'] for r in groups[name]])} | "
+                     f"{interval_cell(tests['intervals']['baseline'].get(name, {}).get('chrF'))} | "
+                     f"{interval_cell(tests['intervals']['best'].get(name, {}).get('chrF'))} |")  # fmt: skip
     header = [f"{low}-{high}" for low, high in LENGTH_BUCKETS]
     labels = " | ".join(h.replace("-1000", "+") for h in header)
-    lines += ["", "## BLEU by source length\n", "Test BLEU (greedy, mean over seeds) by source length in words, "
+    lines += ["", "## BLEU by source length\n", "Test BLEU (the headline's output, mean over seeds) by source "
+              "length in words, "
               "sentences per bucket in brackets; the figure Bahdanau et al. (2015, Figure 2) drew.\n",
               f"| variant | {labels} |", "|---|" + "---|" * len(header)]  # fmt: skip
     for name in ranked:
@@ -456,42 +502,43 @@ def report(groups, tests, claims, curves, compute, signatures, output: Path, bea
     return text
 
 
-def summarise(
-    runs: list[dict], pairs: list, output: Path, beam: int, command: str, lab: dict | None, samples: int, trials: int
-) -> str:
-    """The report of finished runs on the test `pairs`: significance, claims, figures, report.md, compare.json and
-    TensorBoard."""
+def summarise(runs: list[dict], pairs: list, output: Path, beam: int, command: str, lab: dict | None, samples: int,
+              trials: int, length_note: str = "") -> str:  # fmt: skip
+    """The report of finished runs on the test `pairs`: intervals over seeds and sentences, sacrebleu's paired tests
+    per seed, claims, figures, report.md, compare.json and TensorBoard. The best variant is the one with the best
+    mean valid BLEU; the test split only reports."""
     groups = group(runs)
     references = [t for _, t in pairs]
     bleu = {name: statistics.mean(headline(r) for r in g) for name, g in groups.items()}
-    best = max(bleu, key=bleu.get)
-    tests, signatures = {"baseline": {}, "best": {}}, {}
-    if BASELINE in groups:
-        tests["baseline"], signatures = significance(groups, references, BASELINE, samples, trials)
+    valid = {name: statistics.mean(r["valid_bleu"] for r in g) for name, g in groups.items()}
+    best = max(valid, key=valid.get)
+    alignments = {name: {r["seed"]: r["alignment_counts"] for r in g} for name, g in groups.items()
+                  if all(r.get("alignment_counts") is not None for r in g)}  # fmt: skip
+    evidence = Evidence({name: {r["seed"]: r["hypotheses"] for r in g} for name, g in groups.items()}, references,
+                        [len(s.split()) for s, _ in pairs], alignments, samples)  # fmt: skip
+    tests = {"intervals": {"baseline": intervals(evidence, BASELINE) if BASELINE in groups else {},
+                           "best": intervals(evidence, best)}}  # fmt: skip
     tests["best"], signatures = significance(groups, references, best, samples, trials)
     for name, metric in (("BLEU", sacrebleu.BLEU()), ("chrF", sacrebleu.CHRF())):  # the scores' own signatures
         metric.corpus_score(runs[0]["hypotheses"], [references])
         signatures[name] = str(metric.get_signature())
-
-    def tester(a: str, b: str):  # a against b on BLEU, reusing the tests against the baseline and the best
-        done = tests["baseline"] if b == BASELINE else tests["best"] if b == best else {}
-        if a in done:
-            return done[a]["BLEU"]
-        return significance({a: groups[a], b: groups[b]}, references, b, samples, trials)[0][a]["BLEU"]
-
-    claims = check_claims(bleu, tester, lab)
+    claims = check_claims(evidence, valid, lab, length_note)
     curves = {name: mean_curve(g) for name, g in groups.items()}
     compute = {name: mean_compute_curve(g) for name, g in groups.items()}
     made = figures(groups, curves, compute, pairs, output)
-    text = report(groups, tests, claims, curves, compute, signatures, output, beam, command)
+    text = report(groups, tests, claims, curves, compute, signatures, output, beam, command, best)
     record = {
         "command": command,
         "signatures": signatures,
+        "resamples": samples,
         "claims": [vars(c) for c in claims],
-        "variants": {name: {"mean_bleu": bleu[name], "runs": [{k: v for k, v in r.items() if k != "hypotheses"}
-                                                              for r in g]} for name, g in groups.items()},
-        "significance": {against: {name: {m: vars(d) for m, d in by_metric.items()} for name, by_metric in t.items()}
-                         for against, t in tests.items()},
+        "variants": {name: {"mean_bleu": bleu[name], "mean_valid_bleu": valid[name],
+                            "runs": [{k: v for k, v in r.items() if k not in ("hypotheses", "alignment_counts")}
+                                     for r in g]} for name, g in groups.items()},
+        "intervals": {against: {name: {m: vars(i) for m, i in by_metric.items()} for name, by_metric in t.items()}
+                      for against, t in tests["intervals"].items()},
+        "per_seed_tests": {name: {m: vars(d) for m, d in by_metric.items()}
+                           for name, by_metric in tests["best"].items()},
         "best": best,
     }  # fmt: skip
     (output / "compare.json").write_text(json.dumps(record, indent=1, default=float), encoding="utf-8")

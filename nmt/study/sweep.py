@@ -23,7 +23,7 @@ from nmt.checkpoint import upgrade
 from nmt.config import register
 from nmt.resume import BUDGET, changes, listed
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LAUNCHERS = ("basic", "joblib", "slurm")
 
 

@@ -1,0 +1,327 @@
+"""Is one variant really better than another? Intervals over training runs and test sentences together, with
+sacrebleu's paired tests per seed beside them.
+
+From one training run to the next the same variant moves by 2-3 BLEU here, more than most differences between
+variants, so a verdict has to resample training runs as well as test sentences. `contrast` does both, as the
+two-stage bootstrap of Davison and Hinkley (1997, section 3.8) for data sampled at two levels: each resample draws the
+test sentences with replacement (one draw shared by every system, so the comparison stays paired over sentences) and,
+independently for each variant, its seeds with replacement; the statistic is the difference of the means over the
+drawn seeds of the corpus scores (BLEU and chrF from sacrebleu's own sufficient statistics, AER from link counts) on
+the drawn sentences. The 95% interval is the percentile interval of 10,000 such resamples, and the two-sided p-value
+the smallest level at which that interval excludes zero. Clark et al. (2011) showed why the optimizer's replicates
+must be part of the test; MultEval resamples them the same way. Holm's correction (statsmodels) adjusts the p-values of
+a claim that rests on several comparisons; `detectable` gives, from the seed spread measured, the difference that k
+seeds find 80% of the time (statsmodels' power of a two-sample t-test).
+
+Per seed, sacrebleu's paired bootstrap (Koehn 2004) and approximate randomization (Riezler and Maxwell 2005) from
+`sacrebleu.significance.PairedTest`, with its fixed seed, still test seed k of one system against seed k of the other
+(`paired_tests`, `seeded_tests`): they say how much the score would move with another test set, not with another
+training run. Ties: both count resamples strictly above the observed difference, so two systems with the same score
+would get the smallest p-value (MultEval's issue #5 reports the same); an observed difference of exactly zero gets 1.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import numpy as np
+from sacrebleu.metrics import BLEU, CHRF
+from sacrebleu.significance import PairedTest
+
+METRICS = ("BLEU", "chrF")
+LEVEL = 0.05
+
+
+@dataclass
+class Difference:
+    """A system against a reference system on one metric, over the seeds both ran."""
+
+    delta: float  # mean over seeds of (system score - reference score)
+    p_bootstrap: float  # the largest over seeds
+    p_randomization: float  # the largest over seeds
+    seeds: int
+    consistent: bool  # every seed's difference has the delta's sign (and none is zero)
+
+    def significant(self, level: float = LEVEL) -> bool:
+        return self.consistent and self.p_bootstrap < level and self.p_randomization < level
+
+    def mark(self, level: float = LEVEL) -> str:
+        """'*' when significant at `level`, else ''."""
+        return "*" if self.significant(level) else ""
+
+
+def p_value(p: float) -> str:
+    """A p-value for a table, as measured, to two significant digits (10,000 resamples give 0.0002 at the smallest)."""
+    return f"{p:.2g}" if p < 0.01 else f"{p:.3f}".rstrip("0").rstrip(".") if p < 1 else "1"
+
+
+def _metrics() -> dict:
+    return {"BLEU": BLEU(), "chrF": CHRF()}
+
+
+def paired_tests(
+    systems: dict[str, list[str]], references: list[str], against: str, samples: int = 1000, trials: int = 10000
+) -> tuple[dict[str, dict[str, dict]], dict[str, str]]:
+    """One seed: every system in `systems` against `systems[against]`, by paired bootstrap (`samples` resamples)
+    and approximate randomization (`trials` trials). Returns {system: {metric: {score, mean, ci, p_bootstrap,
+    p_randomization}}} (the reference system has no p-values; `mean` and `ci` are the bootstrap's mean and 95%
+    half-width) and each test's sacrebleu signature ({'bs BLEU': ..., 'ar chrF': ...})."""
+    if against not in systems:
+        raise ValueError(f"{against!r} is not among the systems")
+    lengths = {name: len(hyps) for name, hyps in systems.items() if len(hyps) != len(references)}
+    if lengths:
+        raise ValueError(f"hypotheses and {len(references)} references differ in number: {lengths}")
+    named = [(against, systems[against])] + [(name, hyps) for name, hyps in systems.items() if name != against]
+    results: dict[str, dict[str, dict]] = {name: {} for name, _ in named}
+    signatures = {}
+    for test_type, count in (("bs", samples), ("ar", trials)):
+        if len(named) == 1:  # sacrebleu needs a system besides the reference one
+            break
+        test_signatures, columns = PairedTest(named, _metrics(), [references], test_type=test_type, n_samples=count)()
+        for column, values in columns.items():
+            if column == "System":
+                continue
+            metric = "BLEU" if column.startswith("BLEU") else "chrF"
+            signatures[f"{test_type} {metric}"] = str(test_signatures[column])
+            reference_score = values[0].score
+            for (name, _), result in zip(named, values):
+                entry = results[name].setdefault(metric, {"score": result.score})
+                if test_type == "bs":
+                    entry.update(mean=result.mean, ci=result.ci)
+                if name != against:  # a tie is no difference at all (see the module docstring)
+                    p = 1.0 if result.score == reference_score else result.p_value
+                    entry["p_bootstrap" if test_type == "bs" else "p_randomization"] = p
+    return results, signatures
+
+
+def seeded_tests(
+    hypotheses: dict[str, dict[int, list[str]]],
+    references: list[str],
+    against: str,
+    samples: int = 1000,
+    trials: int = 10000,
+) -> tuple[dict[str, dict[str, Difference]], dict[str, str]]:
+    """Every system of {system: {seed: hypotheses}} against `against`, seed by seed over the seeds both ran
+    (`paired_tests`), combined into one `Difference` per system and metric; and the tests' signatures."""
+    seeds = sorted(hypotheses[against])
+    per_seed, signatures = {}, {}
+    for seed in seeds:
+        systems = {name: runs[seed] for name, runs in hypotheses.items() if seed in runs}
+        per_seed[seed], signatures = paired_tests(systems, references, against, samples, trials)
+    differences: dict[str, dict[str, Difference]] = {}
+    for name in hypotheses:
+        if name == against:
+            continue
+        shared = [seed for seed in seeds if name in per_seed[seed]]
+        if not shared:
+            continue
+        differences[name] = {}
+        for metric in METRICS:
+            deltas = [per_seed[s][name][metric]["score"] - per_seed[s][against][metric]["score"] for s in shared]
+            delta = statistics.mean(deltas)
+            differences[name][metric] = Difference(
+                delta=delta,
+                p_bootstrap=max(per_seed[s][name][metric]["p_bootstrap"] for s in shared),
+                p_randomization=max(per_seed[s][name][metric]["p_randomization"] for s in shared),
+                seeds=len(shared),
+                consistent=delta != 0 and all(d * delta > 0 for d in deltas),
+            )
+    return differences, signatures
+
+
+# --- over seeds and sentences together ---------------------------------------------------------------------------
+
+RESAMPLES = 10_000
+MIN_SEEDS = 3  # fewer seeds per variant give figures, never a verdict
+SEED = 12345  # sacrebleu's own, so a report is reproducible
+SUPPORTED, CONTRADICTED, INCONCLUSIVE = "supported", "contradicted", "inconclusive"
+NEEDS_SEEDS, NOT_MEASURED = f"needs {MIN_SEEDS} seeds", "not measured"
+
+
+def sentence_statistics(metric: str, hypotheses: list[str], references: list[str]) -> np.ndarray:
+    """(sentences, d): sacrebleu's sufficient statistics of BLEU or chrF per sentence; their column sums give the
+    corpus score (`corpus_score`)."""
+    return np.asarray(_metrics()[metric]._extract_corpus_statistics(hypotheses, [references]), dtype=np.float64)
+
+
+def corpus_score(metric: str) -> Callable[[np.ndarray], float]:
+    """The corpus score from summed sufficient statistics."""
+    scorer = _metrics()[metric]
+    return lambda totals: scorer._compute_score_from_stats(list(totals)).score
+
+
+class Resampler:
+    """Bootstrap resamples of one test set's sentences, drawn once and shared by every system scored on it, so that
+    differences between systems are paired over sentences: `counts[r, i]` is how often sentence i is in resample r."""
+
+    def __init__(self, sentences: int, resamples: int = RESAMPLES, seed: int = SEED):
+        if sentences < 1:
+            raise ValueError("no sentences to resample")
+        rng = np.random.default_rng(seed)
+        self.counts = rng.multinomial(sentences, np.full(sentences, 1 / sentences), size=resamples).astype(np.float64)
+
+    def scores(self, statistics: np.ndarray, score: Callable[[np.ndarray], float]) -> np.ndarray:
+        """(resamples,): the corpus score of each resample, from per-sentence statistics (sentences, d)."""
+        return np.array([score(totals) for totals in self.counts @ statistics])
+
+
+@dataclass
+class Runs:
+    """One variant's seeds on one test set: each seed's corpus score, and its score on every shared resample."""
+
+    name: str
+    observed: np.ndarray  # (seeds,)
+    resampled: np.ndarray  # (seeds, resamples)
+
+
+@dataclass
+class Interval:
+    """A contrast between variants (most often a minus b): the observed value from the means over seeds, its 95%
+    percentile interval and two-sided p-value from the bootstrap over seeds and sentences, Holm's adjusted p-value
+    within a claim."""
+
+    delta: float
+    low: float
+    high: float
+    p: float
+    seeds: int  # the fewest seeds of the variants it compares
+    resamples: int
+    p_holm: float | None = None
+
+    def verdict(self, direction: int = 1, level: float = LEVEL) -> str:
+        """supported when the (adjusted) p-value is below `level` with the delta in the claim's `direction` (+1: a
+        above b), contradicted when it is below the other way, inconclusive otherwise; no verdict under MIN_SEEDS."""
+        if self.seeds < MIN_SEEDS:
+            return NEEDS_SEEDS
+        p = self.p if self.p_holm is None else self.p_holm
+        if p >= level or self.delta == 0:
+            return INCONCLUSIVE
+        return SUPPORTED if self.delta * direction > 0 else CONTRADICTED
+
+    def text(self, unit: str = "BLEU") -> str:
+        holm = f", Holm {p_value(self.p_holm)}" if self.p_holm is not None else ""
+        return (f"{self.delta:+.2f} {unit} [{self.low:+.2f}, {self.high:+.2f}] (p {p_value(self.p)}{holm}; "
+                f"{self.seeds} seed{'s' * (self.seeds != 1)})")  # fmt: skip
+
+
+def contrast(terms: list[tuple[float, Runs]], seed: int = SEED) -> Interval:
+    """sum of weight x (mean over seeds of a variant's score) over `terms`, with its interval: in each resample every
+    variant's seeds are drawn with replacement (once per variant, whichever terms it appears in) and scored on the
+    shared sentence resample. All terms must come from resamplers of the same number of resamples."""
+    rng = np.random.default_rng(seed)
+    resamples = terms[0][1].resampled.shape[1]
+    columns = np.arange(resamples)[:, None]
+    picks = {}
+    for _, runs in terms:
+        if runs.name not in picks:
+            k = len(runs.observed)
+            picks[runs.name] = rng.integers(0, k, size=(resamples, k))
+    drawn = sum(weight * runs.resampled.T[columns, picks[runs.name]].mean(1) for weight, runs in terms)
+    delta = float(sum(weight * runs.observed.mean() for weight, runs in terms))
+    low, high = np.percentile(drawn, [2.5, 97.5])
+    below, above = (np.sum(drawn <= 0) + 1) / (resamples + 1), (np.sum(drawn >= 0) + 1) / (resamples + 1)
+    p = 1.0 if delta == 0 and np.all(drawn == 0) else min(1.0, 2 * min(below, above))
+    return Interval(delta, float(low), float(high), float(p), min(len(r.observed) for _, r in terms), resamples)
+
+
+def holm(intervals: list[Interval]) -> list[Interval]:
+    """The intervals with Holm's step-down adjusted p-values (statsmodels), for a claim that rests on all of them."""
+    if not intervals:
+        return []
+    from statsmodels.stats.multitest import multipletests
+
+    adjusted = multipletests([i.p for i in intervals], method="holm")[1] if len(intervals) > 1 else [intervals[0].p]
+    return [replace(i, p_holm=float(p)) for i, p in zip(intervals, adjusted)]
+
+
+def overall(verdicts: list[str]) -> str:
+    """A claim's verdict from those of the comparisons it rests on: supported when all are, contradicted when any
+    is, inconclusive otherwise; no verdict when a comparison lacks seeds."""
+    if not verdicts:
+        return NOT_MEASURED
+    if NEEDS_SEEDS in verdicts:
+        return NEEDS_SEEDS
+    if CONTRADICTED in verdicts:
+        return CONTRADICTED
+    return SUPPORTED if all(v == SUPPORTED for v in verdicts) else INCONCLUSIVE
+
+
+def pooled_sd(samples: list[list[float]]) -> float | None:
+    """The standard deviation over seeds, pooled over variants with at least two seeds; None without any."""
+    kept = [s for s in samples if len(s) > 1]
+    if not kept:
+        return None
+    return (sum((len(s) - 1) * statistics.variance(s) for s in kept) / sum(len(s) - 1 for s in kept)) ** 0.5
+
+
+def detectable(seed_sd: float, seeds: int, level: float = LEVEL, power: float = 0.8) -> float:
+    """The difference between two variants of `seeds` seeds each that a two-sided two-sample t-test at `level`
+    detects with probability `power`, when the seed-to-seed standard deviation is `seed_sd` (statsmodels)."""
+    from statsmodels.stats.power import TTestIndPower
+
+    if seeds < 2:
+        return float("inf")
+    return float(TTestIndPower().solve_power(nobs1=seeds, alpha=level, power=power, ratio=1.0)) * seed_sd
+
+
+class Evidence:
+    """Every variant's seeds on one test set: {name: {seed: hypotheses}} against the references, scored once on the
+    whole set and on shared resamples (for BLEU, chrF, and AER where {name: {seed: link counts}} are given), by
+    length bucket too (`lengths`: source words per sentence)."""
+
+    def __init__(self, hypotheses: dict[str, dict[int, list[str]]], references: list[str],
+                 lengths: list[int] | None = None, alignments: dict[str, dict[int, np.ndarray]] | None = None,
+                 resamples: int = RESAMPLES):  # fmt: skip
+        self.hypotheses, self.references, self.resamples = hypotheses, references, resamples
+        self.lengths = np.asarray(lengths if lengths is not None else [0] * len(references))
+        self.alignments = alignments or {}
+        self.names = list(hypotheses)
+        self._resamplers: dict = {}
+        self._statistics: dict = {}
+        self._runs: dict = {}
+
+    def seeds(self, name: str) -> int:
+        return len(self.hypotheses.get(name, {}))
+
+    def bucket(self, low: int, high: int) -> np.ndarray:
+        """The indices of the sentences whose source has low..high words."""
+        return np.flatnonzero((self.lengths >= low) & (self.lengths <= high))
+
+    def _statistics_of(self, name: str, seed: int, metric: str) -> np.ndarray:
+        key = name, seed, metric
+        if key not in self._statistics:
+            if metric == "AER":
+                self._statistics[key] = np.asarray(self.alignments[name][seed], dtype=np.float64)
+            else:
+                self._statistics[key] = sentence_statistics(metric, self.hypotheses[name][seed], self.references)
+        return self._statistics[key]
+
+    def runs(self, name: str, metric: str = "BLEU", bucket: tuple[int, int] | None = None) -> Runs:
+        key = name, metric, bucket
+        if key not in self._runs:
+            subset = self.bucket(*bucket) if bucket else np.arange(len(self.references))
+            if bucket not in self._resamplers:  # one draw per bucket, shared by every variant and metric
+                self._resamplers[bucket] = Resampler(len(subset), self.resamples, SEED + (bucket[0] if bucket else 0))
+            score = aer_score if metric == "AER" else corpus_score(metric)
+            seeds = sorted(self.alignments[name] if metric == "AER" else self.hypotheses[name])
+            stats = [self._statistics_of(name, seed, metric)[subset] for seed in seeds]
+            self._runs[key] = Runs(name, np.array([score(s.sum(0)) for s in stats]),
+                                   np.stack([self._resamplers[bucket].scores(s, score) for s in stats]))  # fmt: skip
+        return self._runs[key]
+
+    def compare(self, a: str, b: str, metric: str = "BLEU") -> Interval:
+        """a minus b."""
+        return contrast([(1.0, self.runs(a, metric)), (-1.0, self.runs(b, metric))])
+
+    def growth(self, a: str, b: str, first: tuple[int, int], last: tuple[int, int]) -> Interval:
+        """How much more a leads b on BLEU in the `last` length bucket than in the `first`."""
+        return contrast([(1.0, self.runs(a, bucket=last)), (-1.0, self.runs(b, bucket=last)),
+                         (-1.0, self.runs(a, bucket=first)), (1.0, self.runs(b, bucket=first))])  # fmt: skip
+
+
+def aer_score(totals: np.ndarray) -> float:
+    """AER from summed link counts (sure hits, possible hits, predicted links, sure links): `nmt.alignment`."""
+    sure_hits, possible_hits, found, sure = totals[:4]
+    return float(1 - (sure_hits + possible_hits) / (found + sure)) if found + sure else float("nan")
