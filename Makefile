@@ -1,4 +1,4 @@
-# make install | train | demo | compare | lab | bench | test | tensorboard | lint
+# make install | train | demo | compare | lab | results | bench | test | tensorboard | lint
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -7,7 +7,7 @@ TORCH ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo torch || echo tor
 DATA_DIR ?=
 DATA_ARG := $(if $(DATA_DIR),data.dir=$(abspath $(DATA_DIR)),)
 
-.PHONY: install train demo compare lab bench test tensorboard lint
+.PHONY: install train demo compare lab results results-tables bench test tensorboard lint
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,17 @@ compare: install
 # and BLEU by sentence length up to 80 words (multirun/lab/report.md and its figures). About 40 minutes per seed (16 variants).
 lab: install
 	$(BIN)/python scripts/lab.py --output multirun/lab --seeds $(SEEDS)
+
+# What README.md and docs/results.md report, 3 seeds each, from one commit: the claims' variants, the four families at
+# README's budget, the lab, the other variants (scripts/results.py; about 20 hours on 2 cores; rerunning continues).
+# Then results/*.json and the tables between markers in README.md and docs/results.md (tests/test_results.py checks
+# them). PARTS=main runs one part; `make results-tables` only renders the tables again from results/*.json.
+PARTS ?= claims,main,lab,others
+results: install
+	$(BIN)/python scripts/results.py --parts $(PARTS) --seeds 3 $(if $(DATA_DIR),--extra data.dir=$(abspath $(DATA_DIR)),)
+
+results-tables: install
+	$(BIN)/python scripts/results.py --render
 
 # Training tokens/s, peak memory and decoding sentences/s of each model (bench/benchmark.md); decodes with the
 # checkpoints in outputs/runs/<model>/best.pt when they exist.

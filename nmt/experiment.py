@@ -5,8 +5,11 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import logging
+import platform
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +21,7 @@ from nmt.config import TrainConfig
 from nmt.corpus import Splits
 from nmt.data import Vocabulary
 from nmt.decoding import check_input_lengths, decode_split
-from nmt.device import capability
+from nmt.device import capability, cpu_name
 from nmt.device import choose as choose_precision
 from nmt.device import device as find_device
 from nmt.optim import set_lr
@@ -46,6 +49,8 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
                  kept.get("test/bleu"))  # fmt: skip
         return kept
     resumed = checkpoint_to_resume(run_dir, settings.trainer.resume)  # before anything in run_dir is written
+    if distributed.is_main():
+        record_provenance(run_dir, where)
     changes = check_changes(resumed[1]["config"], resolved, resumed[0]) if resumed else {}
     splits, vocabulary = corpus_and_vocabulary(settings, run_dir)
     if settings.trainer.test_at_end:
@@ -143,6 +148,34 @@ def evaluate_best(trainer: Trainer, test_pairs, run_dir: Path) -> dict[str, floa
              scores.bleu_signature)  # fmt: skip
     print(f"test BLEU {scores.bleu:.2f} chrF {scores.chrf:.2f} (best checkpoint, greedy; {scores.bleu_signature})")
     return results
+
+
+def code_version() -> dict:
+    """The commit of the code that runs (and whether tracked files differ from it), where it is a git checkout."""
+    root = Path(__file__).resolve().parents[1]
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=30).stdout.strip()
+
+    try:
+        commit = git("rev-parse", "HEAD")
+        changed = bool(git("status", "--porcelain", "--untracked-files=no"))
+    except (OSError, subprocess.SubprocessError):
+        commit, changed = "", False
+    return {"commit": commit or None, "uncommitted_changes": changed}
+
+
+def record_provenance(run_dir: Path, where: torch.device) -> None:
+    """Append this invocation (commit, time, machine, torch) to run_dir/provenance.json: a resumed run lists each."""
+    path = run_dir / "provenance.json"
+    machine = torch.cuda.get_device_name(where) if where.type == "cuda" else cpu_name()
+    entry = {**code_version(), "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+             "machine": machine, "platform": platform.platform(), "torch": torch.__version__,
+             "threads": torch.get_num_threads()}  # fmt: skip
+    history = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
+    temporary = path.with_name(".provenance.json.tmp")
+    temporary.write_text(json.dumps([*history, entry], indent=1) + "\n", encoding="utf-8")
+    temporary.replace(path)
 
 
 def set_seed(seed: int) -> None:

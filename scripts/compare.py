@@ -81,6 +81,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folders", nargs="*", type=Path, help="finished runs to report on (without --train)")
     parser.add_argument("--train", action="store_true", help="train the variants first, into OUTPUT/runs")
+    parser.add_argument("--no-report", action="store_true", help="with --train: train only (make results reports "
+                        "on the whole folder afterwards)")  # fmt: skip
     parser.add_argument("--output", type=Path, default=None, help="default: multirun/compare, or the first folder")
     parser.add_argument("--variants", default=",".join(VARIANTS), help=f"with --train: any of {', '.join(VARIANTS)}")
     parser.add_argument("--seeds", type=int, default=1, help="with --train: seeds per variant")
@@ -113,6 +115,8 @@ def main(argv: list[str] | None = None) -> None:
     args.output = output_folder(args.output or (args.folders[0] if args.folders else Path("multirun/compare")),
                                 "--output").resolve()  # fmt: skip
     run_dirs = train(args) if args.train else find_runs(args.folders)
+    if args.no_report:
+        return
     runs, pairs = describe_runs(run_dirs, args.beam)
     lab = json.loads(args.lab.read_text(encoding="utf-8")) if args.lab else None
     command = "python scripts/compare.py " + " ".join(argv if argv is not None else sys.argv[1:])

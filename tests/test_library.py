@@ -24,7 +24,7 @@ def test_the_library_defaults_are_the_command_line_defaults():
     assert isinstance(settings, TrainConfig)
     assert settings.trainer == TrainerConfig() and settings.data == Multi30kConfig()
     assert OmegaConf.to_object(compose_config("data=sample")).data == SampleConfig()
-    assert TrainerConfig().precision == "auto" and TrainerConfig().max_minutes == 40  # the tuned values
+    assert TrainerConfig().precision == "auto" and TrainerConfig().max_flops == 5e14  # the tuned values
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,7 @@
 import importlib.util
 import json
 import re
+import subprocess
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ from nmt import UserError, checkpoint
 from nmt.device import autocast, resolve
 from nmt.flops import counted
 from nmt.study import comparison as compare
+from nmt.study import results
 from nmt.study.claims import check_claims
 from nmt.study.significance import (
     CONTRADICTED,
@@ -216,7 +218,7 @@ def test_the_gap_by_length_compares_the_longest_bucket_with_the_shortest():
     assert claim.verdict == SUPPORTED and "on 31+ words minus on 1-10 words (20 and 20 sentences)" in claim.evidence
 
 
-def test_the_comparison_trains_seeds_tests_significance_and_resumes(tmp_path, capfd):
+def test_the_comparison_trains_seeds_tests_significance_and_resumes(tmp_path, capfd, monkeypatch):
     script = load_script("compare")
     small = ["--train", "--variants", "sutskever,luong", "--seeds", "2", "--flops", "1.2e9", "--validations", "2",
              "--beam", "2", "--samples", "50", "--trials", "50", "--output", str(tmp_path / "compare"), "--extra",
@@ -261,6 +263,17 @@ def test_the_comparison_trains_seeds_tests_significance_and_resumes(tmp_path, ca
         "sutskever/seed1234",
         "sutskever/seed1235",
     ]  # one train.py -m, seed by seed
+    # make results' export: each run's commit (recorded by train.py), the tables rendered from the JSON
+    monkeypatch.setattr(results, "RESULTS", tmp_path / "results")
+    load_script("results").export(output, "compare")
+    exported = json.loads((tmp_path / "results" / "compare.json").read_text())
+    run = exported["variants"][luong]["runs"][0]
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    assert run["provenance"]["commits"][0].startswith(head) and not run["provenance"]["inferred"]
+    assert exported["torch"] == torch.__version__ and run["seed"] == 1234
+    table = results.compare_table(tmp_path / "results")
+    assert f"| {luong} | 2 |" in table and f"at commit {head[:7]}" in table
+    assert "**needs 3 seeds**" in results.claims_table(tmp_path / "results")
     capfd.readouterr()
     script.main(small)  # a rerun keeps the four finished runs (trainer.resume=auto in every job)
     assert capfd.readouterr().out.count("holds this run, finished with these settings: kept") == 4

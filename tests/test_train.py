@@ -292,6 +292,9 @@ def test_kill_9_then_resume_ends_bit_for_bit_where_an_uninterrupted_run_ends(tmp
             assert torch.equal(a["model"][key], b["model"][key]), (name, key)
     results = [json.loads((d / "results.json").read_text()) for d in (tmp_path / "straight", killed_dir)]
     assert results[0]["test/bleu"] == results[1]["test/bleu"]
+    invocations = json.loads((killed_dir / "provenance.json").read_text())  # make results reads the commits
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    assert len(invocations) == 2 and all(i["commit"] == head and i["torch"] == torch.__version__ for i in invocations)
 
 
 def test_resume_falls_back_to_the_previous_checkpoint_when_the_last_is_damaged(tmp_path, sample_splits,

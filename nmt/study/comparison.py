@@ -531,6 +531,7 @@ def summarise(runs: list[dict], pairs: list, output: Path, beam: int, command: s
         "command": command,
         "signatures": signatures,
         "resamples": samples,
+        "power": power_text(groups),
         "claims": [vars(c) for c in claims],
         "variants": {name: {"mean_bleu": bleu[name], "mean_valid_bleu": valid[name],
                             "runs": [{k: v for k, v in r.items() if k not in ("hypotheses", "alignment_counts")}

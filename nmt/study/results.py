@@ -1,0 +1,207 @@
+"""The results README.md and docs/ report: JSON in results/ (written by `make results` from its runs, with the commit,
+config, seed and machine of each), and the tables rendered from it between markers in the Markdown files.
+
+A table in a Markdown file sits between `<!-- results:NAME -->` and `<!-- /results:NAME -->`; `render(NAME)` gives its
+text from results/*.json alone, `update_file` rewrites every marked block of a file, and tests/test_results.py fails
+when a committed file's block differs from what the committed JSON renders. Nothing in a marked block is typed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+from nmt import UserError
+from nmt.study.significance import MIN_SEEDS, p_value
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "results"
+MARKER = re.compile(r"<!-- results:(?P<name>[a-z_]+) -->\n(?P<body>.*?)<!-- /results:(?P=name) -->", re.DOTALL)
+# The files whose marked blocks are generated
+DOCUMENTS = ("README.md", "docs/results.md")
+
+
+def load(part: str, folder: Path = RESULTS) -> dict | None:
+    path = folder / f"{part}.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def spread(values: list[float], digits: int = 2) -> str:
+    if len(values) == 1:
+        return f"{values[0]:.{digits}f}"
+    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
+
+
+def runs_line(record: dict) -> str:
+    """Where the figures come from: the command, the runs' commits and dates, the machine."""
+    runs = [r for v in record["variants"].values() for r in v["runs"]]
+    commits = sorted({c for r in runs for c in r["provenance"]["commits"]})
+    dates = sorted(d for r in runs for d in r["provenance"]["dates"])
+    machines = sorted({m for r in runs for m in r["provenance"]["machines"]})
+    inferred = any(r["provenance"].get("inferred") for r in runs)
+    first, last = (d[:16].replace("T", " ") for d in (dates[0], dates[-1])) if dates else ("", "")
+    span = f"{first} to {last} UTC" if dates else "at dates not recorded"
+    return (f"{len(runs)} runs, `{record['command']}`, trained {span} at commit{'s' * (len(commits) != 1)} "
+            f"{', '.join(c[:7] for c in commits) or 'not recorded'}{' (inferred from the time)' if inferred else ''} "
+            f"on {'; '.join(machines) or 'a machine not recorded'}, torch {record['torch']}, sacreBLEU "
+            f"`{record['signatures'].get('BLEU', '')}`.")  # fmt: skip
+
+
+def missing(part: str) -> str:
+    return f"Not run yet: `make results` writes results/{part}.json, then this table.\n"
+
+
+def main_table(folder: Path = RESULTS) -> str:
+    """The four families at README's budget: BLEU greedy and beam 5, chrF, over seeds."""
+    record = load("main", folder)
+    if record is None:
+        return missing("main")
+    lines = ["| model | seeds | parameters | valid BLEU | test BLEU greedy | test BLEU beam 5 | chrF (beam 5) | "
+             "epochs | updates |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    ranked = sorted(record["variants"].items(), key=lambda item: -item[1]["mean_valid_bleu"])
+    for name, variant in ranked:
+        runs = variant["runs"]
+        epochs = [r["compute_curve"][-1][1] for r in runs if r["compute_curve"]]
+        lines.append(
+            f"| {name} | {len(runs)} | {runs[0]['parameters']:,} | {spread([r['valid_bleu'] for r in runs])} | "
+            f"{spread([r['test_bleu'] for r in runs])} | {spread([r['test_bleu_beam'] for r in runs])} | "
+            f"{spread([r['test_chrf'] for r in runs])} | {spread(epochs, 1) if epochs else '-'} | "
+            f"{statistics.mean(r['updates'] for r in runs):,.0f} |"
+        )
+    budget = sorted({r["budget"] for v in record["variants"].values() for r in v["runs"]})
+    return "\n".join([*lines, "", f"Budget: {'; '.join(budget)} each; rows in order of valid BLEU; mean ± standard "
+                      f"deviation over seeds. {runs_line(record)}", ""])  # fmt: skip
+
+
+def claims_table(folder: Path = RESULTS) -> str:
+    """The papers' claims with their verdicts over seeds (the comparison's)."""
+    record = load("compare", folder)
+    if record is None:
+        return missing("compare")
+    seeds = min(len(v["runs"]) for v in record["variants"].values())
+    lines = ["| claim | paper | verdict | evidence |", "|---|---|---|---|"]
+    lines += [f"| {c['claim']} | {c['source']} | **{c['verdict']}** | {c['evidence']} |" for c in record["claims"]]
+    note = ""
+    if seeds < MIN_SEEDS:
+        note = (f" Some variants have {seeds} seed{'s' * (seeds != 1)} so far: their claims read \"needs {MIN_SEEDS} "
+                "seeds\" until `make results` ends.")  # fmt: skip
+    return "\n".join([*lines, "", f"{record['power']}{note} {runs_line(record)}", ""])
+
+
+def compare_table(folder: Path = RESULTS) -> str:
+    """Every variant of the comparison at equal compute, with intervals against the baseline and the best."""
+    record = load("compare", folder)
+    if record is None:
+        return missing("compare")
+    best = record["best"]
+    lines = ["| variant | seeds | valid BLEU | test BLEU (beam 5) | chrF | Δ sutskever [95%] p | Δ best [95%] p | "
+             "updates |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+
+    def cell(against: str, name: str) -> str:
+        found = record["intervals"].get(against, {}).get(name, {}).get("BLEU")
+        if not found:
+            return "-"
+        return f"{found['delta']:+.2f} [{found['low']:+.2f}, {found['high']:+.2f}] {p_value(found['p'])}"
+
+    for name, variant in sorted(record["variants"].items(), key=lambda item: -item[1]["mean_valid_bleu"]):
+        runs = variant["runs"]
+        lines.append(
+            f"| {name} | {len(runs)} | {spread([r['valid_bleu'] for r in runs])} | "
+            f"{spread([r['test_bleu_beam'] for r in runs])} | {spread([r['test_chrf'] for r in runs])} | "
+            f"{cell('baseline', name)} | {cell('best', name)} | {statistics.mean(r['updates'] for r in runs):,.0f} |"
+        )
+    budget = sorted({r["budget"] for v in record["variants"].values() for r in v["runs"]})
+    return "\n".join([*lines, "", f"Budget: {'; '.join(budget)} each. Best on valid: {best}. {runs_line(record)}",
+                      ""])  # fmt: skip
+
+
+def lab_table(folder: Path = RESULTS) -> str:
+    """AER of each attention on the sample grammar's gold links."""
+    record = load("lab", folder)
+    if record is None:
+        return missing("lab")
+    lines = ["| model | seeds | test AER | long-set AER | test BLEU (greedy) |", "|---|---|---|---|---|"]
+    for r in sorted(record["results"], key=lambda r: r.get("test_alignment", {}).get("aer", 2)):
+        t, long = r.get("test_alignment"), r.get("long_alignment")
+        aer = f"{t['aer']:.3f}" + (f" ± {t['aer_sd']:.3f}" if "aer_sd" in t else "") if t else "no attention"
+        long_aer = f"{long['aer']:.3f}" if long else "-"
+        lines.append(f"| {r['name']} | {len(r['seeds'])} | {aer} | {long_aer} | {r['test_bleu']:.2f} |")
+    lines += ["", "| claim | paper | verdict | evidence |", "|---|---|---|---|"]
+    lines += [f"| {c['claim']} | {c['source']} | **{c['verdict']}** | {c['evidence']} |" for c in record["claims"]]
+    return "\n".join([*lines, "", f"`{record['command']}`; commits {', '.join(record.get('commits', [])) or '-'}.", ""])
+
+
+FIGURES = ROOT / "docs" / "figures" / "results"
+# The main runs' figures that `make results` copies into FIGURES: (file, caption)
+FIGURE_FILES = (("bleu_by_compute.png", "valid BLEU against training compute"),
+                ("bleu_by_length.png", "test BLEU by source sentence length"),
+                ("attention.png", "the attention of each family on one test sentence"))  # fmt: skip
+
+
+def figures_block(folder: Path = RESULTS) -> str:
+    """The main runs' figures, as far as `make results` has made them."""
+    made = [(name, caption) for name, caption in FIGURE_FILES if (FIGURES / name).is_file()]
+    if not made:
+        return (
+            "The figures (valid BLEU against compute, BLEU by length, attention) follow when `make results` has run.\n"
+        )
+    return " ".join(f"![{caption}](docs/figures/results/{name})" for name, caption in made) + "\n"
+
+
+TABLES: dict[str, Callable[[Path], str]] = {"main": main_table, "claims": claims_table, "compare": compare_table,
+                                            "lab": lab_table, "figures": figures_block}  # fmt: skip
+
+
+def render(name: str, folder: Path = RESULTS) -> str:
+    if name not in TABLES:
+        raise UserError(f"results:{name}: no such table; the tables are {', '.join(TABLES)}")
+    return TABLES[name](folder)
+
+
+def blocks(text: str) -> list[tuple[str, str]]:
+    """(name, body) of every marked block."""
+    return [(m["name"], m["body"]) for m in MARKER.finditer(text)]
+
+
+def rendered(text: str, folder: Path = RESULTS) -> str:
+    """The text with every marked block replaced by its table rendered from `folder`."""
+
+    def table(match: re.Match) -> str:
+        name = match["name"]
+        return f"<!-- results:{name} -->\n{render(name, folder)}<!-- /results:{name} -->"
+
+    return MARKER.sub(table, text)
+
+
+def update_file(path: Path, folder: Path = RESULTS) -> bool:
+    """Rewrite the marked blocks of `path` from `folder`; True when the file changed."""
+    text = path.read_text(encoding="utf-8")
+    new = rendered(text, folder)
+    if new != text:
+        path.write_text(new, encoding="utf-8")
+    return new != text
+
+
+def provenance(run_dir: Path) -> dict:
+    """The commits, start times and machines of a run's invocations (run_dir/provenance.json, which train.py
+    appends to). A run started before train.py recorded it gets the commit checked out when Hydra first recorded it,
+    marked as inferred."""
+    path = run_dir / "provenance.json"
+    if path.is_file():
+        entries = json.loads(path.read_text(encoding="utf-8"))
+        return {"commits": sorted({e["commit"] + ("+changes" if e["uncommitted_changes"] else "")
+                                   for e in entries if e["commit"]}),
+                "dates": [e["started"] for e in entries], "machines": sorted({e["machine"] for e in entries}),
+                "inferred": False}  # fmt: skip
+    records = sorted(p.name for p in run_dir.glob(".hydra/*") if p.is_dir())  # .hydra/<%Y-%m-%d_%H-%M-%S>
+    if not records:
+        return {"commits": [], "dates": [], "machines": [], "inferred": True}
+    day, time = records[0].split("_")
+    started = f"{day}T{time.replace('-', ':')}"
+    found = subprocess.run(["git", "log", "-1", f"--before={started}", "--format=%H"], cwd=ROOT, capture_output=True,
+                           text=True).stdout.strip()  # fmt: skip
+    return {"commits": [found] if found else [], "dates": [started], "machines": [], "inferred": True}

@@ -1,0 +1,155 @@
+"""`make results`: train what README.md and docs/results.md report, 3 seeds each, then write results/*.json (every
+figure, with the commit, config, seed and machine of each run) and the tables between markers in those files.
+
+python scripts/results.py [--parts claims,main,lab,others] [--seeds 3] [--jobs 2] [--runs multirun/results]
+python scripts/results.py --render      # only the tables again, from the committed results/*.json
+
+The parts, in this order (each resumable: a rerun keeps finished runs with today's settings and continues the rest):
+  claims  the variants the papers' claims need, at `make compare`'s budget (1e14 FLOPs each), then the comparison's
+          report over every variant trained so far (results/compare.json)
+  main    the four families' defaults, as `python train.py model=X` trains them (5e14 FLOPs each), greedy and beam 5
+          (results/main.json)
+  lab     the alignment lab, `scripts/lab.py` (results/lab.json)
+  others  the comparison's other variants (Luong's other scores and the paper's model, sparse, hard, the window),
+          then the comparison's report again
+Runs go to RUNS/compare/runs/<variant>/seed<N>, RUNS/main/runs/<model>/seed<N> and RUNS/lab/runs/...; with
+NMT_DATA_DIR (or --extra data.dir=...) pointing at the Multi30k files on an offline machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import shutil
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from nmt import UserError  # noqa: E402
+from nmt.study import results  # noqa: E402
+from nmt.study.sweep import LAUNCHERS, ROOT, sweep  # noqa: E402
+
+PARTS = ("claims", "main", "lab", "others")
+# The variants the claims rest on (nmt/study/claims.py): the fixed vector, Bahdanau's, Luong's defaults with and
+# without input feeding and with local-m and local-p, the Transformer
+CLAIM_VARIANTS = ["sutskever", "bahdanau", "luong", "luong_feeding", "luong_local_m", "luong_local_p", "transformer"]
+FAMILIES = ["sutskever", "bahdanau", "luong", "transformer"]
+
+
+def load_script(name: str):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def train_comparison(variants: list[str], args: argparse.Namespace, runs: Path) -> None:
+    compare = load_script("compare")
+    compare.main(["--train", "--output", str(runs / "compare"), "--variants", ",".join(variants), "--seeds",
+                  str(args.seeds), "--launcher", args.launcher, "--jobs", str(args.jobs), "--no-report",
+                  "--extra", *args.extra])  # fmt: skip
+    compare.main([str(runs / "compare" / "runs"), "--output", str(runs / "compare")])  # every variant so far
+
+
+def train_main(args: argparse.Namespace, runs: Path) -> None:
+    """The defaults of each family, nothing else but the seed (and threads, which sum in another order)."""
+    seeds = list(range(1234, 1234 + args.seeds))
+    sweep(FAMILIES, seeds, ["trainer.progress=false", *args.extra], runs / "main" / "runs", args.launcher, args.jobs)
+    load_script("compare").main([str(runs / "main" / "runs"), "--output", str(runs / "main"), "--beam", "5"])
+
+
+def export(report: Path, name: str) -> None:
+    """results/<name>.json from a report's compare.json, with each run's provenance and paths from the repository."""
+    record = json.loads((report / "compare.json").read_text(encoding="utf-8"))
+    for variant in record["variants"].values():
+        for run in variant["runs"]:
+            run["provenance"] = results.provenance(Path(run["run"]))
+            run["run"] = relative(Path(run["run"]))
+    record.update(torch=torch.__version__, python=platform.python_version())
+    write(name, record)
+
+
+def export_lab(folder: Path) -> None:
+    record = json.loads((folder / "lab.json").read_text(encoding="utf-8"))
+    commits = set()
+    for result in record["results"]:
+        for run in result["seeds"]:
+            commits.update(c[:7] for c in results.provenance(Path(run["run"]))["commits"])
+            run["run"] = relative(Path(run["run"]))
+    record.update(commits=sorted(commits), torch=torch.__version__)
+    write("lab", record)
+
+
+def relative(path: Path) -> str:
+    path = path.resolve()
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+def write(name: str, record: dict) -> None:
+    results.RESULTS.mkdir(exist_ok=True)
+    path = results.RESULTS / f"{name}.json"
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(json.dumps(record, indent=1, default=float) + "\n", encoding="utf-8")
+    temporary.replace(path)
+    print(f"wrote {path}", flush=True)
+
+
+def render() -> None:
+    for document in results.DOCUMENTS:
+        if results.update_file(ROOT / document):
+            print(f"updated the tables of {document}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--parts", default=",".join(PARTS), help=f"any of {', '.join(PARTS)}, in that order")
+    parser.add_argument("--seeds", type=int, default=3, help="seeds per variant (1234, 1235, ...)")
+    parser.add_argument("--runs", type=Path, default=ROOT / "multirun" / "results", help="where the runs go")
+    parser.add_argument("--launcher", choices=LAUNCHERS, default="joblib", help="Hydra's launcher (scripts/compare.py)")
+    parser.add_argument("--jobs", type=int, default=2, help="runs at once, with --launcher joblib")
+    parser.add_argument("--extra", nargs="*", default=[], help="more train.py overrides (data.dir=...)")
+    parser.add_argument("--render", action="store_true", help="only render the tables from results/*.json")
+    args = parser.parse_args(argv)
+    if args.render:
+        return render()
+    parts = args.parts.split(",")
+    unknown = [p for p in parts if p not in PARTS]
+    if unknown:
+        raise UserError(f"--parts: {', '.join(unknown)} unknown; use any of {', '.join(PARTS)}")
+    if args.seeds < 1 or args.jobs < 1:
+        raise UserError("--seeds and --jobs must be at least 1")
+    runs = args.runs.resolve()
+    for part in (p for p in PARTS if p in parts):
+        print(f"== make results: {part}", flush=True)
+        if part == "claims":
+            train_comparison(CLAIM_VARIANTS, args, runs)
+            export(runs / "compare", "compare")
+        elif part == "others":
+            others = [v for v in load_script("compare").VARIANTS if v not in CLAIM_VARIANTS]
+            train_comparison(others, args, runs)
+            export(runs / "compare", "compare")
+        elif part == "main":
+            train_main(args, runs)
+            export(runs / "main", "main")
+            results.FIGURES.mkdir(parents=True, exist_ok=True)
+            for name, _ in results.FIGURE_FILES:
+                if (runs / "main" / name).is_file():
+                    shutil.copyfile(runs / "main" / name, results.FIGURES / name)
+        else:
+            load_script("lab").main(["--output", str(runs / "lab"), "--seeds", str(args.seeds),
+                                     *(["--extra", *args.extra] if args.extra else [])])  # fmt: skip
+            export_lab(runs / "lab")
+        render()
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except UserError as error:
+        sys.exit(f"error: {error}")

@@ -1,0 +1,71 @@
+"""The results tables in README.md and docs/ are rendered from results/*.json, never typed."""
+
+import json
+
+import pytest
+from conftest import ROOT
+
+from nmt import UserError
+from nmt.study import results
+
+
+def test_every_generated_table_matches_the_committed_results():
+    for document in results.DOCUMENTS:
+        text = (ROOT / document).read_text(encoding="utf-8")
+        found = results.blocks(text)
+        assert found, f"{document} has no generated table"
+        for name, body in found:
+            assert body == results.render(name), (
+                f"{document}: the table results:{name} differs from what results/*.json gives; run "
+                "`python scripts/results.py --render` (make results-tables) and commit both"
+            )
+    assert {name for name, _ in results.blocks((ROOT / "README.md").read_text())} >= {"main", "claims"}
+
+
+def record(variants: dict[str, list[float]]) -> dict:
+    """A compare.json of made-up runs: {name: each seed's test BLEU}."""
+    runs = {name: [{"seed": 1234 + k, "valid_bleu": b - 1, "test_bleu": b - 0.5, "test_bleu_beam": b,
+                    "test_chrf": b + 20, "updates": 100, "parameters": 1000, "budget": "1e+14 FLOPs",
+                    "compute_curve": [[0.1, 2.5, b - 1]],
+                    "provenance": {"commits": ["abcdef1234"], "dates": ["2026-11-24T10:00:00"],
+                                   "machines": ["a CPU"], "inferred": False}}
+                   for k, b in enumerate(bleus)] for name, bleus in variants.items()}  # fmt: skip
+    return {"command": "python scripts/compare.py x", "torch": "2.13.0", "signatures": {"BLEU": "nrefs:1|tok:13a"},
+            "power": "Test BLEU moves by 1.00 from one seed to the next.", "best": "bahdanau (additive)",
+            "variants": {n: {"mean_valid_bleu": sum(b) / len(b) - 1, "runs": r} for (n, b), r in
+                         zip(variants.items(), runs.values())},
+            "intervals": {"baseline": {"bahdanau (additive)": {"BLEU": {"delta": 10.0, "low": 9.0, "high": 11.0,
+                                                                         "p": 0.0002}}}},
+            "claims": [{"claim": "Attention beats the fixed-vector encoder-decoder", "source": "Bahdanau",
+                        "verdict": "supported", "evidence": "+10.00 BLEU"}]}  # fmt: skip
+
+
+def test_tables_render_from_the_json_and_say_where_the_runs_come_from(tmp_path):
+    made = record({"sutskever": [10.0, 12.0, 11.0], "bahdanau (additive)": [30.0, 31.0, 32.0]})
+    (tmp_path / "main.json").write_text(json.dumps(made))
+    (tmp_path / "compare.json").write_text(json.dumps(made))
+    main = results.main_table(tmp_path)
+    rows = [line for line in main.splitlines() if line.startswith("| ") and "seeds" not in line]
+    assert rows[0].startswith("| bahdanau (additive) | 3 | 1,000 | 30.00 ± 1.00 | 30.50 ± 1.00 | 31.00 ± 1.00 |")
+    assert "at commit abcdef1 on a CPU, torch 2.13.0" in main and "2026-11-24 10:00 to 2026-11-24 10:00 UTC" in main
+    assert "| 2.5 ± 0.0 | 100 |" in rows[0]
+    compare = results.compare_table(tmp_path)
+    assert "| +10.00 [+9.00, +11.00] 0.0002 |" in compare and "Best on valid: bahdanau (additive)" in compare
+    claims = results.claims_table(tmp_path)
+    assert "| **supported** | +10.00 BLEU |" in claims and claims.count("Test BLEU moves by 1.00") == 1
+    assert "Not run yet: `make results` writes results/lab.json" in results.lab_table(tmp_path)
+
+
+def test_marked_blocks_are_rewritten_in_place_and_nothing_else(tmp_path):
+    (tmp_path / "main.json").write_text(json.dumps(record({"sutskever": [10.0]})))
+    document = tmp_path / "README.md"
+    document.write_text("intro\n<!-- results:main -->\nold table\n<!-- /results:main -->\nafter\n")
+    assert results.update_file(document, tmp_path)
+    text = document.read_text()
+    assert text.startswith("intro\n<!-- results:main -->\n| model |") and text.endswith(
+        "<!-- /results:main -->\nafter\n"
+    )
+    assert "old table" not in text and "| sutskever | 1 |" in text
+    assert not results.update_file(document, tmp_path)  # rendered twice: the same
+    with pytest.raises(UserError, match="results:nosuch: no such table"):
+        results.rendered("<!-- results:nosuch -->\n<!-- /results:nosuch -->", tmp_path)
