@@ -25,6 +25,7 @@ def main(cfg: DictConfig) -> None:
             beam=cfg.beam,
             alpha=cfg.alpha,
             output=cfg.output,
+            overwrite=cfg.overwrite,
             device=cfg.device,
             precision=cfg.precision,
             max_tokens=cfg.max_tokens,

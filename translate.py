@@ -20,6 +20,7 @@ def main(cfg: DictConfig) -> None:
             cfg.checkpoint,
             source=cfg.input,
             output=cfg.output,
+            overwrite=cfg.overwrite,
             beam=cfg.beam,
             alpha=cfg.alpha,
             device=cfg.device,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 import zipfile
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -56,18 +57,44 @@ def save(payload: dict, path: str | Path) -> None:
         os.close(directory)
 
 
+def damaged(path: Path) -> str | None:
+    """Why `path` is no checkpoint before torch reads it (torch.save writes zip archives): not one at all, or one
+    cut short; None when it looks whole."""
+    with open(path, "rb") as handle:
+        head = handle.read(4096)
+    if zipfile.is_zipfile(path):
+        return None
+    if head.startswith(b"PK\x03\x04"):
+        return f"{path}: a truncated or damaged checkpoint: it begins like one, but its end is missing"
+    try:
+        head.decode("utf-8")
+        kind = "a text file"
+    except UnicodeDecodeError:
+        kind = "unknown bytes"
+    return f"{path}: not a checkpoint: {kind}, not a file that torch.save writes (a wrong path?)"
+
+
 def load(path: str | Path) -> dict:
-    """Load a checkpoint with `weights_only=True`: tensors and plain containers only, never pickled code."""
+    """Load a checkpoint with `weights_only=True`: tensors and plain containers only, never pickled code. Three
+    failures, three messages: not a checkpoint, a damaged one, one that holds Python objects (refused)."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{path}: no such checkpoint")
+    problem = damaged(path)
+    if problem:
+        raise UserError(problem)
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
-        first = str(error).splitlines()[0] if str(error) else "unsafe content"
-        raise UserError(f"{path}: refused to load: it holds more than weights ({first})") from None
-    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError) as error:
-        raise UserError(f"{path}: not a readable checkpoint; the file is truncated or corrupt ({error})") from None
+        found = re.search(r"(?:Unsupported global: GLOBAL|unsupported GLOBAL) ([\w.]+)", str(error))
+        what = f" ({found.group(1)})" if found else ""
+        raise UserError(
+            f"{path}: refused: besides tensors it holds Python objects{what}, and loading those could "
+            "run code. nmt's checkpoints never hold any: other code wrote this file"
+        ) from None
+    except Exception as error:  # a damaged archive fails anywhere in torch's reader
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise UserError(f"{path}: a damaged checkpoint, not readable ({reason})") from None
     if not isinstance(payload, dict) or "model" not in payload or "config" not in payload:
         raise UserError(f"{path}: not an nmt checkpoint (no model weights and config inside)")
     upgrade(payload["config"])

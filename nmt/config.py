@@ -74,6 +74,11 @@ class GrammarOptions:
         if self.clauses < 1 or self.phrases < 0 or not 0 <= self.adjectives <= 1 or self.min_words < 0:
             raise UserError("data.grammar: clauses must be at least 1, phrases and min_words at least 0, adjectives a "
                             "probability")  # fmt: skip
+        if self.clauses > 16 or self.phrases > 4:  # 12 clauses and 1 phrase already give the lab's 80-word sentences
+            raise UserError(
+                f"data.grammar: clauses={self.clauses}, phrases={self.phrases}; at most 16 clauses and 4 "
+                "phrases (longer sentences than any test needs, and they take minutes to generate)"
+            )
         if self.max_words and self.max_words < self.min_words:
             raise UserError(f"data.grammar.max_words={self.max_words} is below min_words={self.min_words}")
 
@@ -229,6 +234,7 @@ class EvaluateConfig(SearchOptions):
     reference: str | None = None  # ... and its reference translations (one sentence per line)
     data_dir: str | None = None  # where the corpus lies, if not where it was when training ($NMT_DATA_DIR)
     output: str | None = None  # hypotheses file; null: beside the checkpoint, <checkpoint>.<split>.beam<N>.hyp
+    overwrite: bool = False  # true: output= may replace an existing file (never a file of a training run)
     # Gold word alignments of the scored pairs (Pharaoh format: i-j sure, i?j possible, 0-based words) for AER;
     # null: the sample corpus's own when scoring one of its splits, else none
     alignments: str | None = None
@@ -243,6 +249,7 @@ class TranslateConfig(SearchOptions):
     output: str | None = None  # null writes to stdout
     attention: str | None = None  # a folder: also write each line's attention heatmap there as line<N>.png
     alignments: str | None = None  # a file: also write each translation's word alignment there (Pharaoh format)
+    overwrite: bool = False  # true: output= and alignments= may replace existing files (never a training run's)
 
 
 def flatten(tree: dict, prefix: str = "") -> dict:

@@ -23,7 +23,7 @@ from nmt.alignment import (
 )
 from nmt.corpus import Pairs, Splits, read_lines, read_parallel
 from nmt.decoding import Translator
-from nmt.paths import output_file, output_folder
+from nmt.paths import output_file, output_folder, write_text
 from nmt.plot import plt
 
 log = logging.getLogger(__name__)
@@ -109,13 +109,16 @@ def evaluate(
     max_input_len: int = 1024,
     alignments: str | None = None,
     alignment_map: str | None = None,
+    overwrite: bool = False,
 ) -> dict:
     """Decode a split (or source=/reference= files), print BLEU, chrF and TER with their signatures and BLEU by
     source length, and write the hypotheses; with gold alignments (`alignments=FILE`, or the sample corpus's own),
     also AER. Returns the scores."""
     name = Path(source).name if source else split
     default_output = Path(checkpoint_path).with_suffix(f".{name}.beam{beam}.hyp")
-    output_path = output_file(output or default_output, "output", (source, reference, checkpoint_path))
+    output_path = output_file(
+        output or default_output, "output", (source, reference, checkpoint_path), overwrite if output else None
+    )  # its own default path it may replace
     translator = Translator.load(checkpoint_path, beam, alpha, device, precision, max_tokens, max_input_len)
     pairs, gold = pairs_to_score(translator.config, split, source, reference, data_dir)
     if not pairs:
@@ -127,7 +130,7 @@ def evaluate(
     hypotheses = translator.translate(sources)
     metrics = [sacrebleu.metrics.BLEU(), sacrebleu.metrics.CHRF(), sacrebleu.metrics.TER()]
     scores = [metric.corpus_score(hypotheses, [references]) for metric in metrics]
-    output_path.write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
+    write_text(output_path, "".join(h + "\n" for h in hypotheses))
     search = "greedy decoding" if beam == 1 else f"beam {beam}, length penalty alpha {alpha:g}"
     print(f"{name}: {len(pairs)} sentences, {search}; hypotheses in {output_path}")
     for label, metric, result in zip(["BLEU", "chrF", "TER"], metrics, scores):
@@ -160,13 +163,15 @@ def translate_file(
     max_input_len: int = 1024,
     alignments: str | None = None,
     alignment_map: str | None = None,
+    overwrite: bool = False,
 ) -> list[str]:
     """Translate the lines of `source` (stdin when None) and write them to `output` (stdout when None); with
     `attention=DIR`, also the heatmap of each line's attention as DIR/line<N>.png; with `alignments=FILE`, each
     translation's word alignment to its line in Pharaoh format (source word i - translation word j, 0-based)."""
-    output_path = output_file(output, "output", (source, checkpoint_path)) if output else None
+    output_path = output_file(output, "output", (source, checkpoint_path), overwrite) if output else None
     folder = output_folder(attention, "attention") if attention else None
-    links_path = output_file(alignments, "alignments", (source, checkpoint_path, output)) if alignments else None
+    links_path = output_file(alignments, "alignments", (source, checkpoint_path), overwrite,
+                             also_written=(output,)) if alignments else None  # fmt: skip
     translator = Translator.load(checkpoint_path, beam, alpha, device, precision, max_tokens, max_input_len)
     if (folder or links_path) and not translator.has_attention():
         option = "attention=" if folder else "alignments="
@@ -184,10 +189,10 @@ def translate_file(
         key = parse_key(chosen)
         matrices = word_attention(translator.model, translator.vocabulary, list(zip(lines, translations)),
                                   translator.device, translator.dtype, [key[0]], (key[1],))[key]  # fmt: skip
-        links_path.write_text("".join(format_links(links) + "\n" for links in links_of(matrices)), encoding="utf-8")
+        write_text(links_path, "".join(format_links(links) + "\n" for links in links_of(matrices)))
     text = "".join(t + "\n" for t in translations)
     if output_path:
-        output_path.write_text(text, encoding="utf-8")
+        write_text(output_path, text)
     else:
         sys.stdout.write(text)
     return translations

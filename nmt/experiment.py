@@ -49,8 +49,6 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
                  kept.get("test/bleu"))  # fmt: skip
         return kept
     resumed = checkpoint_to_resume(run_dir, settings.trainer.resume)  # before anything in run_dir is written
-    if distributed.is_main():
-        record_provenance(run_dir, where)
     changes = check_changes(resumed[1]["config"], resolved, resumed[0]) if resumed else {}
     splits, vocabulary = corpus_and_vocabulary(settings, run_dir)
     if settings.trainer.test_at_end:
@@ -64,6 +62,8 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
         trainer.restore_payload(*resumed)
         if "trainer.lr" in changes:
             set_lr(trainer.optimizer, trainer.schedule, settings.trainer.lr)
+    if distributed.is_main():  # every check passed: this invocation trains
+        record_provenance(run_dir, where)
     if trainer.train() == "interrupted":
         trainer.log.close()
         raise Interrupted(f"interrupted at step {trainer.step}; {run_dir / 'last.pt'} holds the run. Continue it with "

@@ -1,16 +1,42 @@
-"""Output paths, checked before the work that fills them starts, so a typo never costs a decoding run."""
+"""Every file a command writes: checked before the work that fills it starts (so a typo never costs a decoding run),
+and written atomically (`write_text`).
+
+The rule (`output_file`): a command never replaces a file it did not create in this invocation unless its overwrite
+option says so, and never a file of a training run (checkpoints, results, vocabularies, records, logs) whatever the
+options say: those are the run's, and resume, evaluate and the reports read them. A command may replace the file it
+writes by default (evaluate's `<checkpoint>.<split>.beam<N>.hyp`): that one is its own.
+"""
 
 from __future__ import annotations
 
+import fnmatch
 import os
 from pathlib import Path
 
 from nmt import UserError
 
+# A folder holds a training run when it has one of these; then these patterns name the run's own files.
+RUN_MARKS = ("last.pt", "previous.pt", "best.pt", "results.json")
+RUN_FILES = ("last.pt", "previous.pt", "best.pt", "step*.pt", "results.json", "provenance.json", "spm.*.model",
+             "spm.*.vocab", "events.out.tfevents.*", "train.log", "best.test.hyp")  # fmt: skip
 
-def output_file(path: str | Path, option: str, inputs: tuple = ()) -> Path:
-    """`path` as a file that can be written: its folder exists and is writable, it is not a folder, and it is none of
-    the command's `inputs` (a source, a reference, a checkpoint), which it would overwrite."""
+
+def run_file(path: Path) -> str | None:
+    """Why `path` belongs to a training run ("the checkpoint best.pt of the run in DIR"), or None."""
+    folder = path.parent
+    if not (any((folder / mark).is_file() for mark in RUN_MARKS) or any(folder.glob("step*.pt"))):
+        return None
+    if any(fnmatch.fnmatch(path.name, pattern) for pattern in RUN_FILES):
+        return f"{path.name}, a file of the training run in {folder}"
+    return None
+
+
+def output_file(path: str | Path, option: str, inputs: tuple = (), overwrite: bool | None = False,
+                also_written: tuple = ()) -> Path:  # fmt: skip
+    """`path` as a file that can be written: its folder exists and is writable, it is not a folder, it is none of
+    the command's `inputs` (a source, a reference, a checkpoint) nor of the other files it writes (`also_written`),
+    it is no file of a training run, and it does not exist unless `overwrite` (the user's overwrite option: True;
+    None for a command's own default path, which it may replace)."""
     path = Path(path).expanduser()
     if path.is_dir():
         raise UserError(f"{option}={path}: is a folder; give a file name")
@@ -22,7 +48,30 @@ def output_file(path: str | Path, option: str, inputs: tuple = ()) -> Path:
     for given in inputs:
         if given and path.exists() and Path(given).expanduser().exists() and path.samefile(Path(given).expanduser()):
             raise UserError(f"{option}={path}: is one of this command's inputs and would be overwritten")
+    for other in also_written:
+        if other and Path(other).expanduser().absolute() == path.absolute():
+            raise UserError(f"{option}={path}: this command writes another file there too; give each its own path")
+    owner = run_file(path)
+    if owner:
+        raise UserError(f"{option}={path}: is {owner}, which this command must not replace; write elsewhere")
+    if path.exists() and not path.is_file():
+        raise UserError(f"{option}={path}: is not a regular file; give the path of a file")
+    if path.exists() and overwrite is False:
+        raise UserError(f"{option}={path}: exists, and this command would replace it; choose another path, or say "
+                        "so with the overwrite option (overwrite=true, --overwrite)")  # fmt: skip
     return path
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write `text` to `path` atomically (a temporary file in the same folder, then a rename), naming the path when
+    the disk refuses."""
+    temporary = path.with_name(f".{path.name}.tmp")
+    try:
+        temporary.write_text(text, encoding="utf-8")
+        temporary.replace(path)
+    except OSError as error:
+        temporary.unlink(missing_ok=True)
+        raise UserError(f"{path}: could not write ({error.strerror or error})") from None
 
 
 def output_folder(path: str | Path, option: str) -> Path:

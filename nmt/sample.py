@@ -26,6 +26,7 @@ from nmt import UserError
 from nmt.alignment import Gold, format_links
 from nmt.config import GrammarOptions
 from nmt.corpus import Splits
+from nmt.paths import output_file, output_folder, write_text
 
 # (German singular, German plural, gender, English singular, English plural)
 PEOPLE = [
@@ -325,6 +326,21 @@ def render(de: list[Word], en: list[Word], links: list[tuple[Word, Word, bool]])
     return de_text[0].upper() + de_text[1:], en_text[0].upper() + en_text[1:], gold
 
 
+# The most pairs the grammar is asked for: beyond it generation takes minutes and runs short of distinct sentences
+MAX_PAIRS = 200_000
+
+
+def check_sizes(train: int, valid: int, test: int, option: str = "data.sizes") -> None:
+    """Refuse sizes that are negative or too large for the grammar, naming the option."""
+    for name, size in (("train", train), ("valid", valid), ("test", test)):
+        if size < 0:
+            raise UserError(f"{option}: {name}={size}; a number of sentence pairs cannot be negative")
+    if train + valid + test > MAX_PAIRS:
+        raise UserError(f"{option}: {train + valid + test:,} pairs in all; the sample grammar gives at most "
+                        f"{MAX_PAIRS:,} (more takes minutes and runs short of distinct sentences): for a larger "
+                        "corpus use data=files")  # fmt: skip
+
+
 def generate_aligned(
     train: int = 4000, valid: int = 300, test: int = 300, seed: int = 1234, options: GrammarOptions | None = None
 ) -> tuple[Splits, dict[str, list[Gold]]]:
@@ -332,6 +348,7 @@ def generate_aligned(
     alignment of every pair, by split."""
     options = options or GrammarOptions()
     options.check()
+    check_sizes(train, valid, test)
     grammar = Grammar(random.Random(seed), options)
     seen: dict[str, tuple[str, Gold]] = {}
     wanted = train + valid + test
@@ -360,9 +377,9 @@ def generate(train: int = 4000, valid: int = 300, test: int = 300, seed: int = 1
 def write_aligned(paths: tuple[Path, Path, Path], pairs: list[tuple[str, str]], gold: list[Gold]) -> None:
     """German lines, English lines and gold links (Pharaoh format), one pair per line, to the three paths."""
     paths[0].parent.mkdir(parents=True, exist_ok=True)
-    paths[0].write_text("".join(de + "\n" for de, _ in pairs), encoding="utf-8")
-    paths[1].write_text("".join(en + "\n" for _, en in pairs), encoding="utf-8")
-    paths[2].write_text("".join(format_links(g.sure, g.possible) + "\n" for g in gold), encoding="utf-8")
+    write_text(paths[0], "".join(de + "\n" for de, _ in pairs))
+    write_text(paths[1], "".join(en + "\n" for _, en in pairs))
+    write_text(paths[2], "".join(format_links(g.sure, g.possible) + "\n" for g in gold))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -370,6 +387,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("folder", type=Path)
     parser.add_argument("--sizes", type=int, nargs=3, default=[4000, 300, 300], metavar=("TRAIN", "VALID", "TEST"))
     parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--overwrite", action="store_true", help="replace the split files already in FOLDER")
     defaults = GrammarOptions()
     for name, value in vars(defaults).items():
         flag = "--" + name.replace("_", "-")
@@ -379,15 +397,18 @@ def main(argv: list[str] | None = None) -> None:
             parser.add_argument(flag, type=type(value), default=value)
     args = parser.parse_args(argv)
     options = GrammarOptions(**{name: getattr(args, name) for name in vars(defaults)})
+    files = {name: tuple(args.folder / f"{name}.{suffix}" for suffix in ("de", "en", "align"))
+             for name in ("train", "valid", "test")}  # fmt: skip
     try:
+        check_sizes(*args.sizes, option="--sizes")
+        output_folder(args.folder, "FOLDER")
+        for path in (p for paths in files.values() for p in paths):  # before the corpus is generated
+            output_file(path, "FOLDER", overwrite=args.overwrite)
         splits, gold = generate_aligned(*args.sizes, seed=args.seed, options=options)
     except UserError as error:
         parser.error(str(error))
     for name, links in gold.items():
-        folder = args.folder
-        write_aligned(
-            (folder / f"{name}.de", folder / f"{name}.en", folder / f"{name}.align"), splits.split(name), links
-        )
+        write_aligned(files[name], splits.split(name), links)
     print(f"wrote {', '.join(f'{len(v)} {k}' for k, v in gold.items())} pairs with gold alignments to {args.folder}")
 
 

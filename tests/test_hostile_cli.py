@@ -109,7 +109,11 @@ def test_resuming_applies_a_new_learning_rate_and_budget(trained, tmp_path):
      (["trainer.log_every=0"], "trainer.log_every=0: must be at least 1"),
      (["trainer.keep_checkpoints=abc"], "full_key: trainer.keep_checkpoints"),
      (["trainer.clip_norm=-1"], "trainer.clip_norm=-1.0: must be at least 0"),
-     (["trainer.max_steps=0", "trainer.max_minutes=0"], "nothing would stop training"),
+     (["trainer.max_steps=0", "trainer.max_minutes=0", "trainer.max_flops=0"], "nothing would stop training"),
+     (["data.sizes.train=-5"], "data.sizes: train=-5; a number of sentence pairs cannot be negative"),
+     (["data.sizes.train=10000000000"], "the sample grammar gives at most 200,000"),
+     (["data.grammar.clauses=100000"], "at most 16 clauses and 4 phrases"),
+     (["data.grammar.phrases=100000"], "at most 16 clauses and 4 phrases"),
      (["trainer.valid_every=-3"], "trainer.valid_every=-3: must be at least 0"),
      (["trainer.optimizer=sgd"], "trainer.optimizer='sgd': use one of adam, adamw"),
      (["trainer.resume=/nowhere/last.pt"], "/nowhere/last.pt: no such checkpoint"),
@@ -151,6 +155,55 @@ def test_decoding_output_paths_are_checked_before_decoding(trained, tmp_path):
     refused(run("scripts/plot_attention.py", f"checkpoint={best}", "text=Der Hund.", f"output={tmp_path / 'a.png'}"),
             "is a folder")  # fmt: skip
     refused(run("scripts/average_checkpoints.py", trained[0], "--output", "/missing/averaged.pt"), "does not exist")
+
+
+@pytest.mark.parametrize(
+    "command, target",
+    [(["evaluate.py", "split=valid"], "output=RUN/last.pt"),
+     (["evaluate.py", "split=valid", "overwrite=true"], "output=RUN/results.json"),
+     (["translate.py", "overwrite=true"], "output=RUN/results.json"),
+     (["translate.py"], "output=RUN/spm.src.model"),
+     (["translate.py"], "alignments=RUN/provenance.json")],
+)  # fmt: skip
+def test_no_output_option_replaces_a_file_of_a_training_run(trained, command, target):
+    run_dir = trained[0]
+    before = snapshot(run_dir)
+    result = run(command[0], f"checkpoint={run_dir / 'best.pt'}", *command[1:], target.replace("RUN", str(run_dir)),
+                 stdin=b"Der Hund.\n")  # fmt: skip
+    refused(result, "a file of the training run in")
+    assert unchanged(before, snapshot(run_dir))
+
+
+def test_an_existing_file_is_replaced_only_when_the_user_says_so(trained, tmp_path):
+    best, mine = trained[0] / "best.pt", tmp_path / "mine.txt"
+    mine.write_text("my notes\n")
+    refused(run("translate.py", f"checkpoint={best}", f"output={mine}", stdin=b"Der Hund.\n"),
+            f"output={mine}: exists, and this command would replace it")  # fmt: skip
+    refused(run("translate.py", f"checkpoint={best}", f"output={tmp_path / 'a'}", f"alignments={tmp_path / 'a'}",
+                stdin=b"Der Hund.\n"), "writes another file there too")  # fmt: skip
+    assert mine.read_text() == "my notes\n" and not (tmp_path / "a").exists()
+    replaced = run("translate.py", f"checkpoint={best}", f"output={mine}", "overwrite=true", stdin=b"Der Hund.\n")
+    assert replaced.returncode == 0 and mine.read_text() != "my notes\n"
+    refused(run("scripts/average_checkpoints.py", trained[0], "--last", "2", "--output", trained[0] / "last.pt"),
+            "a file of the training run in")  # fmt: skip
+    refused(run("scripts/average_checkpoints.py", trained[0], "--last", "2", "--output", mine), "exists")
+    assert (
+        run("scripts/average_checkpoints.py", trained[0], "--last", "2", "--output", mine, "--overwrite").returncode
+        == 0
+    )
+    text = tmp_path / "notes.pt"
+    text.write_text("not weights\n")
+    refused(run("evaluate.py", f"checkpoint={text}", "split=valid"), "not a checkpoint: a text file")
+
+
+def test_the_sample_writer_keeps_existing_files_and_refuses_impossible_sizes(tmp_path):
+    (tmp_path / "train.de").write_text("mine\n")
+    refused(run("-m", "nmt.sample", "--sizes", "10", "5", "5", tmp_path), "train.de: exists")
+    assert (tmp_path / "train.de").read_text() == "mine\n" and not (tmp_path / "valid.de").exists()
+    assert run("-m", "nmt.sample", "--sizes", "10", "5", "5", tmp_path, "--overwrite").returncode == 0
+    assert len((tmp_path / "train.de").read_text().splitlines()) == 10
+    refused(run("-m", "nmt.sample", "--sizes", "-5", "10", "10", tmp_path / "x"), "cannot be negative")
+    refused(run("-m", "nmt.sample", "--sizes", "10000000000", "5", "5", tmp_path / "y", timeout=20), "at most 200,000")
 
 
 def test_evaluate_never_overwrites_its_own_inputs(trained, tmp_path):
