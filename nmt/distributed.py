@@ -1,9 +1,12 @@
 """Data parallelism under torchrun: `torchrun --nproc_per_node=N train.py ...` runs N copies of this program.
 
-torchrun sets RANK, LOCAL_RANK and WORLD_SIZE; without them (a plain `python train.py`) everything here is a no-op on
-one process. The trainer wraps its model in DistributedDataParallel, gives each process its share of every update's
-batches, lets rank 0 alone validate and write logs and checkpoints, and shares rank 0's decisions (validation BLEU,
-when to stop) with the others so that every replica steps the same schedule.
+torchrun sets RANK, LOCAL_RANK and WORLD_SIZE; a SLURM job of several tasks (`srun`, or Hydra's submitit launcher
+with tasks_per_node > 1) sets only SLURM_*, which `from_slurm` turns into torchrun's variables. Without either (a
+plain `python train.py`) everything here is a no-op on one process. The trainer wraps its model in
+DistributedDataParallel, gives each process its share of every update's batches, lets rank 0 alone validate and write
+logs and checkpoints, shares rank 0's validation with the others so that every replica steps the same schedule, and
+takes every stop decision (rank 0's budget, a signal or a non-finite loss on any process) on all processes at the same
+update (`agree`: one all-reduce per update).
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ from __future__ import annotations
 import datetime
 import logging
 import os
+import re
+from collections.abc import Mapping
 
 import torch
 import torch.distributed as dist
@@ -30,8 +35,30 @@ def is_main() -> bool:
     return rank() == 0
 
 
+def first_host(nodelist: str) -> str:
+    """The first host of a SLURM node list: "gpu[03-05,9],cpu1" -> "gpu03"."""
+    head = re.match(r"([^,\[]+)(?:\[([^\]]+)\])?", nodelist.strip())
+    if head is None:
+        raise ValueError(f"cannot read the SLURM node list {nodelist!r}")
+    prefix, ranges = head.groups()
+    return prefix + (re.split(r"[,-]", ranges)[0] if ranges else "")
+
+
+def from_slurm(environ: Mapping[str, str]) -> dict[str, str]:
+    """torchrun's variables (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) from a SLURM task's, for a job of
+    several tasks started without torchrun; {} when torchrun's are set already or the job has one task."""
+    if "WORLD_SIZE" in environ or int(environ.get("SLURM_NTASKS", "1")) <= 1 or "SLURM_PROCID" not in environ:
+        return {}
+    nodes = environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST") or "localhost"
+    job = int(environ.get("SLURM_JOB_ID", "0"))
+    return {"RANK": environ["SLURM_PROCID"], "LOCAL_RANK": environ.get("SLURM_LOCALID", "0"),
+            "WORLD_SIZE": environ["SLURM_NTASKS"], "MASTER_ADDR": environ.get("MASTER_ADDR", first_host(nodes)),
+            "MASTER_PORT": environ.get("MASTER_PORT", str(20000 + job % 20000))}  # fmt: skip
+
+
 def setup(device: torch.device) -> torch.device:
     """Join torchrun's process group (NCCL on GPUs, gloo on CPUs) once, and return this process's device."""
+    os.environ.update(from_slurm(os.environ))
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return device
     if device.type == "cuda":
@@ -62,6 +89,17 @@ def share(value):
     box = [value]
     dist.broadcast_object_list(box, src=0)
     return box[0]
+
+
+def agree(flags: list[int], device: torch.device) -> list[int]:
+    """The element-wise maximum of every process's `flags`, in one all-reduce: a decision any process takes (a stop
+    signal, a non-finite loss, rank 0's budget) every process takes at the same update, so none waits alone in a
+    collective the others left. The identity on one process."""
+    if not dist.is_initialized():
+        return flags
+    values = torch.tensor(flags, dtype=torch.int64, device=device)
+    dist.all_reduce(values, op=dist.ReduceOp.MAX)
+    return values.tolist()
 
 
 def replicas_agree(model: torch.nn.Module) -> bool:

@@ -236,9 +236,6 @@ class Trainer:
         try:
             with StopRequests() as stop:
                 for batches, tokens, local_tokens, count, flops in self.updates() if reason is None else ():
-                    if stop.requested:
-                        self.stop_signal = stop.requested
-                        raise KeyboardInterrupt
                     loss_sum, norm = self.train_step(batches, tokens)
                     self.progress.step += 1
                     self.progress.batch_in_epoch += count
@@ -252,9 +249,14 @@ class Trainer:
                             self.validate_and_save()
                         window.restart()
                         bar.valid_bleu = self.last_metrics["bleu"]
-                    reason = distributed.share(self.finished(clock))  # rank 0's clock and patience decide for all
+                    reason = self.finished(clock) if self.rank == 0 else None  # rank 0's clock and patience decide
+                    signal_number, done = distributed.agree([stop.requested or 0, reason is not None], self.device)
+                    if signal_number:  # Ctrl-C or SIGTERM on any process: every process stops at this update
+                        self.stop_signal = signal_number
+                        raise KeyboardInterrupt
                     bar.show(self.batches_in_epoch, clock)
-                    if reason:
+                    if done:
+                        reason = reason or "rank 0 stopped training"
                         break
             clock.stop()
             if self.last_metrics.get("step") != self.step:
@@ -312,7 +314,7 @@ class Trainer:
 
     def log_train(self, window: Window, norm: torch.Tensor, bar: ProgressBar) -> None:
         loss, speed = window.take()
-        if not math.isfinite(loss):
+        if distributed.agree([not math.isfinite(loss)], self.device)[0]:  # every process, at the same update
             raise NonFiniteLoss(f"the training loss became {loss} by step {self.step}")
         lr = self.optimizer.param_groups[0]["lr"]
         scalars = {"train/loss": loss, "train/lr": lr, "train/grad_norm": float(norm), "train/tokens_per_second": speed,

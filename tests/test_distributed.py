@@ -1,0 +1,59 @@
+"""Data parallelism's decisions and environment, on the CPU: SLURM's variables become torchrun's, and a decision
+one process takes (a stop signal, a non-finite loss) every process takes at the same update."""
+
+import os
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from nmt import distributed
+
+
+def test_a_slurm_task_gets_torchruns_variables():
+    slurm = {"SLURM_PROCID": "3", "SLURM_LOCALID": "1", "SLURM_NTASKS": "4", "SLURM_JOB_ID": "123456",
+             "SLURM_JOB_NODELIST": "gpu[07-08,11],cpu2"}  # fmt: skip
+    port = str(20000 + 123456 % 20000)
+    assert distributed.from_slurm(slurm) == {"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4",
+                                             "MASTER_ADDR": "gpu07", "MASTER_PORT": port}  # fmt: skip
+    assert distributed.from_slurm({**slurm, "WORLD_SIZE": "4"}) == {}  # torchrun's own, left alone
+    assert distributed.from_slurm({**slurm, "SLURM_NTASKS": "1"}) == {}  # one task: no process group
+    assert distributed.from_slurm({}) == {}
+    assert distributed.from_slurm({**slurm, "MASTER_PORT": "29500"})["MASTER_PORT"] == "29500"
+    assert [distributed.first_host(n) for n in ("node1", "a[1-3]", "b[09,12]x", "c,d")] == ["node1", "a1", "b09", "c"]
+
+
+def decide(rank: int, world: int, port: int, results) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        cpu = torch.device("cpu")
+        stopped_at = None
+        for update in range(1, 10):  # rank 1 gets a SIGTERM (15) before update 4; rank 0 sees nothing
+            signal_number, done = distributed.agree([15 if rank == 1 and update >= 4 else 0, 0], cpu)
+            if signal_number:
+                stopped_at = (update, signal_number)
+                break
+        non_finite = distributed.agree([rank == 0], cpu)[0]  # a NaN loss on rank 0 alone
+        results[rank] = (stopped_at, non_finite)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_a_stop_or_a_nan_seen_by_one_process_stops_every_process_at_the_same_update(unused_tcp_port):
+    manager = mp.Manager()
+    results = manager.dict()
+    mp.spawn(decide, args=(2, unused_tcp_port, results), nprocs=2, join=True)
+    assert dict(results) == {0: ((4, 15), 1), 1: ((4, 15), 1)}
+    assert distributed.agree([0, 7], torch.device("cpu")) == [0, 7]  # one process: the identity
+
+
+@pytest.fixture
+def unused_tcp_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
