@@ -393,12 +393,19 @@ class MultiHeadAttention(nn.Module):
         values: torch.Tensor,
         mask: torch.Tensor | None,
         need_weights: bool = False,
+        causal: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Attention of raw queries (B, T, D) over projected keys/values (B, h, S, d_k): (B, T, D), weights."""
+        """Attention of raw queries (B, T, D) over projected keys/values (B, h, S, d_k): (B, T, D), weights.
+        `causal` (with no mask): query i sees keys 0..i, which the fused kernel takes without a mask tensor (on a
+        GPU that lets it run its flash kernel)."""
         q = self.split_heads(self.query_projection(query))  # (B, h, T, d_k)
         dropout = self.dropout if self.training else 0.0
+        if causal and mask is not None:
+            raise ValueError("give causal attention as causal=True or as a mask, not both")
         if need_weights or (q.device.type == "cpu" and not self.fused_on_cpu):
             scores = q @ keys.transpose(-2, -1) / math.sqrt(self.head_size)  # (B, h, T, S)
+            if causal:
+                mask = torch.ones(scores.shape[-2:], dtype=torch.bool, device=scores.device).tril()
             if mask is not None:
                 scores = scores.float().masked_fill(~mask, float("-inf"))
             weights = torch.softmax(scores.float(), dim=-1)
@@ -406,10 +413,11 @@ class MultiHeadAttention(nn.Module):
             weights = weights if need_weights else None
         else:
             weights = None
-            heads = nn.functional.scaled_dot_product_attention(q, keys, values, attn_mask=mask, dropout_p=dropout)
+            heads = nn.functional.scaled_dot_product_attention(q, keys, values, attn_mask=mask, dropout_p=dropout,
+                                                               is_causal=causal)  # fmt: skip
         output = self.output_projection(heads.transpose(1, 2).flatten(2))  # (B, T, D)
         return output, weights
 
-    def forward(self, query, keys, values, mask=None, need_weights=False):
+    def forward(self, query, keys, values, mask=None, need_weights=False, causal=False):
         projected_keys, projected_values = self.project_keys_values(keys, values)
-        return self.attend(query, projected_keys, projected_values, mask, need_weights)
+        return self.attend(query, projected_keys, projected_values, mask, need_weights, causal)

@@ -147,6 +147,9 @@ class TrainerConfig:
     # or fp32, bf16, fp16 (GPU only)
     precision: str = "auto"
     device: str = "auto"  # auto (CUDA when present), cpu or cuda
+    # true: deterministic kernels only, so a CUDA run repeats bit for bit (slower; an op without one is refused by
+    # name). CPU runs repeat bit for bit without it
+    deterministic: bool = False
     # true: continue from this run directory's last.pt; or a checkpoint path; auto (a sweep's jobs, rerun): keep the
     # run finished here with these settings, continue an interrupted one, start a new one where there is none
     resume: Any = False

@@ -32,7 +32,8 @@ SAFE = {
     "trainer.valid_every", "trainer.validations",
     "trainer.log_every", "trainer.progress", "trainer.test_at_end", "trainer.keep_checkpoints", "trainer.num_samples",
     "trainer.num_plots", "trainer.valid_max_tokens", "trainer.decode_ratio", "trainer.decode_extra",
-    "trainer.device", "trainer.resume", "trainer.lr", "trainer.clip_norm", "trainer.label_smoothing", "trainer.threads",
+    "trainer.device", "trainer.deterministic", "trainer.resume", "trainer.lr", "trainer.clip_norm",
+    "trainer.label_smoothing", "trainer.threads",
 }  # fmt: skip
 
 

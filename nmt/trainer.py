@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
 import signal
 from dataclasses import asdict
 from pathlib import Path
@@ -39,6 +40,16 @@ from nmt.runlog import RunLog
 from nmt.validation import validate
 
 log = logging.getLogger(__name__)
+
+
+def make_deterministic() -> None:
+    """trainer.deterministic: PyTorch's deterministic kernels only (an op without one raises, naming itself), cuDNN's
+    deterministic algorithms without autotuning, and the cuBLAS workspace that makes its products repeatable. On a
+    CPU our runs are bit for bit already (tests/test_train.py); on CUDA this is the condition for it, at some speed."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before the first cuBLAS call
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
 
 
 class NonFiniteLoss(Exception):
@@ -75,6 +86,8 @@ class Trainer:
         self.valid_alignments = valid_alignments  # gold links of the valid pairs, for valid AER
         self.run_config = run_config or {"trainer": asdict(config)}  # what checkpoints store as their config
         self.device = distributed.setup(find_device(config.device))
+        if config.deterministic:
+            make_deterministic()
         self.precision = choose_precision(config.precision, capability(self.device))  # refuses what cannot run
         if self.precision.warning:
             log.warning(self.precision.warning)

@@ -158,16 +158,18 @@ class DecoderLayer(ResidualLayer):
         self_mask: torch.Tensor | None,
         cache: tuple[torch.Tensor, torch.Tensor] | None = None,
         need_weights: bool = False,
+        causal: bool = False,
     ):
         """x (B, T, D); cross keys/values projected once per sentence (B, h, S, d_k); `self_mask` (T, T + cached)
         where a position may attend to itself and earlier ones (causal, and within the window if any; None: all of
         them); `cache` holds the projected self-attention keys/values of earlier steps when decoding one position at
-        a time. Returns x, the cross-attention weights (B, h, T, S) or None, and the grown cache."""
+        a time; `causal` instead of a mask: causal self-attention, plain (no window). Returns x, the cross-attention
+        weights (B, h, T, S) or None, and the grown cache."""
         h = self.sublayer_input(0, x)
         keys, values = self.self_attention.project_keys_values(h, h)  # (B, h, T, d_k)
         if cache is not None:
             keys, values = torch.cat([cache[0], keys], 2), torch.cat([cache[1], values], 2)
-        output, _ = self.self_attention.attend(h, keys, values, self_mask)
+        output, _ = self.self_attention.attend(h, keys, values, self_mask, causal=causal)
         x = self.residual(0, x, output)
         output, weights = self.cross_attention.attend(
             self.sublayer_input(1, x), cross_keys, cross_values, source_mask, need_weights=need_weights
@@ -249,7 +251,8 @@ class Transformer(nn.Module, Seq2Seq):
         for i, layer in enumerate(self.decoder):
             keys, values = layer.cross_attention.project_keys_values(memory, memory)  # (B, h, S, d_k), once
             state[f"source_keys_{i}"], state[f"source_values_{i}"] = keys, values
-            empty = memory.new_zeros(batch, heads, 0, head_size)
+            empty = keys.new_zeros(batch, heads, 0, head_size)  # the projections' dtype (bf16 under autocast): the
+            # cache then grows in it, where an fp32 start would make every step's torch.cat convert all of it
             state[f"self_keys_{i}"], state[f"self_values_{i}"] = empty, empty
         return state
 
@@ -286,11 +289,13 @@ class Transformer(nn.Module, Seq2Seq):
         positions = torch.arange(target_in.shape[1], device=target_in.device)[None, :]
         x = self.target_embedding(target_in, positions, target_in.shape[1])  # (B, T, D)
         mask = source_mask[:, None, None, :]
-        self_mask = band(target_in.shape[1], target_in.shape[1], self.window, True, x.device)  # (T, T)
+        # (T, T) with a window; without one, causal=True and no mask tensor (the fused kernel's fastest path)
+        self_mask = band(target_in.shape[1], target_in.shape[1], self.window, True, x.device) if self.window else None
         for i, layer in enumerate(self.decoder):
             cross_keys, cross_values = layer.cross_attention.project_keys_values(memory, memory)
             last = i == len(self.decoder) - 1
-            x, weights, _ = layer(x, cross_keys, cross_values, mask, self_mask, need_weights=last and not self.training)
+            x, weights, _ = layer(x, cross_keys, cross_values, mask, self_mask, need_weights=last and not self.training,
+                                  causal=self_mask is None)  # fmt: skip
         return self.decoder_norm(x), (weights.mean(1) if weights is not None else None)  # (B, T, D)
 
     @torch.no_grad()

@@ -76,6 +76,28 @@ def test_bf16_autocast_trains_on_cpu(tmp_path, sample_splits, sample_vocabulary)
     assert torch.isfinite(torch.tensor(trainer.last_metrics["loss"]))
 
 
+@pytest.mark.parametrize("model_name", ["bahdanau", "transformer"])
+def test_deterministic_mode_turns_on_deterministic_kernels_and_trains(tmp_path, sample_splits, sample_vocabulary,
+                                                                      model_name, monkeypatch):  # fmt: skip
+    """trainer.deterministic: every op of a training step has a deterministic kernel (none is refused), and the
+    switches a CUDA run needs are set; on the CPU the run is the same as without it."""
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    pairs = sample_splits.train[:8]
+    plain = make_trainer(tmp_path / "plain", sample_vocabulary, pairs, model_name, max_steps=3, valid_every=3)
+    plain.train()
+    try:
+        strict = make_trainer(tmp_path / "strict", sample_vocabulary, pairs, model_name, max_steps=3, valid_every=3,
+                              deterministic=True)  # fmt: skip
+        assert torch.are_deterministic_algorithms_enabled() and torch.backends.cudnn.deterministic
+        assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8" and not torch.backends.cudnn.benchmark
+        strict.train()
+    finally:
+        torch.use_deterministic_algorithms(False)
+        torch.backends.cudnn.deterministic = False
+    for name, weight in plain.model.state_dict().items():
+        assert torch.equal(weight, strict.model.state_dict()[name]), name
+
+
 def test_resumed_run_equals_an_uninterrupted_one(tmp_path, sample_splits, sample_vocabulary):
     pairs = sample_splits.train[:60]
     # With dropout, so the random state must be restored exactly too.

@@ -186,3 +186,46 @@ def test_window_and_normalizer_values_that_make_no_sense_are_refused_naming_the_
     cfg = compose_config(*tiny_model_overrides(model_name), option)
     with pytest.raises(UserError, match=message.replace("(", r"\(")):
         build.model(cfg.model, sample_vocabulary)
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_causal_without_a_mask_equals_the_causal_mask(fused, monkeypatch):
+    monkeypatch.setattr(MultiHeadAttention, "fused_on_cpu", fused)
+    torch.manual_seed(2)
+    ours = MultiHeadAttention(D, HEADS).eval()
+    x = torch.randn(2, 5, D)
+    masked, _ = ours(x, x, x, band(5, 5, 0, causal=True, device=x.device))
+    causal, _ = ours(x, x, x, None, causal=True)
+    torch.testing.assert_close(causal, masked, atol=1e-6, rtol=1e-6)
+    with pytest.raises(ValueError, match="not both"):
+        ours(x, x, x, band(5, 5, 0, causal=True, device=x.device), causal=True)
+
+
+def test_training_gives_the_fused_kernel_causal_self_attention_without_a_mask(sample_vocabulary, fused_on_cpu,
+                                                                              monkeypatch):  # fmt: skip
+    """On a GPU a mask tensor keeps SDPA from its flash kernel; the decoder's causal self-attention passes none."""
+    calls = []
+    original = torch.nn.functional.scaled_dot_product_attention
+
+    def recording(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, **kwargs):
+        calls.append((attn_mask is None, is_causal))
+        return original(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", recording)
+    model = make_transformer(sample_vocabulary).train()
+    source = torch.tensor([[5, 6, 7, 8], [9, 10, 0, 0]])
+    model(source, source != PAD_ID, torch.tensor([[BOS_ID, 11, 12], [BOS_ID, 15, 0]]))
+    layers = len(model.decoder)
+    assert calls.count((True, True)) == layers  # each decoder layer's self-attention: is_causal, no mask
+    assert calls.count((False, False)) == len(model.encoder) + layers  # padding masks: encoder and cross-attention
+
+
+def test_the_decoding_cache_keeps_the_dtype_of_the_projections_under_autocast(sample_vocabulary):
+    model = make_transformer(sample_vocabulary)
+    source = torch.tensor([[5, 6, 7]])
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        state = model.encode(source, source != PAD_ID)
+        assert state["self_keys_0"].dtype == state["source_keys_0"].dtype == torch.bfloat16
+        for _ in range(2):
+            _, state, _ = model.decode_step(torch.tensor([BOS_ID]), state)
+            assert state["self_keys_0"].dtype == torch.bfloat16 and state["self_values_1"].dtype == torch.bfloat16

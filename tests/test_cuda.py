@@ -1,0 +1,101 @@
+"""The GPU path, where there is one: train, resume and decode in bf16 and fp16, the fused loss and the fused attention
+kernel against their plain forms, data parallelism on NCCL. Skipped, saying why, on a machine without CUDA; the
+logic these share with the CPU path is tested on the CPU elsewhere (test_device.py, test_distributed.py)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import ROOT
+
+from nmt import checkpoint
+from nmt.attention import MultiHeadAttention
+from nmt.device import cuda_capability
+from nmt.loss import linear_cross_entropy
+from nmt.transformer import band
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
+                                reason="no CUDA device on this machine: these run where a GPU is")  # fmt: skip
+CUDA = torch.device("cuda")
+SMALL = ["experiment=demo", "data.sizes.train=300", "data.sizes.valid=20", "data.sizes.test=20", "trainer=debug",
+         "trainer.valid_every=2", "trainer.progress=false", "trainer.device=cuda"]  # fmt: skip
+
+
+def run(*args):
+    environment = {**os.environ, "HYDRA_FULL_ERROR": "1"}
+    return subprocess.run([sys.executable, *map(str, args)], cwd=ROOT, capture_output=True, text=True, env=environment,
+                          timeout=600)  # fmt: skip
+
+
+def bf16_supported() -> bool:
+    return torch.cuda.is_available() and cuda_capability(CUDA).native_bf16
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+@pytest.mark.parametrize("model", ["bahdanau", "transformer"])
+def test_train_resume_and_decode_on_cuda(tmp_path, precision, model):
+    if precision == "bf16" and not bf16_supported():
+        pytest.skip("this GPU has no native bf16 (compute capability below 8.0)")
+    run_dir, spm = tmp_path / "run", f"data.spm_cache={tmp_path / 'spm'}"
+    first = run("train.py", *SMALL, f"model={model}", f"trainer.precision={precision}", "trainer.max_steps=4", spm,
+                f"hydra.run.dir={run_dir}")  # fmt: skip
+    assert first.returncode == 0, first.stderr[-3000:]
+    resumed = run("train.py", *SMALL, f"model={model}", f"trainer.precision={precision}", "trainer.max_steps=6", spm,
+                  f"hydra.run.dir={run_dir}", "trainer.resume=true")  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    last = checkpoint.load(run_dir / "last.pt")
+    assert last["progress"]["step"] == 6 and last["config"]["trainer"]["precision"] == precision
+    assert bool(last["scaler"]) == (precision == "fp16")  # the loss scale travels with an fp16 run
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["precision"] == precision and 0 <= results["test/bleu"] <= 100
+    scored = run("evaluate.py", f"checkpoint={run_dir / 'best.pt'}", "split=valid", "beam=3", "device=cuda")
+    assert scored.returncode == 0, scored.stderr[-3000:]
+    on_cpu = run("evaluate.py", f"checkpoint={run_dir / 'best.pt'}", "split=valid", "device=cpu",
+                 f"output={tmp_path / 'cpu.hyp'}")  # fmt: skip
+    assert on_cpu.returncode == 0, on_cpu.stderr[-3000:]  # a GPU checkpoint decodes on the CPU, in its precision
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_the_fused_loss_equals_the_plain_one_on_cuda(dtype):
+    if dtype == torch.bfloat16 and not bf16_supported():
+        pytest.skip("this GPU has no native bf16")
+    torch.manual_seed(0)
+    features = torch.randn(300, 64, device=CUDA, requires_grad=True)
+    weight = torch.randn(1000, 64, device=CUDA, requires_grad=True)
+    target = torch.randint(0, 1000, (300,), device=CUDA)
+    ours = linear_cross_entropy(features, weight, None, target, 0.1, dtype=dtype)
+    ours.backward()
+    grads = features.grad.clone(), weight.grad.clone()
+    features.grad = weight.grad = None
+    with torch.autocast("cuda", dtype=dtype, enabled=dtype != torch.float32):
+        logits = torch.nn.functional.linear(features, weight)
+    plain = torch.nn.functional.cross_entropy(logits.float(), target, reduction="sum", label_smoothing=0.1)
+    plain.backward()
+    tolerance = 1e-4 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(ours, plain, rtol=tolerance, atol=tolerance * 10)
+    torch.testing.assert_close(grads[0], features.grad, rtol=tolerance, atol=tolerance)
+    torch.testing.assert_close(grads[1], weight.grad, rtol=tolerance, atol=tolerance)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_fused_attention_kernel_equals_the_explicit_product_on_cuda(causal):
+    torch.manual_seed(1)
+    attention = MultiHeadAttention(64, 4).to(CUDA).eval()
+    x = torch.randn(3, 9, 64, device=CUDA)
+    mask = band(9, 9, 0, causal=True, device=CUDA) if causal else (torch.arange(9, device=CUDA) < 7)[None, None, None]
+    explicit, _ = attention(x, x, x, mask, need_weights=True)  # the explicit product (weights asked for)
+    fused, _ = attention(x, x, x, None, causal=True) if causal else attention(x, x, x, mask)
+    torch.testing.assert_close(fused, explicit, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="data parallelism on NCCL needs two GPUs")
+def test_two_gpus_train_identical_replicas_on_nccl(tmp_path):
+    run_dir = tmp_path / "run"
+    launched = run("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "train.py", *SMALL,
+                   "trainer.max_steps=4", f"data.spm_cache={tmp_path / 'spm'}", f"hydra.run.dir={run_dir}")  # fmt: skip
+    assert launched.returncode == 0, launched.stderr[-3000:]
+    assert "all 2 replicas hold the same weights" in launched.stdout + launched.stderr
+    assert checkpoint.load(run_dir / "last.pt")["progress"]["step"] == 4
