@@ -2,26 +2,34 @@
 
 import logging
 import sys
+from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
-from nmt import Interrupted, UserError, distributed
+from nmt import Interrupted, JobFailed, UserError, distributed
 from nmt.config import register
 from nmt.experiment import train
+from nmt.paths import write_text
 
 log = logging.getLogger("nmt")
+FAILED = "failed.txt"  # in a sweep job's folder: why it stopped (nmt/study/sweep.py lists them)
 register()  # the dataclasses of nmt/config.py, which configs/*.yaml fill in
 
 
 @hydra.main(config_path="configs", config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> float:
+    output_dir = HydraConfig.get().runtime.output_dir
     try:
-        results = train(cfg, HydraConfig.get().runtime.output_dir)
+        results = train(cfg, output_dir)
     except (UserError, OmegaConfBaseException) as error:
         log.error("%s", error)
+        if HydraConfig.get().mode == RunMode.MULTIRUN:  # the sweep's other jobs go on; Hydra names this one at the end
+            write_text(Path(output_dir) / FAILED, f"{error}\n")
+            raise JobFailed(f"{output_dir}: {error}") from None
         sys.exit(f"error: {error}")
     except Interrupted as stop:
         log.warning("%s", stop)
@@ -32,6 +40,7 @@ def main(cfg: DictConfig) -> float:
         sys.exit(130)
     finally:
         distributed.teardown()
+    (Path(output_dir) / FAILED).unlink(missing_ok=True)  # a job that failed before and finishes now
     return results.get("valid/best_bleu", 0.0)  # what a Hydra sweeper (e.g. Optuna) maximises
 
 

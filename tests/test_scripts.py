@@ -301,6 +301,23 @@ def test_the_joblib_launcher_runs_two_jobs_at_once_and_gives_the_basic_launchers
         assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
 
 
+def test_a_failing_job_of_a_sweep_lets_the_others_run_and_is_named_with_its_reason(tmp_path, capfd):
+    from nmt.study.sweep import sweep
+
+    overrides = ["data=sample", "data.sizes.train=300", "data.sizes.valid=10", "data.sizes.test=10",
+                 "model.embedding_size=16", "model.hidden_size=25", "trainer.max_flops=4e8", "trainer.validations=1",
+                 f"data.spm_cache={tmp_path / 'spm'}"]  # fmt: skip
+    for attempt in range(2):  # Luong's bidirectional encoder needs an even size: its job fails, the others finish
+        with pytest.raises(UserError) as error:
+            sweep(["luong", "sutskever"], [1, 2], overrides, tmp_path / "sweep")
+        message = str(error.value)
+        assert message.startswith("2 of 4 runs of the sweep did not finish")
+        assert f"luong seed 1 ({tmp_path / 'sweep' / 'luong' / 'seed1'}): " in message and "make it even" in message
+        assert "Rerun to train only these" in message
+        assert all((tmp_path / "sweep" / "sutskever" / f"seed{s}" / "results.json").is_file() for s in (1, 2))
+    assert capfd.readouterr().out.count("holds this run, finished with these settings: kept") == 2  # the rerun
+
+
 def test_a_finished_run_is_kept_only_with_the_settings_asked_for_today(tmp_path):
     """After a default changes, `make compare` must not report a run finished before as if it had today's settings
     (beside seeds that do): it names the run and the option instead, before anything trains."""

@@ -101,6 +101,19 @@ def sweep(variants: list[str], seeds: list[int], overrides: list[str], folder: P
         command += ["hydra/launcher=slurm"]
     print("train.py " + " ".join(command[3:]), flush=True)
     if subprocess.run(command, cwd=ROOT).returncode != 0:
-        raise UserError(f"a run of the sweep failed (its error is above); rerun to continue: finished runs in {folder} "
-                        "are kept and interrupted ones continue")  # fmt: skip
+        raise UserError(failures(runs, folder))
     return [run_dir for _, _, run_dir in runs]
+
+
+def failures(runs: list[tuple[str, list[str], Path]], folder: Path) -> str:
+    """Every run of a sweep that did not finish, with its reason (the `failed.txt` train.py leaves in a failed job's
+    folder), and what a rerun does."""
+    unfinished = [(name, run_dir) for name, _, run_dir in runs if not (run_dir / "results.json").is_file()]
+    lines = []
+    for name, run_dir in unfinished:
+        failed = run_dir / "failed.txt"
+        reason = failed.read_text(encoding="utf-8").strip() if failed.is_file() else "did not finish (its log above)"
+        lines.append(f"{name} ({run_dir}): {reason}")
+    return (f"{len(unfinished)} of {len(runs)} runs of the sweep did not finish:\n  " + "\n  ".join(lines) +
+            f"\nThe other runs went on. Rerun to train only these: finished runs in {folder} are kept and interrupted "
+            "ones continue")  # fmt: skip
