@@ -98,8 +98,25 @@ def check_model_config(config: DictConfig, prefix: str = "model") -> None:
             raise UserError(f"{name}={value!r}: must be {KINDS[kind]}")
 
 
+def check_score(config: DictConfig) -> None:
+    """The attention score (`model/attention=`) must be one the model's paper defines: the model class's SCORES."""
+    try:
+        scores = getattr(get_class(config.get("_target_")), "SCORES", None)
+    except Exception:  # an unknown class: instantiate says so, naming it
+        return
+    attention = config.get("attention")
+    if scores is None or not isinstance(attention, DictConfig) or "_target_" not in attention:
+        return
+    name = str(attention["_target_"]).rsplit(".", 1)[-1].removesuffix("Attention").lower()
+    if name not in scores:
+        model = config["_target_"].rsplit(".", 1)[-1]
+        takes = f"takes {', '.join(scores)}" if scores else "has no attention: leave out model/attention"
+        raise UserError(f"model/attention={name}: {model} {takes}")
+
+
 def model(model_config: DictConfig | dict, vocab: Vocabulary) -> torch.nn.Module:
     config = OmegaConf.create(model_config) if isinstance(model_config, dict) else model_config
+    check_score(config)
     check_model_config(config)
     try:
         return instantiate(

@@ -115,6 +115,8 @@ class AlignmentMaps:
 
 
 class SutskeverSeq2Seq(nn.Module, Seq2Seq):
+    SCORES: tuple[str, ...] = ()  # no attention (the model/attention options it takes; nmt.build checks them)
+
     """Sutskever et al. 2014: a multi-layer LSTM reads the (reversed) source; its final states start the decoder.
 
     No attention: the whole sentence must pass through the fixed-size final state.
@@ -178,6 +180,8 @@ class SutskeverSeq2Seq(nn.Module, Seq2Seq):
 
 
 class BahdanauSeq2Seq(AlignmentMaps, nn.Module, Seq2Seq):
+    SCORES = ("additive",)  # eq. 6; Luong's scores read h_t, which this decoder has not yet when it attends
+
     """Bahdanau, Cho and Bengio 2015 ("RNNsearch"), following its appendix A.
 
     Encoder: a bidirectional RNN; annotation h_i = [forward h_i; backward h_i].
@@ -290,6 +294,8 @@ class BahdanauSeq2Seq(AlignmentMaps, nn.Module, Seq2Seq):
 
 
 class LuongSeq2Seq(AlignmentMaps, nn.Module, Seq2Seq):
+    SCORES = ("dot", "general", "concat", "location")  # eq. 8 (concat is Luong's form of the additive score)
+
     """Luong, Pham and Manning 2015: stacked LSTMs with attention on the current top state h_t.
 
     c_t = sum_s a_t(s) h_s with a score from `attention` (dot, general or concat, eq. 8), global or local (section

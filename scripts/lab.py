@@ -259,8 +259,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.seeds < 1:
         raise UserError(f"--seeds {args.seeds}: at least 1")
     output = output_folder(args.output, "--output").resolve()  # train.py runs from the repository root
-    if args.validations < 1 or not args.flops > 0 or args.minutes < 0 or args.steps < 0:
-        raise UserError("--validations must be at least 1, --flops above 0, --minutes and --steps at least 0")
+    if args.validations < 1 or not args.flops > 0 or args.minutes < 0 or args.steps < 0 or args.per_bucket < 1:
+        raise UserError("--validations and --per-bucket must be at least 1, --flops above 0, --minutes and --steps at "
+                        "least 0")  # fmt: skip
     if args.minutes or args.steps:  # a budget of time or updates instead of compute
         budget = [f"trainer.max_minutes={args.minutes}", f"trainer.max_steps={args.steps}", "trainer.max_flops=0",
                   "trainer.validations=0"]  # fmt: skip

@@ -117,7 +117,8 @@ def test_resuming_applies_a_new_learning_rate_and_budget(trained, tmp_path):
      (["trainer.valid_every=-3"], "trainer.valid_every=-3: must be at least 0"),
      (["trainer.optimizer=sgd"], "trainer.optimizer='sgd': use one of adam, adamw"),
      (["trainer.resume=/nowhere/last.pt"], "/nowhere/last.pt: no such checkpoint"),
-     (["model/attention=dot"], "cannot build nmt.rnn.BahdanauSeq2Seq with these options"),
+     (["model/attention=dot"], "model/attention=dot: BahdanauSeq2Seq takes additive"),
+     (["model=luong", "model/attention=additive"], "LuongSeq2Seq takes dot, general, concat, location"),
      (["model.cell=rnn"], "model.cell='rnn': use gru or lstm")],
 )  # fmt: skip
 def test_option_values_that_make_no_sense_stop_before_training(tmp_path, options, message):
@@ -237,6 +238,7 @@ def test_evaluate_on_empty_files_says_so(trained, tmp_path):
     [("0-0 1-1\n1:2\n", [], "gold.align:2: '1:2' is not a link: write i-j (sure) or i?j / ipj (possible)"),
      ("0-0\n", [], "gold.align: 1 lines of links, 2 sentence pairs: write one line per pair"),
      ("0-0\n0-9\n", [], "gold.align:2: link 0-9 is past the sentence"),
+     ("\n0?1\n", [], "no sure link in any of its 2 lines, so AER (which divides by the sure links) is undefined"),
      ("0-0\n0-0\n", ["alignment_map=cross_layer_9"], "alignment_map='cross_layer_9': this model has alignment")],
 )  # fmt: skip
 def test_gold_alignments_are_checked_before_decoding_naming_the_line(trained, tmp_path, gold, options, message):

@@ -307,7 +307,7 @@ def test_a_failing_job_of_a_sweep_lets_the_others_run_and_is_named_with_its_reas
     overrides = ["data=sample", "data.sizes.train=300", "data.sizes.valid=10", "data.sizes.test=10",
                  "model.embedding_size=16", "model.hidden_size=25", "trainer.max_flops=4e8", "trainer.validations=1",
                  f"data.spm_cache={tmp_path / 'spm'}"]  # fmt: skip
-    for attempt in range(2):  # Luong's bidirectional encoder needs an even size: its job fails, the others finish
+    for _ in range(2):  # Luong's bidirectional encoder needs an even size: its job fails, the others finish
         with pytest.raises(UserError) as error:
             sweep(["luong", "sutskever"], [1, 2], overrides, tmp_path / "sweep")
         message = str(error.value)
