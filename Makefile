@@ -42,7 +42,7 @@ compare: install
 # The alignment lab: the four families and the Luong variants on the sample grammar; AER against its gold alignments
 # and BLEU by sentence length up to 80 words (multirun/lab/report.md and its figures). About 40 minutes per seed (16 variants).
 lab: install
-	$(BIN)/python scripts/lab.py --output multirun/lab --seeds $(SEEDS)
+	$(BIN)/python scripts/lab.py --output multirun/lab --seeds $(SEEDS) --launcher joblib --jobs $(COMPARE_JOBS)
 
 # What README.md and docs/results.md report, 3 seeds each, from one commit: the claims' variants, the four families at
 # README's budget, the lab, the other variants (scripts/results.py; about 20 hours on 2 cores; rerunning continues).

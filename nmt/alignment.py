@@ -69,8 +69,10 @@ def read_gold(path: str | Path, pairs: list[tuple[str, str]] | None = None) -> l
     lines = path.read_text(encoding="utf-8").splitlines()
     gold = [parse_links(line, f"{path}:{number}") for number, line in enumerate(lines, 1)]
     if not any(g.sure for g in gold):
-        raise UserError(f"alignments={path}: no sure link in any of its {len(gold)} lines, so AER (which divides by "
-                        "the sure links) is undefined; is it the right file? Links are written i-j (sure) or i?j")
+        raise UserError(
+            f"alignments={path}: no sure link in any of its {len(gold)} lines, so AER (which divides by "
+            "the sure links) is undefined; is it the right file? Links are written i-j (sure) or i?j"
+        )
     if pairs is None:
         return gold
     if len(gold) != len(pairs):

@@ -7,7 +7,8 @@ The sample grammar knows the gold word alignment of each pair it writes, so atte
 sentences of any length, so BLEU can be measured against sentence length past what the models were trained on, as
 Bahdanau et al. (2015, Figure 2) did. Each variant trains for the same compute (--flops, what Bahdanau's model
 does in about two minutes on 2 CPU cores; the same updates on any machine) on sentences of at most 20 words
-(`train.py experiment=lab`), once per seed (OUTPUT/runs/<variant>/seed<N>); then every model decodes a
+(`train.py experiment=lab variant=lab_<name>`), once per seed, as one `train.py -m` through Hydra's launcher
+(OUTPUT/runs/lab_<name>/seed<N>; --launcher joblib --jobs 2 runs two at once); then every model decodes a
 test set of length buckets up to 80 words. The report (OUTPUT/report.md with its figures, OUTPUT/lab.json, and the
 figures in TensorBoard under OUTPUT/tensorboard) holds the AER table beside the paper's figures, BLEU by length and
 valid AER during training; OUTPUT/comparison/report.md compares the same runs as `make compare` does (seeds,
@@ -42,41 +43,18 @@ from nmt.sample import generate_aligned, write_aligned  # noqa: E402
 from nmt.study.claims import Claim, gap_grows_with_length, local_aligns_better, luong_details  # noqa: E402
 from nmt.study.comparison import describe_runs, summarise, variant_name  # noqa: E402
 from nmt.study.significance import RESAMPLES, Evidence  # noqa: E402
-from nmt.study.sweep import check_finished, settings, train_run  # noqa: E402
+from nmt.study.sweep import LAUNCHERS, settings, sweep  # noqa: E402
 
-# Small sizes of each family, for a few minutes on 2 CPU cores; corpus and recipe: configs/experiment/lab.yaml.
-SIZES = {
-    "sutskever": ["model=sutskever", "model.embedding_size=128", "model.hidden_size=256", "model.dropout=0.1"],
-    "bahdanau": ["model=bahdanau", "model.embedding_size=128", "model.hidden_size=256", "model.readout_size=256",
-                 "model.attention.attention_size=256", "model.dropout=0.1"],
-    "luong": ["model=luong", "model.embedding_size=128", "model.hidden_size=256", "model.dropout=0.1"],
-    "transformer": ["model=transformer", "model.d_model=128", "model.feedforward_size=512", "model.encoder_layers=2",
-                    "model.decoder_layers=2", "trainer.lr=0.001", "trainer.warmup_steps=300"],
-}  # fmt: skip
 # What Bahdanau's lab model trained in two minutes alone on a 2-core CPU with native bf16: 432 updates, 9.1e12 FLOPs
 FLOPS = 9e12
-# The variants: train.py overrides; each is named from its config, as `scripts/compare.py` names runs.
-VARIANTS = {
-    "sutskever": SIZES["sutskever"],
-    "bahdanau": SIZES["bahdanau"],
-    "transformer": SIZES["transformer"],
-    # Luong's defaults (a bidirectional encoder, no input feeding: configs/model/luong.yaml), then the paper's model
-    "luong": SIZES["luong"],
-    "luong_feeding": [*SIZES["luong"], "model.input_feeding=true"],
-    "luong_paper": [*SIZES["luong"], "model.bidirectional=false", "model.input_feeding=true"],
-    "luong_dot": [*SIZES["luong"], "model/attention=dot"],
-    "luong_concat": [*SIZES["luong"], "model/attention=concat"],
-    "luong_location": [*SIZES["luong"], "model/attention=location"],
-    "luong_local_m": [*SIZES["luong"], "model.alignment=local_m"],
-    "luong_local_p": [*SIZES["luong"], "model.alignment=local_p"],
-    # the rest of the attention family (docs/attention.md): sparse and hard attention in Bahdanau's model, and the
-    # Transformer's sliding window, which the lab's long sentences put to the test
-    "bahdanau_sparsemax": [*SIZES["bahdanau"], "model.attention.normalizer=sparsemax"],
-    "bahdanau_entmax15": [*SIZES["bahdanau"], "model.attention.normalizer=entmax15"],
-    "bahdanau_reinforce": [*SIZES["bahdanau"], "model.attention.hard=reinforce"],
-    "bahdanau_gumbel": [*SIZES["bahdanau"], "model.attention.hard=gumbel"],
-    "transformer_window": [*SIZES["transformer"], "model.window=4"],
-}
+# The variants, in the order they train: configs/variant/lab_<name>.yaml, each the comparison's variant <name> at the
+# lab's size of its family (configs/lab/<family>.yaml); each is named from its config, as `scripts/compare.py` names
+# runs. Luong's defaults (a bidirectional encoder, no input feeding: configs/model/luong.yaml), then the paper's
+# model; the rest of the attention family (docs/attention.md): sparse and hard attention in Bahdanau's model, and the
+# Transformer's sliding window, which the lab's long sentences put to the test.
+VARIANTS = ["sutskever", "bahdanau", "transformer", "luong", "luong_feeding", "luong_paper", "luong_dot",
+            "luong_concat", "luong_location", "luong_local_m", "luong_local_p", "bahdanau_sparsemax",
+            "bahdanau_entmax15", "bahdanau_reinforce", "bahdanau_gumbel", "transformer_window"]  # fmt: skip
 # Luong et al. 2015, Table 6: AER on the RWTH German-English gold alignments (different data, same measure), by score
 # and alignment (the paper's model; ours may differ in encoder and feeding, which the name says).
 PAPER_AER = {("location", "global"): 0.39, ("general", "local_m"): 0.34, ("general", "local_p"): 0.36}
@@ -249,6 +227,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=1234, help="the first seed")
     parser.add_argument("--seeds", type=int, default=1, help="seeds per variant (the report gives their mean)")
     parser.add_argument("--extra", nargs="*", default=[], help="more train.py overrides for every variant")
+    parser.add_argument("--launcher", choices=LAUNCHERS, default="basic",
+                        help="Hydra's launcher: one run after another (basic), --jobs at once here (joblib), or a "
+                             "SLURM job each (slurm)")  # fmt: skip
+    parser.add_argument("--jobs", type=int, default=1, help="with --launcher joblib: runs at once")
     parser.add_argument("--samples", type=int, default=RESAMPLES, help="bootstrap resamples (claims, comparison)")
     parser.add_argument("--trials", type=int, default=10000, help="approximate randomization trials (the comparison)")
     args = parser.parse_args(argv)
@@ -256,8 +238,8 @@ def main(argv: list[str] | None = None) -> None:
     unknown = [v for v in keys if v not in VARIANTS]
     if unknown:
         raise UserError(f"--variants: {', '.join(unknown)} unknown; use any of {', '.join(VARIANTS)}")
-    if args.seeds < 1:
-        raise UserError(f"--seeds {args.seeds}: at least 1")
+    if args.seeds < 1 or args.jobs < 1:
+        raise UserError("--seeds and --jobs must be at least 1")
     output = output_folder(args.output, "--output").resolve()  # train.py runs from the repository root
     if args.validations < 1 or not args.flops > 0 or args.minutes < 0 or args.steps < 0 or args.per_bucket < 1:
         raise UserError("--validations and --per-bucket must be at least 1, --flops above 0, --minutes and --steps at "
@@ -270,16 +252,14 @@ def main(argv: list[str] | None = None) -> None:
                   "trainer.max_minutes=0", "trainer.valid_every=0"]  # fmt: skip
     budget += args.extra
     seeds = range(args.seed, args.seed + args.seeds)
-    names = {key: variant_name(settings(["experiment=lab", *VARIANTS[key]])["model"]) for key in keys}
-    runs = [(f"{names[key]} seed {seed}", ["experiment=lab", *VARIANTS[key], *budget, f"seed={seed}"],
-             output / "runs" / key / f"seed{seed}") for seed in seeds for key in keys]  # fmt: skip
-    check_finished(runs)
-    for name, overrides, run_dir in runs:  # seed by seed: a stopped lab is complete so far
-        train_run(name, overrides, run_dir)
-    config = checkpoint.load(output / "runs" / keys[0] / f"seed{args.seed}" / "best.pt")["config"]
+    names = {key: variant_name(settings(["experiment=lab", f"variant=lab_{key}"])["model"]) for key in keys}
+    folders = {key: f"lab_{key}" for key in keys}  # OUTPUT/runs/lab_<name>/seed<N>, as train.py -m names them
+    sweep([folders[key] for key in keys], list(seeds), ["experiment=lab", *budget], output / "runs", args.launcher,
+          args.jobs)  # fmt: skip
+    config = checkpoint.load(output / "runs" / folders[keys[0]] / f"seed{args.seed}" / "best.pt")["config"]
     train_pairs = corpus_of(config, None).train
     long_set = length_test_set(output / "data", args.per_bucket, {s for s, _ in train_pairs}, args.seed + 1)
-    measured = {key: [measure(names[key], output / "runs" / key / f"seed{seed}", long_set) for seed in seeds]
+    measured = {key: [measure(names[key], output / "runs" / folders[key] / f"seed{seed}", long_set) for seed in seeds]
                 for key in keys}  # fmt: skip
     claims = lab_claims(measured, names, long_set, config["data"]["grammar"]["max_words"], args.samples)
     results = [aggregate(names[key], measured[key]) for key in keys]
@@ -287,7 +267,9 @@ def main(argv: list[str] | None = None) -> None:
     command = ("python scripts/lab.py " + " ".join(argv if argv is not None else sys.argv[1:])).strip()
     print(report(results, output, command, config["data"]["grammar"]["max_words"], claims))
     # The same runs as a comparison on the sample test split: seeds, significance and the papers' claims.
-    runs, pairs = describe_runs([output / "runs" / key / f"seed{seed}" for seed in seeds for key in keys], beam=1)
+    runs, pairs = describe_runs(
+        [output / "runs" / folders[key] / f"seed{seed}" for seed in seeds for key in keys], beam=1
+    )
     lab = json.loads((output / "lab.json").read_text(encoding="utf-8"))
     comparison = output_folder(output / "comparison", "--output")
     print(summarise(runs, pairs, comparison, 1, command, lab, args.samples, args.trials))

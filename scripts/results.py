@@ -142,7 +142,8 @@ def main(argv: list[str] | None = None) -> None:
                 if (runs / "main" / name).is_file():
                     shutil.copyfile(runs / "main" / name, results.FIGURES / name)
         else:
-            load_script("lab").main(["--output", str(runs / "lab"), "--seeds", str(args.seeds),
+            load_script("lab").main(["--output", str(runs / "lab"), "--seeds", str(args.seeds), "--launcher",
+                                     args.launcher, "--jobs", str(args.jobs),
                                      *(["--extra", *args.extra] if args.extra else [])])  # fmt: skip
             export_lab(runs / "lab")
         render()

@@ -119,3 +119,19 @@ def test_a_checkpoint_that_predates_an_option_resumes_when_the_option_keeps_its_
     else:
         with pytest.raises(UserError, match=refused):
             check_changes(saved, new, Path("last.pt"))
+
+
+def test_every_lab_variant_is_its_comparison_variant_at_the_lab_size_of_its_family():
+    """configs/variant/lab_<name>.yaml: the same model as variant <name> but for the sizes in configs/lab/<family>.yaml,
+    which win over the lab recipe's (the Transformer's learning rate)."""
+    from omegaconf import OmegaConf
+
+    variants = sorted(p.stem for p in (CONFIGS / "variant").glob("*.yaml") if not p.stem.startswith("lab_"))
+    assert sorted(p.stem[4:] for p in (CONFIGS / "variant").glob("lab_*.yaml")) == variants
+    for name in variants:
+        lab = compose_config("experiment=lab", f"variant=lab_{name}")
+        plain = compose_config("experiment=lab", f"variant={name}")
+        sizes = OmegaConf.load(CONFIGS / "lab" / f"{name.split('_')[0]}.yaml")
+        expected = OmegaConf.merge(plain, sizes)
+        assert OmegaConf.to_container(lab) == OmegaConf.to_container(expected), name
+        assert lab.data.corpus == "sample" and lab.trainer.lr == expected.trainer.lr

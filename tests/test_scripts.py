@@ -383,7 +383,7 @@ def test_flop_count_includes_the_cpu_lstm_kernel():
         assert counted(step) == 3 * forward  # forward, and backward twice that
 
 
-def test_the_lab_trains_scores_alignment_and_length_and_resumes_where_it_stopped(tmp_path, capsys):
+def test_the_lab_trains_scores_alignment_and_length_and_resumes_where_it_stopped(tmp_path, capfd):
     lab = load_script("lab")
     small = ["--variants", "sutskever,luong_local_m", "--steps", "6", "--minutes", "0", "--per-bucket", "10",
              "--samples", "50", "--trials", "50", "--output", str(tmp_path / "lab"), "--extra",
@@ -407,6 +407,6 @@ def test_the_lab_trains_scores_alignment_and_length_and_resumes_where_it_stopped
     assert claims["The gap grows with sentence length"]["verdict"] == "needs 3 seeds"  # the lab's, on long sentences
     assert claims["The gap grows with sentence length"]["evidence"].startswith("the lab: lead over sutskever on 61-80")
     assert f"| {local_m} | 1 |" in comparison and "| Δ sutskever | Δ best |" in comparison
-    capsys.readouterr()
+    capfd.readouterr()
     lab.main(small)  # a second run keeps the finished runs
-    assert capsys.readouterr().out.count("done before, kept") == 2
+    assert capfd.readouterr().out.count("holds this run, finished with these settings: kept") == 2

@@ -4,7 +4,7 @@
 (`sweep`): one run after another, several at once on this machine (hydra-joblib-launcher), or a SLURM job each
 (submitit). Every job runs with `trainer.resume=auto`, so what a rerun does is the training command's own, under any
 launcher: a run finished with the same settings is kept, an interrupted one continues, the rest start.
-`make lab` (scripts/lab.py) runs its variants one after another through `train_run`. A kept run must have the
+`make lab` (scripts/lab.py) trains its variants (configs/variant/lab_*.yaml) the same way. A kept run must have the
 settings the overrides give today: after a default changes, a finished run from before would otherwise be reported
 as if it had today's, beside seeds that do (`check_finished` refuses it, naming the options, before anything trains).
 """
@@ -64,22 +64,6 @@ def check_finished(runs: list[tuple[str, list[str], Path]]) -> None:
             "and would be reported as if they had them:\n  " + "\n  ".join(stale) + "\nMove these folders away "
             "(`scripts/compare.py DIR...` still reports on them) or delete them, and rerun to train them again"
         )
-
-
-def train_run(name: str, overrides: list[str], run_dir: Path) -> bool:
-    """Train one run in `run_dir` with `train.py OVERRIDES`; False when it was finished before (and is kept)."""
-    if (run_dir / "results.json").is_file():
-        print(f"{name}: done before, kept ({run_dir})", flush=True)
-        return False
-    resume = ["trainer.resume=true"] if (run_dir / "last.pt").is_file() else []
-    command = [sys.executable, str(ROOT / "train.py"), *overrides, *resume, "trainer.progress=false",
-               f"hydra.run.dir={run_dir}"]  # fmt: skip
-    print(f"{name}: {'resuming' if resume else 'training'} (train.py {' '.join(command[2:])})", flush=True)
-    result = subprocess.run(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    if result.returncode != 0:
-        raise UserError(f"{name}: train.py failed in {run_dir}; rerun to continue. Its last words:\n"
-                        f"{result.stderr[-2000:]}")  # fmt: skip
-    return True
 
 
 def sweep(variants: list[str], seeds: list[int], overrides: list[str], folder: Path, launcher: str = "basic",
