@@ -153,9 +153,36 @@ class Progress:
         return cls(**{f.name: saved[f.name] for f in fields(cls) if f.name in saved})
 
 
-def training_state(model, optimizer, schedule, scaler, progress: Progress, metrics: dict, config: dict, vocabulary):
+def rng_state(device: torch.device) -> dict:
+    """This process's random state: the CPU generator's and, on a GPU, its own device's."""
+    return {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None}
+
+
+def restore_rng(rng: dict, rank: int, device: torch.device, seed: int, step: int) -> None:
+    """This process's random state from a checkpoint's `rng`: under data parallelism each rank's own (`ranks`, one
+    entry per process of the saving job), so that a resumed run's ranks go on drawing different dropout masks; a rank
+    the saving job did not have starts from its seed, rank and step. A single process restores the CPU state and the
+    states of the GPUs it sees (a checkpoint may list more than it sees)."""
+    ranks = rng.get("ranks")
+    if not ranks:
+        torch.set_rng_state(rng["torch"])
+        if torch.cuda.is_available():
+            for index, state in enumerate(rng.get("cuda", [])[: torch.cuda.device_count()]):
+                torch.cuda.set_rng_state(state, index)
+        return
+    if rank >= len(ranks):
+        torch.manual_seed(seed + 1_000_003 * rank + step)  # CPU and every GPU
+        return
+    torch.set_rng_state(ranks[rank]["torch"])
+    if device.type == "cuda" and ranks[rank].get("cuda") is not None:
+        torch.cuda.set_rng_state(ranks[rank]["cuda"], device)
+
+
+def training_state(model, optimizer, schedule, scaler, progress: Progress, metrics: dict, config: dict, vocabulary,
+                   ranks: list[dict] | None = None) -> dict:  # fmt: skip
     """Everything a run needs to continue exactly where it is: weights, optimizer, schedule, gradient scaler,
-    counters, the last validation's metrics, the random state, the resolved config and the sentencepiece models."""
+    counters, the last validation's metrics, the random state (and each process's, `ranks`, under data
+    parallelism), the resolved config and the sentencepiece models."""
     return {
         "model": model.state_dict(),
         "optimizer": optimizer.state_dict(),
@@ -166,6 +193,7 @@ def training_state(model, optimizer, schedule, scaler, progress: Progress, metri
         "rng": {
             "torch": torch.get_rng_state(),
             "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+            "ranks": ranks or [],
         },
         "config": config,
         "vocabulary": {"source": vocabulary.source_model, "target": vocabulary.target_model},
@@ -175,15 +203,18 @@ def training_state(model, optimizer, schedule, scaler, progress: Progress, metri
 WEIGHTS_ONLY = ("model", "progress", "config", "vocabulary")  # what step<N>.pt keeps: enough to decode or average
 
 
-def restore_training(payload: dict, model, optimizer, schedule, scaler) -> tuple[Progress, dict]:
-    """Load a `training_state` into the given objects and the random state; returns its progress and metrics."""
+CPU = torch.device("cpu")
+
+
+def restore_training(payload: dict, model, optimizer, schedule, scaler, rank: int = 0, device: torch.device = CPU,
+                     seed: int = 0) -> tuple[Progress, dict]:  # fmt: skip
+    """Load a `training_state` into the given objects and this process's random state (`restore_rng`); returns its
+    progress and metrics."""
     model.load_state_dict(payload["model"])
     optimizer.load_state_dict(payload["optimizer"])
     schedule.load_state_dict(payload["schedule"])
     if payload["scaler"] and scaler.is_enabled():  # precision=auto may pick fp16 (a scaler) on one machine, not another
         scaler.load_state_dict(payload["scaler"])
-    torch.set_rng_state(payload["rng"]["torch"])
-    if torch.cuda.is_available():  # the devices this process sees, which may be fewer than the saving job saw
-        for index, state in enumerate(payload["rng"]["cuda"][: torch.cuda.device_count()]):
-            torch.cuda.set_rng_state(state, index)
-    return Progress.of(payload["progress"]), dict(payload.get("metrics", {}))
+    progress = Progress.of(payload["progress"])
+    restore_rng(payload["rng"], rank, device, seed, progress.step)
+    return progress, dict(payload.get("metrics", {}))

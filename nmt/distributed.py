@@ -91,6 +91,15 @@ def share(value):
     return box[0]
 
 
+def gather(value) -> list:
+    """Every process's `value` (picklable), in rank order, on every process; [value] on one process."""
+    if not dist.is_initialized():
+        return [value]
+    found = [None] * world_size()
+    dist.all_gather_object(found, value)
+    return found
+
+
 def agree(flags: list[int], device: torch.device) -> list[int]:
     """The element-wise maximum of every process's `flags`, in one all-reduce: a decision any process takes (a stop
     signal, a non-finite loss, rank 0's budget) every process takes at the same update, so none waits alone in a

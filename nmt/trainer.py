@@ -130,24 +130,27 @@ class Trainer:
 
     # --- checkpoints ------------------------------------------------------------------------------------------
 
-    def state(self) -> dict:
-        """The full training state; refuses (NonFiniteLoss) to give one with NaN or infinite weights."""
+    def state(self, ranks: list[dict] | None = None) -> dict:
+        """The full training state (with every process's random state, `ranks`, under data parallelism); refuses
+        (NonFiniteLoss) to give one with NaN or infinite weights."""
         if not bool(torch.stack([p.detach().isfinite().all() for p in self.model.parameters()]).all()):
             raise NonFiniteLoss(f"the weights became NaN or infinite by step {self.step}")
         return checkpoint.training_state(
             self.model, self.optimizer, self.schedule, self.scaler, self.progress, self.last_metrics,
-            self.run_config, self.vocabulary,
+            self.run_config, self.vocabulary, ranks,
         )  # fmt: skip
 
     def save(self, name: str) -> None:
         """Write a full checkpoint atomically. The `last.pt` it replaces stays as `previous.pt`, which resuming falls
-        back to should `last.pt` ever be unreadable (a disk error, a copy cut short)."""
+        back to should `last.pt` ever be unreadable (a disk error, a copy cut short). Every process calls it: each
+        one's random state goes into the checkpoint."""
+        ranks = distributed.gather(checkpoint.rng_state(self.device)) if self.world > 1 else None
         if self.rank != 0:
             return
         path = self.run_dir / name
         if name == "last.pt" and path.is_file():
             path.replace(self.run_dir / "previous.pt")
-        checkpoint.save(self.state(), path)
+        checkpoint.save(self.state(ranks), path)
 
     def save_weights(self) -> None:
         """The weights of this validation as `step<N>.pt` (no optimizer: for averaging), keeping the newest few."""
@@ -166,7 +169,7 @@ class Trainer:
     def restore_payload(self, path: Path, payload: dict) -> None:
         try:
             self.progress, self.last_metrics = checkpoint.restore_training(
-                payload, self.model, self.optimizer, self.schedule, self.scaler
+                payload, self.model, self.optimizer, self.schedule, self.scaler, self.rank, self.device, self.seed
             )
         except (KeyError, RuntimeError, ValueError) as error:
             first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__

@@ -8,7 +8,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from nmt import distributed
+from nmt import checkpoint, distributed
 
 
 def test_a_slurm_task_gets_torchruns_variables():
@@ -57,3 +57,43 @@ def unused_tcp_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def gather_and_restore(rank: int, world: int, port: int, results) -> None:
+    """Each rank saves its own random state; after a restore each rank draws what it would have drawn."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        cpu = torch.device("cpu")
+        torch.manual_seed(100 + rank)
+        ranks = distributed.gather(checkpoint.rng_state(cpu))
+        expected = torch.rand(3)
+        torch.rand(50)  # the run goes on
+        checkpoint.restore_rng({"torch": ranks[0]["torch"], "cuda": [], "ranks": ranks}, rank, cpu, 1, 10)
+        results[rank] = (len(ranks), torch.equal(torch.rand(3), expected))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_each_rank_saves_and_restores_its_own_random_state(unused_tcp_port):
+    manager = mp.Manager()
+    results = manager.dict()
+    mp.spawn(gather_and_restore, args=(2, unused_tcp_port, results), nprocs=2, join=True)
+    assert dict(results) == {0: (2, True), 1: (2, True)}
+
+
+def test_a_rank_or_device_the_saving_job_did_not_have_is_handled():
+    cpu = torch.device("cpu")
+    torch.manual_seed(3)
+    saved = checkpoint.rng_state(cpu)
+    expected = torch.rand(2)
+    checkpoint.restore_rng({"torch": saved["torch"], "cuda": [], "ranks": [saved]}, 0, cpu, 1, 10)
+    assert torch.equal(torch.rand(2), expected)  # rank 0 of one saved process
+    checkpoint.restore_rng({"torch": saved["torch"], "cuda": [], "ranks": [saved]}, 1, cpu, 1, 10)
+    first = torch.rand(2)  # rank 1 was not in the saving job: a state of its own from seed, rank and step
+    checkpoint.restore_rng({"torch": saved["torch"], "cuda": [], "ranks": [saved]}, 1, cpu, 1, 10)
+    assert torch.equal(torch.rand(2), first) and not torch.equal(first, expected)
+    # a checkpoint of a single process that saw more GPUs than this one: only the states of devices seen are set
+    checkpoint.restore_rng({"torch": saved["torch"], "cuda": [torch.zeros(16, dtype=torch.uint8)] * 8}, 0, cpu, 1, 0)
+    assert torch.equal(torch.rand(2), expected)
