@@ -100,8 +100,14 @@ def build_vocabulary(
     key = hashlib.sha256(settings + "\n".join(sources).encode() + b"\x00" + "\n".join(targets).encode()).hexdigest()
     paths = [Path(cache, f"{key[:16]}.{side}.model") for side in ("src", "tgt")] if cache else []
     if paths and all(p.is_file() for p in paths):
-        log.info("reusing the sentencepiece models in %s", paths[0].parent)
-        return Vocabulary(paths[0].read_bytes(), paths[1].read_bytes())
+        try:
+            vocabulary = Vocabulary(paths[0].read_bytes(), paths[1].read_bytes())
+            log.info("reusing the sentencepiece models in %s", paths[0].parent)
+            return vocabulary
+        except (RuntimeError, OSError) as error:  # a cache: a damaged copy is trained again and replaced
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            log.warning("the cached sentencepiece models %s and %s are unreadable (%s); training them again",
+                        paths[0], paths[1], reason)  # fmt: skip
     if joint:
         source_model = target_model = train_sentencepiece(sources + targets, vocab_size, model_type, character_coverage)
     else:

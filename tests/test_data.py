@@ -111,6 +111,17 @@ def test_vocabulary_cache_is_reused(tmp_path, sample_splits):
     assert not first.joint
 
 
+def test_a_damaged_vocabulary_cache_is_named_and_trained_again(tmp_path, sample_splits, caplog):
+    from nmt.data import build_vocabulary
+
+    first = build_vocabulary(sample_splits.train, 120, False, "bpe", 1.0, tmp_path)
+    cached = sorted(tmp_path.glob("*.src.model"))[0]
+    cached.write_bytes(b"cut short")
+    again = build_vocabulary(sample_splits.train, 120, False, "bpe", 1.0, tmp_path)
+    assert again.source_model == first.source_model and cached.read_bytes() == first.source_model  # rebuilt, stored
+    assert f"the cached sentencepiece models {cached}" in caplog.text and "training them again" in caplog.text
+
+
 def test_batches_respect_the_token_bound_and_masks(sample_splits, sample_vocabulary):
     dataset = ParallelDataset(sample_splits.train, sample_vocabulary)
     sampler = TokenBatchSampler(dataset, max_tokens=300, shuffle=True, seed=3, max_len=30)
