@@ -35,6 +35,9 @@ def main(cfg: DictConfig) -> None:
         )
     except (UserError, OmegaConfBaseException) as error:
         sys.exit(f"error: {error}")
+    except KeyboardInterrupt:  # files are written whole at the end (atomically), so none is left half written
+        print("stopped by Ctrl-C; no hypotheses were written", file=sys.stderr)
+        sys.exit(130)
 
 
 if __name__ == "__main__":

@@ -284,3 +284,19 @@ def test_a_nan_loss_never_reaches_a_checkpoint(tmp_path, sample_splits, sample_v
         weights = checkpoint.load(tmp_path / name)["model"]
         assert all(torch.isfinite(w).all() for w in weights.values() if w.is_floating_point()), name
     assert checkpoint.load(tmp_path / "last.pt")["progress"]["step"] == 4
+
+
+def test_ctrl_c_in_translate_stops_without_a_traceback_and_writes_nothing(trained, tmp_path):
+    import signal
+    import time
+
+    output = tmp_path / "out.txt"
+    command = [sys.executable, "translate.py", f"checkpoint={trained[0] / 'best.pt'}", f"output={output}"]
+    process = subprocess.Popen(command, cwd=ROOT, stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+    process.stdin.write(b"Der Hund.\n")
+    process.stdin.flush()  # the input stays open: translate.py waits for the rest
+    time.sleep(8)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130 and "stopped by Ctrl-C; no translations were written" in stderr.decode()
+    assert "Traceback" not in stderr.decode() and not output.exists()
