@@ -134,6 +134,9 @@ class Batch:
     target_in: torch.Tensor  # (B, T): bos y_1 ... y_n
     target_out: torch.Tensor  # (B, T): y_1 ... y_n eos
     indices: torch.Tensor  # (B,) positions of the pairs in their dataset
+    # (tokens,) where target_out's real tokens are, flattened row by row: computed on the CPU when the batch is made, so
+    # the loss gathers them with index_select, where a boolean mask would make a GPU wait for the host each batch
+    target_positions: torch.Tensor
 
     def to(self, device: torch.device, non_blocking: bool = False) -> Batch:
         return Batch(*(t.to(device, non_blocking=non_blocking) for t in vars(self).values()))
@@ -180,7 +183,8 @@ def collate(items: list[tuple[int, list[int], list[int]]]) -> Batch:
         source[row, : len(src)] = torch.tensor(src)
         target_in[row, : len(tgt) + 1] = torch.tensor([BOS_ID, *tgt])
         target_out[row, : len(tgt) + 1] = torch.tensor([*tgt, EOS_ID])
-    return Batch(source, source != PAD_ID, target_in, target_out, torch.tensor(indices))
+    positions = (target_out != PAD_ID).flatten().nonzero().squeeze(1)
+    return Batch(source, source != PAD_ID, target_in, target_out, torch.tensor(indices), positions)
 
 
 def token_batches(
