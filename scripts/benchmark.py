@@ -66,6 +66,16 @@ def matmul_peak(dtype: torch.dtype, device: torch.device) -> float:
     return best
 
 
+def gpu_utilization(device: torch.device) -> float | None:
+    """The share of the last sample period the GPU was busy (NVML, through torch), or None (no GPU, no NVML)."""
+    if device.type != "cuda":
+        return None
+    try:
+        return float(torch.cuda.utilization(device))
+    except Exception:  # pynvml missing or the driver refuses: the other figures stand without it
+        return None
+
+
 def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -96,7 +106,9 @@ def measure(model_name: str, args) -> dict:
     for _ in range(3):  # warm-up: allocator, kernels, first batches
         batches, tokens, _, _, _ = next(updates)
         trainer.train_step(batches, tokens)
-    rates, all_tokens, all_flops = [], 0, 0
+    rates, all_tokens, all_flops, busy = [], 0, 0, []
+    if trainer.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(trainer.device)
     for _ in range(args.windows):
         synchronize(trainer.device)
         started, window_tokens = time.perf_counter(), 0
@@ -108,6 +120,7 @@ def measure(model_name: str, args) -> dict:
         synchronize(trainer.device)
         rates.append(window_tokens / (time.perf_counter() - started))
         all_tokens += window_tokens
+        busy.append(gpu_utilization(trainer.device))
     flops_per_token = all_flops / all_tokens  # the model's own formula (nmt/flops.py), on any device
     if args.profile:
         write_profile(trainer, updates, model_name, args)
@@ -118,6 +131,11 @@ def measure(model_name: str, args) -> dict:
         "train_tokens_per_second": statistics.median(rates),
         "train_windows": rates,
         "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+        # on a GPU: the tensors' peak (host RSS says little there) and how busy the GPU was, NVML's sample
+        "peak_gpu_gib": torch.cuda.max_memory_allocated(trainer.device) / 2**30
+        if trainer.device.type == "cuda"
+        else None,
+        "gpu_utilization": statistics.median(busy) if busy and None not in busy else None,
         "flops_per_token": flops_per_token,
         "model_flops_per_second": flops_per_token * statistics.median(rates),
         "six_n_flops_per_second": 6 * parameters * statistics.median(rates),
@@ -160,11 +178,19 @@ def write_profile(trainer: Trainer, updates, model_name: str, args) -> None:
     path.write_text(profiler.key_averages().table(sort_by=sort, row_limit=25) + "\n")
 
 
+def memory(result: dict) -> str:
+    """Peak memory of training: the GPU's tensors (and how busy it was) on a GPU, the process's RSS on a CPU."""
+    if result.get("peak_gpu_gib") is None:
+        return f"{result['peak_rss_gib']:.2f} GiB"
+    busy = f", {result['gpu_utilization']:.0f}% busy" if result.get("gpu_utilization") is not None else ""
+    return f"{result['peak_gpu_gib']:.2f} GiB GPU{busy}"
+
+
 def table(results: list[dict], peak: float, machine: str) -> str:
     lines = [
         f"Machine: {machine}. Matrix-multiply peak measured here: {peak / 1e9:,.0f} GFLOP/s.",
         "",
-        "| model | params | train tok/s (target) | MFLOP per token | GFLOP/s (% of peak) | peak RSS training | "
+        "| model | params | train tok/s (target) | MFLOP per token | GFLOP/s (% of peak) | peak memory training | "
         "greedy sent/s | beam 5 sent/s |",
         "|---|---|---|---|---|---|---|---|",
     ]
@@ -175,7 +201,7 @@ def table(results: list[dict], peak: float, machine: str) -> str:
         lines.append(
             f"| {r['model']} | {r['parameters']:,} | {r['train_tokens_per_second']:,.0f} | "
             f"{r['flops_per_token'] / 1e6:,.0f} | {flops / 1e9:,.0f} ({100 * flops / peak:.0f}%) | "
-            f"{r['peak_rss_gib']:.2f} GiB | {greedy} | {beam} |"
+            f"{memory(r)} | {greedy} | {beam} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -350,6 +350,8 @@ def test_benchmark_table_reports_flops_against_the_measured_peak():
               "decode_beam1_sentences_per_second": 100.0, "decode_beam5_sentences_per_second": 40.0}  # fmt: skip
     text = benchmark.table([result], peak=400e9, machine="test")
     assert "| transformer | 1,000,000 | 2,000 | 6 | 12 (3%) | 1.50 GiB | 100.0 | 40.0 |" in text
+    on_gpu = benchmark.table([{**result, "peak_gpu_gib": 3.25, "gpu_utilization": 87.0}], peak=400e9, machine="test")
+    assert "| 12 (3%) | 3.25 GiB GPU, 87% busy | 100.0 |" in on_gpu  # the GPU's tensors, not the host's RSS
 
 
 def test_benchmark_measures_and_profiles_a_small_model_on_the_sample_corpus(tmp_path, monkeypatch):
