@@ -56,6 +56,9 @@ class SampleSizes:
     test: int = 300
 
 
+SHORTEST_SENTENCE = 3  # words in the sample grammar's shortest German sentence ("Ein Mann läuft.")
+
+
 @dataclass
 class GrammarOptions:
     """How long the sample grammar's sentences are and which reorderings they have; the defaults give the sample
@@ -81,6 +84,9 @@ class GrammarOptions:
             )
         if self.max_words and self.max_words < self.min_words:
             raise UserError(f"data.grammar.max_words={self.max_words} is below min_words={self.min_words}")
+        if self.max_words and self.max_words < SHORTEST_SENTENCE:
+            raise UserError(f"data.grammar.max_words={self.max_words}: the grammar's shortest sentence has "
+                            f"{SHORTEST_SENTENCE} words ('Ein Mann läuft.'); allow at least that")  # fmt: skip
 
 
 @dataclass

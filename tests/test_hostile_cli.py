@@ -114,6 +114,7 @@ def test_resuming_applies_a_new_learning_rate_and_budget(trained, tmp_path):
      (["data.sizes.train=10000000000"], "the sample grammar gives at most 200,000"),
      (["data.grammar.clauses=100000"], "at most 16 clauses and 4 phrases"),
      (["data.grammar.phrases=100000"], "at most 16 clauses and 4 phrases"),
+     (["data.grammar.max_words=1"], "the grammar's shortest sentence has 3 words"),
      (["trainer.valid_every=-3"], "trainer.valid_every=-3: must be at least 0"),
      (["trainer.optimizer=sgd"], "trainer.optimizer='sgd': use one of adam, adamw"),
      (["trainer.resume=/nowhere/last.pt"], "/nowhere/last.pt: no such checkpoint"),
