@@ -78,7 +78,10 @@ def attend(
         return torch.bmm(chosen.to(values.dtype), values), chosen
     probabilities = weights / weights.sum(-1, keepdim=True)  # (B, T, S)
     if training:
-        index = torch.multinomial(probabilities.detach().flatten(0, 1), 1).view(*weights.shape[:2], 1)  # (B, T, 1)
+        # s_t ~ a_t by the exponential race: argmax_s a_t(s) / E_s with E_s ~ Exp(1) picks s with probability
+        # a_t(s), exactly (the Gumbel-max trick without logarithms), in one kernel with no host sync
+        race = probabilities.detach() / torch.empty_like(probabilities).exponential_()
+        index = race.argmax(-1, keepdim=True)  # (B, T, 1)
     else:
         index = weights.argmax(-1, keepdim=True)
     context = values.gather(1, index.expand(-1, -1, values.shape[-1]))  # h_{s_t}, (B, T, V)

@@ -18,7 +18,9 @@ import torch
 from nmt.data import PAD_ID
 from nmt.device import autocast
 
-CHUNK_ELEMENTS = 1 << 21  # logits per chunk: 2M floats (8 MB), a few hundred rows of an 8k vocabulary
+# Logits per chunk: on a CPU 2M floats (8 MB, a few hundred rows of an 8k vocabulary), to stay near its caches; on a
+# GPU 64M (256 MB), so that each product is large enough to fill it and the chunks' loop stays short
+CHUNK_ELEMENTS = {"cpu": 1 << 21, "cuda": 1 << 26}
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
@@ -31,7 +33,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         needs_grad = any(ctx.needs_input_grad[:3])
         total = torch.zeros((), dtype=torch.float32, device=x.device)
         token_loss = torch.empty(rows, dtype=torch.float32, device=x.device)  # -log p(y_i), without smoothing
-        step = max(1, CHUNK_ELEMENTS // vocab)
+        step = max(1, CHUNK_ELEMENTS.get(x.device.type, CHUNK_ELEMENTS["cpu"]) // vocab)
         if needs_grad:
             grad_x = torch.empty(x.shape, dtype=torch.float32, device=x.device)
             grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=x.device)

@@ -12,7 +12,7 @@ from nmt.loss import linear_cross_entropy
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("smoothing", [0.0, 0.1, 0.3])
 def test_equals_linear_then_cross_entropy_in_value_and_gradient(monkeypatch, bias, smoothing):
-    monkeypatch.setattr(loss, "CHUNK_ELEMENTS", 120)  # 4 rows of 30 classes per chunk: 13 chunks, the last short
+    monkeypatch.setitem(loss.CHUNK_ELEMENTS, "cpu", 120)  # 4 rows of 30 classes per chunk: 13 chunks, the last short
     torch.manual_seed(0)
     features = torch.randn(50, 8, dtype=torch.float64, requires_grad=True)
     weight = torch.randn(30, 8, dtype=torch.float64, requires_grad=True)
@@ -70,7 +70,7 @@ def test_smoothing_outside_zero_to_one_is_refused():
 
 
 def test_per_token_losses_are_each_rows_negative_log_likelihood_without_smoothing(monkeypatch):
-    monkeypatch.setattr(loss, "CHUNK_ELEMENTS", 120)
+    monkeypatch.setitem(loss.CHUNK_ELEMENTS, "cpu", 120)
     torch.manual_seed(1)
     features, weight, target = torch.randn(50, 8), torch.randn(30, 8), torch.randint(0, 30, (50,))
     total, per_token = linear_cross_entropy(features, weight, None, target, 0.1, per_token=True)
