@@ -269,7 +269,7 @@ def test_the_comparison_trains_seeds_tests_significance_and_resumes(tmp_path, ca
     exported = json.loads((tmp_path / "results" / "compare.json").read_text())
     run = exported["variants"][luong]["runs"][0]
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    assert run["provenance"]["commits"][0].startswith(head) and not run["provenance"]["inferred"]
+    assert run["provenance"]["commits"][0].startswith(head) and run["provenance"]["machines"]
     assert exported["torch"] == torch.__version__ and run["seed"] == 1234
     table = results.compare_table(tmp_path / "results")
     assert f"| {luong} | 2 |" in table and f"at commit {head[:7]}" in table

@@ -291,9 +291,10 @@ def power_text(groups: dict[str, list[dict]]) -> str:
         start = ""
     if sd is None:
         return start + "With one seed per variant the spread between training runs is not measured."
+    planned = max(seeds, MIN_SEEDS)  # what these runs' seeds can tell apart, or the verdicts' minimum's
     return start + (f"Test BLEU moves by {sd:.2f} from one seed to the next (standard deviation over seeds, pooled "
-                    f"over variants): with {max(seeds, 2)} seeds per variant, a true difference of "
-                    f"{detectable(sd, max(seeds, 2)):.2f} BLEU is found 80% of the time at the 0.05 level (two-sample "
+                    f"over the variants with several): with {planned} seeds per variant, a true difference of "
+                    f"{detectable(sd, planned):.2f} BLEU is found 80% of the time at the 0.05 level (two-sample "
                     "t-test over seeds, statsmodels); smaller ones often read inconclusive.")  # fmt: skip
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import re
 import statistics
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -42,11 +41,10 @@ def runs_line(record: dict) -> str:
     commits = sorted({c for r in runs for c in r["provenance"]["commits"]})
     dates = sorted(d for r in runs for d in r["provenance"]["dates"])
     machines = sorted({m for r in runs for m in r["provenance"]["machines"]})
-    inferred = any(r["provenance"].get("inferred") for r in runs)
     first, last = (d[:16].replace("T", " ") for d in (dates[0], dates[-1])) if dates else ("", "")
     span = f"{first} to {last} UTC" if dates else "at dates not recorded"
     return (f"{len(runs)} runs, `{record['command']}`, trained {span} at commit{'s' * (len(commits) != 1)} "
-            f"{', '.join(c[:7] for c in commits) or 'not recorded'}{' (inferred from the time)' if inferred else ''} "
+            f"{', '.join(c[:7] for c in commits) or 'not recorded'} "
             f"on {'; '.join(machines) or 'a machine not recorded'}, torch {record['torch']}, sacreBLEU "
             f"`{record['signatures'].get('BLEU', '')}`.")  # fmt: skip
 
@@ -77,14 +75,26 @@ def main_table(folder: Path = RESULTS) -> str:
                       f"deviation over seeds. {runs_line(record)}", ""])  # fmt: skip
 
 
-def claims_table(folder: Path = RESULTS) -> str:
-    """The papers' claims with their verdicts over seeds (the comparison's)."""
+def brief(claim: dict) -> str:
+    """A claim's differences with their intervals, without the variants' names (docs/results.md has those)."""
+    if not claim.get("comparisons"):
+        return claim["evidence"]
+    unit = "AER" if "AER" in claim["claim"] else "BLEU"
+    count = len(claim["comparisons"])
+    differences = ", ".join(f"{c['delta']:+.2f} [{c['low']:+.2f}, {c['high']:+.2f}]" for c in claim["comparisons"])
+    return f"{count} comparison{'s' * (count != 1)}, {unit}: {differences}"
+
+
+def claims_table(folder: Path = RESULTS, short: bool = False) -> str:
+    """The papers' claims with their verdicts over seeds (the comparison's); `short`: each claim's differences and
+    intervals alone, for README."""
     record = load("compare", folder)
     if record is None:
         return missing("compare")
     seeds = min(len(v["runs"]) for v in record["variants"].values())
     lines = ["| claim | paper | verdict | evidence |", "|---|---|---|---|"]
-    lines += [f"| {c['claim']} | {c['source']} | **{c['verdict']}** | {c['evidence']} |" for c in record["claims"]]
+    lines += [f"| {c['claim']} | {c['source']} | **{c['verdict']}** | {brief(c) if short else c['evidence']} |"
+              for c in record["claims"]]  # fmt: skip
     note = ""
     if seeds < MIN_SEEDS:
         note = (f" Some variants have {seeds} seed{'s' * (seeds != 1)} so far: their claims read \"needs {MIN_SEEDS} "
@@ -152,8 +162,14 @@ def figures_block(folder: Path = RESULTS) -> str:
     return " ".join(f"![{caption}](docs/figures/results/{name})" for name, caption in made) + "\n"
 
 
-TABLES: dict[str, Callable[[Path], str]] = {"main": main_table, "claims": claims_table, "compare": compare_table,
-                                            "lab": lab_table, "figures": figures_block}  # fmt: skip
+def claims_short(folder: Path = RESULTS) -> str:
+    return claims_table(folder, short=True)
+
+
+TABLES: dict[str, Callable[[Path], str]] = {
+    "main": main_table, "claims": claims_table, "claims_short": claims_short, "compare": compare_table,
+    "lab": lab_table, "figures": figures_block,
+}  # fmt: skip
 
 
 def render(name: str, folder: Path = RESULTS) -> str:
@@ -188,20 +204,15 @@ def update_file(path: Path, folder: Path = RESULTS) -> bool:
 
 def provenance(run_dir: Path) -> dict:
     """The commits, start times and machines of a run's invocations (run_dir/provenance.json, which train.py
-    appends to). A run started before train.py recorded it gets the commit checked out when Hydra first recorded it,
-    marked as inferred."""
+    appends to). A run started before train.py recorded them has its dates from Hydra's records and no commit: the
+    commit checked out at that time need not be the code a long-lived worker process had loaded."""
     path = run_dir / "provenance.json"
     if path.is_file():
         entries = json.loads(path.read_text(encoding="utf-8"))
         return {"commits": sorted({e["commit"] + ("+changes" if e["uncommitted_changes"] else "")
                                    for e in entries if e["commit"]}),
-                "dates": [e["started"] for e in entries], "machines": sorted({e["machine"] for e in entries}),
-                "inferred": False}  # fmt: skip
+                "dates": [e["started"] for e in entries],
+                "machines": sorted({e["machine"] for e in entries})}  # fmt: skip
     records = sorted(p.name for p in run_dir.glob(".hydra/*") if p.is_dir())  # .hydra/<%Y-%m-%d_%H-%M-%S>
-    if not records:
-        return {"commits": [], "dates": [], "machines": [], "inferred": True}
-    day, time = records[0].split("_")
-    started = f"{day}T{time.replace('-', ':')}"
-    found = subprocess.run(["git", "log", "-1", f"--before={started}", "--format=%H"], cwd=ROOT, capture_output=True,
-                           text=True).stdout.strip()  # fmt: skip
-    return {"commits": [found] if found else [], "dates": [started], "machines": [], "inferred": True}
+    dates = [f"{day}T{time.replace('-', ':')}" for day, time in (r.split("_") for r in records)]
+    return {"commits": [], "dates": dates, "machines": []}  # the commit was not recorded
