@@ -48,7 +48,7 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
         log.info("%s holds this run, finished with these settings: kept (test BLEU %s)", run_dir,
                  kept.get("test/bleu"))  # fmt: skip
         return kept
-    resumed = checkpoint_to_resume(run_dir, settings.trainer.resume)  # before anything in run_dir is written
+    resumed = checkpoint_to_resume(run_dir, settings.trainer.resume, in_sweep())  # before run_dir is written
     changes = check_changes(resumed[1]["config"], resolved, resumed[0]) if resumed else {}
     splits, vocabulary = corpus_and_vocabulary(settings, run_dir)
     if settings.trainer.test_at_end:
@@ -148,6 +148,14 @@ def evaluate_best(trainer: Trainer, test_pairs, run_dir: Path) -> dict[str, floa
              scores.bleu_signature)  # fmt: skip
     print(f"test BLEU {scores.bleu:.2f} chrF {scores.chrf:.2f} (best checkpoint, greedy; {scores.bleu_signature})")
     return results
+
+
+def in_sweep() -> bool:
+    """Whether this run is a job of `train.py -m` (Hydra's multirun), whose folder the sweep's options name."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
 def code_version() -> dict:

@@ -46,15 +46,17 @@ def holds_a_run(run_dir: Path) -> str | None:
     return steps[0].name if steps else None
 
 
-def checkpoint_to_resume(run_dir: Path, option) -> tuple[Path, dict] | None:
+def checkpoint_to_resume(run_dir: Path, option, sweep: bool = False) -> tuple[Path, dict] | None:
     """(path, payload) of the checkpoint `trainer.resume` asks for, or None for a new run. Refuses a new run in a
-    directory that holds one, and a checkpoint that holds weights only."""
+    directory that holds one, and a checkpoint that holds weights only. `sweep`: a job of `train.py -m`, whose
+    directory the sweep's options name, and which continues with trainer.resume=auto."""
+    resume, folder = ("auto", "hydra.sweep.dir=... or .subdir=...") if sweep else ("true", "hydra.run.dir=...")
     existing = holds_a_run(run_dir)
     if option is False or option in ("false", "False", None, ""):
         if existing:
             raise UserError(
                 f"{run_dir} already holds a run ({existing}); a new run would overwrite it. Continue it with "
-                "trainer.resume=true, or give the new run its own directory (hydra.run.dir=...)"
+                f"trainer.resume={resume}, or give the new run its own directory ({folder})"
             )
         return None
     if option is True or option in ("true", "True", "auto"):
@@ -66,7 +68,7 @@ def checkpoint_to_resume(run_dir: Path, option) -> tuple[Path, dict] | None:
     if existing and path.resolve().parent != run_dir.resolve():
         raise UserError(
             f"{run_dir} already holds a run ({existing}); continuing {path} there would overwrite it. "
-            "Give the continued run its own directory (hydra.run.dir=...)"
+            f"Give the continued run its own directory ({folder})"
         )
     return path, training_checkpoint(path)
 

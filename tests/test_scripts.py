@@ -4,6 +4,7 @@ import importlib.util
 import json
 import re
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -316,6 +317,12 @@ def test_a_failing_job_of_a_sweep_lets_the_others_run_and_is_named_with_its_reas
         assert "Rerun to train only these" in message
         assert all((tmp_path / "sweep" / "sutskever" / f"seed{s}" / "results.json").is_file() for s in (1, 2))
     assert capfd.readouterr().out.count("holds this run, finished with these settings: kept") == 2  # the rerun
+    rerun = subprocess.run([sys.executable, "train.py", "-m", "variant=sutskever", "seed=1", *overrides,
+                            f"hydra.sweep.dir={tmp_path / 'sweep'}", "hydra.sweep.subdir=sutskever/seed1"],
+                           cwd=ROOT, capture_output=True, text=True)  # without trainer.resume=auto  # fmt: skip
+    failed = (tmp_path / "sweep" / "sutskever" / "seed1" / "failed.txt").read_text()
+    assert rerun.returncode != 0 and "already holds a run" in failed  # a sweep's options, not hydra.run.dir
+    assert "trainer.resume=auto, or give the new run its own directory (hydra.sweep.dir=... or .subdir=...)" in failed
 
 
 def test_a_finished_run_is_kept_only_with_the_settings_asked_for_today(tmp_path):
