@@ -15,16 +15,25 @@ from pathlib import Path
 
 from nmt import UserError
 
-# A folder holds a training run when it has one of these; then these patterns name the run's own files.
+# A folder holds a training run when it has one of these (or a step<N>.pt); then RUN_FILES name the run's own files.
 RUN_MARKS = ("last.pt", "previous.pt", "best.pt", "results.json")
 RUN_FILES = ("last.pt", "previous.pt", "best.pt", "step*.pt", "results.json", "provenance.json", "spm.*.model",
              "spm.*.vocab", "events.out.tfevents.*", "train.log", "best.test.hyp")  # fmt: skip
 
 
+def holds_a_run(folder: Path) -> str | None:
+    """The name of a file that shows `folder` already holds a training run, or None."""
+    for name in RUN_MARKS:
+        if (folder / name).is_file():
+            return name
+    steps = sorted(folder.glob("step*.pt"))
+    return steps[0].name if steps else None
+
+
 def run_file(path: Path) -> str | None:
-    """Why `path` belongs to a training run ("the checkpoint best.pt of the run in DIR"), or None."""
+    """Why `path` belongs to a training run ("best.pt, a file of the training run in DIR"), or None."""
     folder = path.parent
-    if not (any((folder / mark).is_file() for mark in RUN_MARKS) or any(folder.glob("step*.pt"))):
+    if holds_a_run(folder) is None:
         return None
     if any(fnmatch.fnmatch(path.name, pattern) for pattern in RUN_FILES):
         return f"{path.name}, a file of the training run in {folder}"

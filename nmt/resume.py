@@ -17,10 +17,10 @@ from pathlib import Path
 from nmt import UserError, checkpoint
 from nmt.build import constructor_defaults
 from nmt.config import TrainerConfig, flatten
+from nmt.paths import holds_a_run
 
 log = logging.getLogger(__name__)
 
-RUN_FILES = ("last.pt", "previous.pt", "best.pt", "results.json")  # and step<N>.pt
 # What a finished run was trained for: a resumed run may change these (it trains on), but a finished run kept under
 # another budget would be reported as if it had trained for the one asked for.
 BUDGET = {"trainer.max_flops", "trainer.max_minutes", "trainer.max_steps", "trainer.max_epochs", "trainer.validations",
@@ -35,15 +35,6 @@ SAFE = {
     "trainer.device", "trainer.deterministic", "trainer.resume", "trainer.lr", "trainer.clip_norm",
     "trainer.label_smoothing", "trainer.threads",
 }  # fmt: skip
-
-
-def holds_a_run(run_dir: Path) -> str | None:
-    """The name of a file that shows `run_dir` already holds a run, or None."""
-    for name in RUN_FILES:
-        if (run_dir / name).is_file():
-            return name
-    steps = sorted(run_dir.glob("step*.pt"))
-    return steps[0].name if steps else None
 
 
 def checkpoint_to_resume(run_dir: Path, option, sweep: bool = False) -> tuple[Path, dict] | None:

@@ -29,7 +29,7 @@ from nmt import UserError  # noqa: E402
 from nmt.paths import output_folder  # noqa: E402
 from nmt.study.comparison import describe_runs, find_runs, summarise  # noqa: E402
 from nmt.study.significance import RESAMPLES  # noqa: E402
-from nmt.study.sweep import LAUNCHERS, sweep  # noqa: E402
+from nmt.study.sweep import chosen, launcher_options, sweep  # noqa: E402
 
 # The variants of `--train`, in the order they train: configs/variant/<name>.yaml, each a few train.py overrides.
 VARIANTS = [
@@ -63,10 +63,7 @@ RECIPE = ["trainer.plateau_patience=6", "trainer.patience=0", "trainer.progress=
 def train(args: argparse.Namespace) -> list[Path]:
     """Every variant of --variants with every seed, as one `train.py -m` through Hydra's --launcher; finished runs
     are kept, interrupted ones continue."""
-    keys = args.variants.split(",")
-    unknown = [k for k in keys if k not in VARIANTS]
-    if unknown:
-        raise UserError(f"--variants: {', '.join(unknown)} unknown; use any of {', '.join(VARIANTS)}")
+    keys = chosen("--variants", args.variants, VARIANTS)
     if args.minutes:
         budget = [f"trainer.max_minutes={args.minutes}", f"trainer.valid_every={args.valid_every}",
                   "trainer.max_flops=0", "trainer.validations=0"]  # fmt: skip
@@ -93,10 +90,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="with --train: a wall-clock budget instead of --flops (not reproducible)")  # fmt: skip
     parser.add_argument("--valid-every", type=int, default=30, help="with --minutes: updates between validations")
     parser.add_argument("--extra", nargs="*", default=[], help="with --train: more train.py overrides for every run")
-    parser.add_argument("--launcher", choices=LAUNCHERS, default="basic",
-                        help="with --train: Hydra's launcher: one run after another (basic), --jobs at once on this "
-                             "machine (joblib), or a SLURM job each (slurm)")  # fmt: skip
-    parser.add_argument("--jobs", type=int, default=1, help="with --launcher joblib: runs at once")
+    launcher_options(parser)  # with --train
     parser.add_argument("--beam", type=int, default=5, help="beam size of the headline test BLEU; 1: greedy")
     parser.add_argument("--lab", type=Path, default=None, help="the lab's lab.json, for the claims it supports")
     parser.add_argument(

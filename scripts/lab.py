@@ -43,7 +43,7 @@ from nmt.sample import generate_aligned, write_aligned  # noqa: E402
 from nmt.study.claims import Claim, gap_grows_with_length, local_aligns_better, luong_details  # noqa: E402
 from nmt.study.comparison import describe_runs, summarise, variant_name  # noqa: E402
 from nmt.study.significance import RESAMPLES, Evidence  # noqa: E402
-from nmt.study.sweep import LAUNCHERS, settings, sweep  # noqa: E402
+from nmt.study.sweep import chosen, launcher_options, settings, sweep  # noqa: E402
 
 # What Bahdanau's lab model trained in two minutes alone on a 2-core CPU with native bf16: 432 updates, 9.1e12 FLOPs
 FLOPS = 9e12
@@ -227,17 +227,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=1234, help="the first seed")
     parser.add_argument("--seeds", type=int, default=1, help="seeds per variant (the report gives their mean)")
     parser.add_argument("--extra", nargs="*", default=[], help="more train.py overrides for every variant")
-    parser.add_argument("--launcher", choices=LAUNCHERS, default="basic",
-                        help="Hydra's launcher: one run after another (basic), --jobs at once here (joblib), or a "
-                             "SLURM job each (slurm)")  # fmt: skip
-    parser.add_argument("--jobs", type=int, default=1, help="with --launcher joblib: runs at once")
+    launcher_options(parser)
     parser.add_argument("--samples", type=int, default=RESAMPLES, help="bootstrap resamples (claims, comparison)")
     parser.add_argument("--trials", type=int, default=10000, help="approximate randomization trials (the comparison)")
     args = parser.parse_args(argv)
-    keys = args.variants.split(",")
-    unknown = [v for v in keys if v not in VARIANTS]
-    if unknown:
-        raise UserError(f"--variants: {', '.join(unknown)} unknown; use any of {', '.join(VARIANTS)}")
+    keys = chosen("--variants", args.variants, VARIANTS)
     if args.seeds < 1 or args.jobs < 1:
         raise UserError("--seeds and --jobs must be at least 1")
     output = output_folder(args.output, "--output").resolve()  # train.py runs from the repository root

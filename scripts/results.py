@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from nmt import UserError  # noqa: E402
 from nmt.study import results  # noqa: E402
-from nmt.study.sweep import LAUNCHERS, ROOT, sweep  # noqa: E402
+from nmt.study.sweep import ROOT, chosen, launcher_options, sweep  # noqa: E402
 
 PARTS = ("claims", "main", "lab", "others")
 # The variants the claims rest on (nmt/study/claims.py): the fixed vector, Bahdanau's, Luong's defaults with and
@@ -111,17 +111,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--parts", default=",".join(PARTS), help=f"any of {', '.join(PARTS)}, in that order")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per variant (1234, 1235, ...)")
     parser.add_argument("--runs", type=Path, default=ROOT / "multirun" / "results", help="where the runs go")
-    parser.add_argument("--launcher", choices=LAUNCHERS, default="joblib", help="Hydra's launcher (scripts/compare.py)")
-    parser.add_argument("--jobs", type=int, default=2, help="runs at once, with --launcher joblib")
+    launcher_options(parser, "joblib", 2)
     parser.add_argument("--extra", nargs="*", default=[], help="more train.py overrides (data.dir=...)")
     parser.add_argument("--render", action="store_true", help="only render the tables from results/*.json")
     args = parser.parse_args(argv)
     if args.render:
         return render()
-    parts = args.parts.split(",")
-    unknown = [p for p in parts if p not in PARTS]
-    if unknown:
-        raise UserError(f"--parts: {', '.join(unknown)} unknown; use any of {', '.join(PARTS)}")
+    parts = chosen("--parts", args.parts, PARTS)
     if args.seeds < 1 or args.jobs < 1:
         raise UserError("--seeds and --jobs must be at least 1")
     runs = args.runs.resolve()

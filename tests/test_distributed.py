@@ -1,6 +1,7 @@
 """Data parallelism's decisions and environment, on the CPU: SLURM's variables become torchrun's, and a decision
 one process takes (a stop signal, a non-finite loss) every process takes at the same update."""
 
+import contextlib
 import os
 
 import pytest
@@ -24,10 +25,19 @@ def test_a_slurm_task_gets_torchruns_variables():
     assert [distributed.first_host(n) for n in ("node1", "a[1-3]", "b[09,12]x", "c,d")] == ["node1", "a1", "b09", "c"]
 
 
-def decide(rank: int, world: int, port: int, results) -> None:
+@contextlib.contextmanager
+def gloo(rank: int, world: int, port: int):
+    """This process in a gloo group of `world` on this machine, for the duration of the block."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def decide(rank: int, world: int, port: int, results) -> None:
+    with gloo(rank, world, port):
         cpu = torch.device("cpu")
         stopped_at = None
         for update in range(1, 10):  # rank 1 gets a SIGTERM (15) before update 4; rank 0 sees nothing
@@ -37,8 +47,6 @@ def decide(rank: int, world: int, port: int, results) -> None:
                 break
         non_finite = distributed.agree([rank == 0], cpu)[0]  # a NaN loss on rank 0 alone
         results[rank] = (stopped_at, non_finite)
-    finally:
-        dist.destroy_process_group()
 
 
 @pytest.mark.slow
@@ -61,9 +69,7 @@ def unused_tcp_port():
 
 def gather_and_restore(rank: int, world: int, port: int, results) -> None:
     """Each rank saves its own random state; after a restore each rank draws what it would have drawn."""
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
+    with gloo(rank, world, port):
         cpu = torch.device("cpu")
         torch.manual_seed(100 + rank)
         ranks = distributed.gather(checkpoint.rng_state(cpu))
@@ -71,8 +77,6 @@ def gather_and_restore(rank: int, world: int, port: int, results) -> None:
         torch.rand(50)  # the run goes on
         checkpoint.restore_rng({"torch": ranks[0]["torch"], "cuda": [], "ranks": ranks}, rank, cpu, 1, 10)
         results[rank] = (len(ranks), torch.equal(torch.rand(3), expected))
-    finally:
-        dist.destroy_process_group()
 
 
 @pytest.mark.slow

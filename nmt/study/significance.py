@@ -281,6 +281,7 @@ class Evidence:
         self._resamplers: dict = {}
         self._statistics: dict = {}
         self._runs: dict = {}
+        self._compared: dict = {}  # the report's table and the claims ask for the same differences
 
     def seeds(self, name: str) -> int:
         return len(self.hypotheses.get(name, {}))
@@ -313,7 +314,9 @@ class Evidence:
 
     def compare(self, a: str, b: str, metric: str = "BLEU") -> Interval:
         """a minus b."""
-        return contrast([(1.0, self.runs(a, metric)), (-1.0, self.runs(b, metric))])
+        if (a, b, metric) not in self._compared:
+            self._compared[a, b, metric] = contrast([(1.0, self.runs(a, metric)), (-1.0, self.runs(b, metric))])
+        return self._compared[a, b, metric]
 
     def growth(self, a: str, b: str, first: tuple[int, int], last: tuple[int, int]) -> Interval:
         """How much more a leads b on BLEU in the `last` length bucket than in the `first`."""

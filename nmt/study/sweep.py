@@ -27,6 +27,23 @@ ROOT = Path(__file__).resolve().parents[2]
 LAUNCHERS = ("basic", "joblib", "slurm")
 
 
+def launcher_options(parser, launcher: str = "basic", jobs: int = 1) -> None:
+    """--launcher and --jobs, as every script that trains a sweep takes them."""
+    parser.add_argument("--launcher", choices=LAUNCHERS, default=launcher,
+                        help="Hydra's launcher: one run after another (basic), --jobs at once on this machine "
+                             "(joblib), or a SLURM job each (slurm)")  # fmt: skip
+    parser.add_argument("--jobs", type=int, default=jobs, help="with --launcher joblib: runs at once")
+
+
+def chosen(option: str, given: str, known: list[str] | tuple[str, ...]) -> list[str]:
+    """The comma-separated names of `given`, each one of `known`; refuses the others, naming `option`."""
+    names = given.split(",")
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise UserError(f"{option}: {', '.join(unknown)} unknown; use any of {', '.join(known)}")
+    return names
+
+
 def composed(overrides: list[str]) -> DictConfig:
     """The config `train.py OVERRIDES` runs with, as Hydra composes it (Hydra's own `hydra.*` options left out)."""
     from hydra import compose, initialize_config_dir
