@@ -46,8 +46,10 @@ class Seq2Seq(Protocol):
         `forward(...)[0]` equals `output(features(...)[0])`."""
         ...
 
-    def encode(self, source: torch.Tensor, source_mask: torch.Tensor) -> State:
-        """Read the source (B, S) once; the state that the first `decode_step` starts from (see the naming rule)."""
+    def encode(self, source: torch.Tensor, source_mask: torch.Tensor, max_steps: int | None = None) -> State:
+        """Read the source (B, S) once; the state that the first `decode_step` starts from (see the naming rule).
+        `max_steps`: the most decode_steps that will follow, for a model whose state holds every step (the
+        Transformer's cache, allocated once; None: its own default); the others need not use it."""
         ...
 
     def decode_step(self, previous: torch.Tensor, state: State) -> tuple[torch.Tensor, State, torch.Tensor | None]:

@@ -146,7 +146,7 @@ class SutskeverSeq2Seq(nn.Module, Seq2Seq):
         self.output = nn.Linear(hidden_size, target_vocab_size)
         uniform_init(self, init_range)
 
-    def encode(self, source: torch.Tensor, source_mask: torch.Tensor) -> State:
+    def encode(self, source: torch.Tensor, source_mask: torch.Tensor, max_steps: int | None = None) -> State:
         if self.reverse_source:  # section 3.3: reversing the source makes the first words' dependencies short
             source = reverse_padded(source, source_mask)
         _, (hidden, cell) = self.encoder(source, source_mask)
@@ -227,7 +227,7 @@ class BahdanauSeq2Seq(AlignmentMaps, nn.Module, Seq2Seq):
         self.dropout = Dropout(dropout)
         self.output = nn.Linear(readout_size, target_vocab_size)  # W_o
 
-    def encode(self, source: torch.Tensor, source_mask: torch.Tensor) -> State:
+    def encode(self, source: torch.Tensor, source_mask: torch.Tensor, max_steps: int | None = None) -> State:
         memory, final = self.encoder(source, source_mask)  # (B, S, 2H)
         final_hidden = final[0] if isinstance(final, tuple) else final  # (layers * 2, B, H); [-1] = top backward
         hidden = torch.tanh(self.initial(final_hidden[-1]))  # s_0, (B, H)
@@ -355,7 +355,7 @@ class LuongSeq2Seq(AlignmentMaps, nn.Module, Seq2Seq):
         self.output = nn.Linear(hidden_size, target_vocab_size)  # W_s
         uniform_init(self, init_range, embeddings=uniform_embeddings)
 
-    def encode(self, source: torch.Tensor, source_mask: torch.Tensor) -> State:
+    def encode(self, source: torch.Tensor, source_mask: torch.Tensor, max_steps: int | None = None) -> State:
         if self.reverse_source:  # the encoder reads the sentence backwards (section 4.1, "reverse") ...
             memory, (hidden, cell) = self.encoder(reverse_padded(source, source_mask), source_mask)
             memory = reverse_padded(memory, source_mask)  # ... and attention sees the annotations in sentence order,

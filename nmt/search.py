@@ -27,11 +27,11 @@ def greedy(model, source: torch.Tensor, source_mask: torch.Tensor, ratio: float 
     Returns one Hypothesis per sentence.
     """
     batch = source.shape[0]
-    state = model.encode(source, source_mask)
+    limit = max_output_length(source_mask, ratio, extra)
+    state = model.encode(source, source_mask, limit)
     previous = torch.full((batch,), BOS_ID, dtype=torch.long, device=source.device)
     finished = torch.zeros(batch, dtype=torch.bool, device=source.device)
     tokens, scores, weights = [], torch.zeros(batch, device=source.device), None
-    limit = max_output_length(source_mask, ratio, extra)
     for step in range(limit):
         logits, state, step_weights = model.decode_step(previous, state)
         logits = logits.float()  # (B, V)
@@ -86,7 +86,8 @@ def beam_search(
     the cost of a step does not grow with the output. Returns the n best hypotheses of each sentence, best first.
     """
     batch, device = source.shape[0], source.device
-    state = model.encode(source, source_mask)
+    limit = max_output_length(source_mask, ratio, extra)
+    state = model.encode(source, source_mask, limit)
     state = {k: v.repeat_interleave(beam_size, 0) for k, v in state.items()}  # (B * K, ...)
     scores = torch.full((batch, beam_size), float("-inf"), device=device)
     scores[:, 0] = 0.0  # all beams start as the same empty hypothesis; only one may expand at first
@@ -96,7 +97,7 @@ def beam_search(
     alive = torch.arange(batch, device=device)  # the sentences still in the batch
     steps, results = Steps(), {}
     source_lengths = source_mask.sum(1)
-    for _ in range(max_output_length(source_mask, ratio, extra)):
+    for _ in range(limit):
         logits, state, weights = model.decode_step(previous, state)
         alive_count = alive.shape[0]
         scores, origin, previous = best_continuations(logits.float(), scores, finished)

@@ -29,6 +29,12 @@ def sinusoids(length: int, size: int) -> torch.Tensor:
     return table
 
 
+def default_steps(source_length: int) -> int:
+    """The decoding steps a cache is allocated for when the caller does not say: 2 S + 10 (the search stops at
+    1.5 S + 10 by default)."""
+    return 2 * source_length + 10
+
+
 def band(queries: int, keys: int, window: int, causal: bool, device: torch.device) -> torch.Tensor | None:
     """Where query i may attend to key j, (queries, keys) bool, for the last `queries` of `keys` positions: within
     `window` positions of each other (sliding-window self-attention, as in Longformer and Mistral; 0: everywhere),
@@ -156,19 +162,21 @@ class DecoderLayer(ResidualLayer):
         cross_values: torch.Tensor,
         source_mask: torch.Tensor,
         self_mask: torch.Tensor | None,
-        cache: tuple[torch.Tensor, torch.Tensor] | None = None,
+        cache: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
         need_weights: bool = False,
         causal: bool = False,
     ):
-        """x (B, T, D); cross keys/values projected once per sentence (B, h, S, d_k); `self_mask` (T, T + cached)
-        where a position may attend to itself and earlier ones (causal, and within the window if any; None: all of
-        them); `cache` holds the projected self-attention keys/values of earlier steps when decoding one position at
-        a time; `causal` instead of a mask: causal self-attention, plain (no window). Returns x, the cross-attention
-        weights (B, h, T, S) or None, and the grown cache."""
+        """x (B, T, D); cross keys/values projected once per sentence (B, h, S, d_k); `self_mask` where a position
+        may attend to itself and earlier ones (causal, and within the window if any; None: all of them); `causal`
+        instead of a mask: causal self-attention, plain (no window). When decoding one position at a time, `cache` is
+        (keys, values, slot): the projected self-attention keys/values of every step (B, h, C, d_k), allocated once
+        for C steps, and the slot (1,) where this step's go; `self_mask` (B, 1, 1, C) then says which slots are
+        filled. Returns x, the cross-attention weights (B, h, T, S) or None, and the new cache (keys, values)."""
         h = self.sublayer_input(0, x)
         keys, values = self.self_attention.project_keys_values(h, h)  # (B, h, T, d_k)
-        if cache is not None:
-            keys, values = torch.cat([cache[0], keys], 2), torch.cat([cache[1], values], 2)
+        if cache is not None:  # a new buffer of the same shape (a state is never changed in place; a fixed shape
+            # lets the allocator reuse the last step's block and CPU kernels reuse the last step's plan)
+            keys, values = cache[0].index_copy(2, cache[2], keys), cache[1].index_copy(2, cache[2], values)
         output, _ = self.self_attention.attend(h, keys, values, self_mask, causal=causal)
         x = self.residual(0, x, output)
         output, weights = self.cross_attention.attend(
@@ -243,28 +251,34 @@ class Transformer(nn.Module, Seq2Seq):
             x, weights = layer(x, mask, need_weights and i == len(self.encoder) - 1)
         return self.encoder_norm(x), weights
 
-    def encode(self, source: torch.Tensor, source_mask: torch.Tensor) -> State:
+    def encode(self, source: torch.Tensor, source_mask: torch.Tensor, max_steps: int | None = None) -> State:
         memory, _ = self.encode_memory(source, source_mask)
         batch, heads = source.shape[0], self.decoder[0].self_attention.heads
         head_size = self.decoder[0].self_attention.head_size
         state = {"source_mask": source_mask, "position": torch.zeros(batch, dtype=torch.long, device=source.device)}
+        # The self-attention cache, allocated once for every step: grown by one position a step, each step's
+        # products had a shape of their own, and on a CPU oneDNN keeps a compiled plan per bf16 matmul shape (about
+        # 1 MB each: a 1,000-subword line took 1.2 GB). Its dtype is the projections' (bf16 under autocast).
+        capacity = max_steps if max_steps is not None else default_steps(source.shape[1])
         for i, layer in enumerate(self.decoder):
             keys, values = layer.cross_attention.project_keys_values(memory, memory)  # (B, h, S, d_k), once
             state[f"source_keys_{i}"], state[f"source_values_{i}"] = keys, values
-            empty = keys.new_zeros(batch, heads, 0, head_size)  # the projections' dtype (bf16 under autocast): the
-            # cache then grows in it, where an fp32 start would make every step's torch.cat convert all of it
+            empty = keys.new_zeros(batch, heads, capacity, head_size)
             state[f"self_keys_{i}"], state[f"self_values_{i}"] = empty, empty
         return state
 
     def decode_step(self, previous: torch.Tensor, state: State) -> tuple[torch.Tensor, State, torch.Tensor]:
         position = state["position"]  # (B,), the same for every row; indexing keeps the host out of the loop
-        length = state["self_keys_0"].shape[2] + 1  # positions so far, from the cache's shape
-        x = self.target_embedding(previous[:, None], position[:, None], length)  # (B, 1, D)
+        capacity = state["self_keys_0"].shape[2]  # the steps the cache holds
+        x = self.target_embedding(previous[:, None], position[:, None], capacity)  # (B, 1, D)
         mask = state["source_mask"][:, None, None, :]
-        self_mask = band(1, length, self.window, False, x.device) if self.window else None  # the cache is the past
+        # The filled slots: this step's and the earlier ones (within the window, if any), (B, 1, 1, C)
+        distance = position[:, None] - torch.arange(capacity, device=x.device)  # (B, C)
+        visible = (distance >= 0) & (distance <= self.window) if self.window else distance >= 0
+        self_mask = visible[:, None, None, :]
         new_state = {**state, "position": position + 1}
         for i, layer in enumerate(self.decoder):
-            cache = (state[f"self_keys_{i}"], state[f"self_values_{i}"])
+            cache = (state[f"self_keys_{i}"], state[f"self_values_{i}"], position[:1])
             x, weights, (keys, values) = layer(
                 x,
                 state[f"source_keys_{i}"],

@@ -89,7 +89,7 @@ def test_state_that_beam_search_does_not_reorder_is_never_changed_by_a_step(samp
 
 def reference_beam_search(model, source, mask, beam_size, alpha, limit):
     """Beam search for one sentence, written plainly: every hypothesis x every token of the vocabulary."""
-    state = model.encode(source, mask)
+    state = model.encode(source, mask, limit)
     beams = [([], 0.0, False, state)]  # tokens (eos included once ended), log-probability, ended, state
     for _ in range(limit):
         candidates = []

@@ -106,14 +106,19 @@ def test_fused_training_path_equals_explicit_eval_path(sample_vocabulary, fused_
     assert (weights[1, :, 2:] == 0).all()
 
 
-def test_decoding_cache_grows_one_position_per_step(sample_vocabulary):
+def test_decoding_cache_is_allocated_once_and_fills_one_slot_per_step(sample_vocabulary):
     model = make_transformer(sample_vocabulary)
     source = torch.tensor([[5, 6, 7]])
     with torch.no_grad():
-        state = model.encode(source, source != PAD_ID)
+        state = model.encode(source, source != PAD_ID, max_steps=4)
+        assert model.encode(source, source != PAD_ID)["self_keys_0"].shape[2] == 2 * 3 + 10  # the default
         for step in range(3):
+            before = state
             _, state, _ = model.decode_step(torch.tensor([BOS_ID]), state)
-            assert state["self_keys_0"].shape[2] == step + 1
+            keys = state["self_keys_0"]
+            assert keys.shape[2] == 4  # the same shape at every step
+            assert keys[:, :, step].abs().sum() > 0 and (keys[:, :, step + 1 :] == 0).all()
+            assert (before["self_keys_0"][:, :, step] == 0).all()  # the state it was given is unchanged
 
 
 def test_attention_and_activation_dropout_are_off_by_default_and_on_when_asked(sample_vocabulary):
