@@ -10,13 +10,12 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
-from nmt import Interrupted, JobFailed, UserError, distributed
+from nmt import Interrupted, UserError, distributed
 from nmt.config import register
-from nmt.experiment import train
+from nmt.experiment import FAILED, train
 from nmt.paths import write_text
 
 log = logging.getLogger("nmt")
-FAILED = "failed.txt"  # in a sweep job's folder: why it stopped (nmt/study/sweep.py lists them)
 register()  # the dataclasses of nmt/config.py, which configs/*.yaml fill in
 
 
@@ -27,9 +26,9 @@ def main(cfg: DictConfig) -> float:
         results = train(cfg, output_dir)
     except (UserError, OmegaConfBaseException) as error:
         log.error("%s", error)
-        if HydraConfig.get().mode == RunMode.MULTIRUN:  # the sweep's other jobs go on; Hydra names this one at the end
-            write_text(Path(output_dir) / FAILED, f"{error}\n")
-            raise JobFailed(f"{output_dir}: {error}") from None
+        if HydraConfig.get().mode == RunMode.MULTIRUN:  # the sweep's other jobs go on; FailedJobs names this one
+            write_text(Path(output_dir) / FAILED, f"{error}\n")  # at the end and exits non-zero
+            return float("nan")  # what a sweeper that optimises (Optuna) counts as a failed trial
         sys.exit(f"error: {error}")
     except Interrupted as stop:
         log.warning("%s", stop)

@@ -8,11 +8,6 @@ class UserError(Exception):
     """
 
 
-class JobFailed(Exception):
-    """One job of a `train.py -m` sweep stopped on a UserError: raised (not exited) so that Hydra runs the sweep's
-    other jobs and reports this one at the end; the job's folder keeps the reason in `failed.txt`."""
-
-
 class Interrupted(Exception):
     """A run stopped by a signal (Ctrl-C, a scheduler's SIGTERM) after saving what it had; the commands exit with
     128 + the signal's number, as a shell does."""

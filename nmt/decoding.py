@@ -52,7 +52,13 @@ def translate(
         return ["" for _ in sources], hypotheses
     dataset = ParallelDataset([(sources[i], "") for i in texts], vocabulary)
     check_input_lengths(dataset.source_lengths, [i + 1 for i in texts], search.max_input_len, "max_input_len")
-    budget = max(search.max_tokens // search.beam, int(dataset.source_lengths.max()) * 2)
+    longest = int(dataset.source_lengths.max())
+    if search.beam > 1 and search.beam * longest > search.max_tokens:  # one line's beams must fit a batch
+        raise UserError(f"beam={search.beam}: the longest line ({longest:,} subwords) times the beam is "
+                        f"{search.beam * longest:,} tokens, more than a batch holds "
+                        f"(max_tokens={search.max_tokens:,}); lower the beam, or raise max_tokens (memory grows "
+                        "with it)")  # fmt: skip
+    budget = max(search.max_tokens // search.beam, longest)  # greedy: at least one line a batch
     model.eval()
     with torch.no_grad(), autocast(device, dtype):
         for indices in TokenBatchSampler(dataset, budget, shuffle=False):

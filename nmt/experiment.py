@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from nmt import Interrupted, UserError, build, checkpoint, distributed
@@ -29,6 +30,7 @@ from nmt.resume import check_changes, checkpoint_to_resume, finished_run
 from nmt.trainer import Trainer
 
 log = logging.getLogger(__name__)
+FAILED = "failed.txt"  # in a sweep job's folder: why it stopped (FailedJobs, nmt/study/sweep.py list them)
 
 
 def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
@@ -148,6 +150,26 @@ def evaluate_best(trainer: Trainer, test_pairs, run_dir: Path) -> dict[str, floa
              scores.bleu_signature)  # fmt: skip
     print(f"test BLEU {scores.bleu:.2f} chrF {scores.chrf:.2f} (best checkpoint, greedy; {scores.bleu_signature})")
     return results
+
+
+class FailedJobs(Callback):
+    """A Hydra callback (configs/train.yaml) that ends a `train.py -m` sweep by naming each job that failed in it, with
+    the reason its `failed.txt` keeps, and exits non-zero; a failed job returns to Hydra instead of raising, so the
+    other jobs run and no traceback is printed. Only jobs failed since this sweep started count."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        self.started = datetime.datetime.now().timestamp()
+
+    def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
+        sweep_dir = Path(config.hydra.sweep.dir)
+        failed = sorted(path for path in sweep_dir.rglob(FAILED) if path.stat().st_mtime >= self.started - 1)
+        if not failed:
+            return
+        reasons = "".join(f"  {path.parent}: {path.read_text(encoding='utf-8').strip()}\n" for path in failed)
+        jobs = "1 job" if len(failed) == 1 else f"{len(failed)} jobs"
+        raise SystemExit(f"error: {jobs} of this sweep failed (the reason stays in each folder's {FAILED}):\n{reasons}"
+                         "Fix the cause and rerun the same command with trainer.resume=auto: the finished jobs are "
+                         "kept, the others train.")  # fmt: skip
 
 
 def in_sweep() -> bool:

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 from functools import partial
+from pathlib import Path
 
 import pytest
 import torch
@@ -220,7 +221,8 @@ def test_evaluate_never_overwrites_its_own_inputs(trained, tmp_path):
 @pytest.mark.parametrize(
     "options, message",
     [(["beam=abc"], "full_key: beam"), (["beam=0"], "beam=0: the beam size must be 1"),
-     (["split=dev"], "split='dev' is not a split")],
+     (["split=dev"], "split='dev' is not a split"),
+     (["beam=1000000"], "tokens, more than a batch holds (max_tokens=8,000); lower the beam, or raise max_tokens")],
 )  # fmt: skip
 def test_evaluate_options_are_checked(trained, options, message):
     refused(run("evaluate.py", f"checkpoint={trained[0] / 'best.pt'}", *options), message)
@@ -295,8 +297,12 @@ def test_ctrl_c_in_translate_stops_without_a_traceback_and_writes_nothing(traine
     command = [sys.executable, "translate.py", f"checkpoint={trained[0] / 'best.pt'}", f"output={output}"]
     process = subprocess.Popen(command, cwd=ROOT, stdin=subprocess.PIPE, stderr=subprocess.PIPE)
     process.stdin.write(b"Der Hund.\n")
-    process.stdin.flush()  # the input stays open: translate.py waits for the rest
-    time.sleep(8)
+    process.stdin.flush()  # the input stays open: translate.py waits for the rest, the model loaded
+    wchan = Path(f"/proc/{process.pid}/wchan")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and "pipe_read" not in (wchan.read_text() if wchan.exists() else ""):
+        time.sleep(0.2)  # a fixed sleep fails on a busy machine: Ctrl-C during imports is another case
+    time.sleep(0.5 if wchan.exists() else 8)  # without /proc: a guess
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 130 and "stopped by Ctrl-C; no translations were written" in stderr.decode()

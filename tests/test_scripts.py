@@ -320,8 +320,11 @@ def test_a_failing_job_of_a_sweep_lets_the_others_run_and_is_named_with_its_reas
     rerun = subprocess.run([sys.executable, "train.py", "-m", "variant=sutskever", "seed=1", *overrides,
                             f"hydra.sweep.dir={tmp_path / 'sweep'}", "hydra.sweep.subdir=sutskever/seed1"],
                            cwd=ROOT, capture_output=True, text=True)  # without trainer.resume=auto  # fmt: skip
-    failed = (tmp_path / "sweep" / "sutskever" / "seed1" / "failed.txt").read_text()
-    assert rerun.returncode != 0 and "already holds a run" in failed  # a sweep's options, not hydra.run.dir
+    failed_dir = tmp_path / "sweep" / "sutskever" / "seed1"
+    failed = (failed_dir / "failed.txt").read_text()
+    assert rerun.returncode == 1 and "already holds a run" in failed  # a sweep's options, not hydra.run.dir
+    assert f"error: 1 job of this sweep failed (the reason stays in each folder's failed.txt):\n  {failed_dir}: " \
+        in rerun.stderr and "Traceback" not in rerun.stderr + rerun.stdout  # fmt: skip
     assert "trainer.resume=auto, or give the new run its own directory (hydra.sweep.dir=... or .subdir=...)" in failed
 
 

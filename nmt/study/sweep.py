@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from nmt import UserError
 from nmt.checkpoint import upgrade
 from nmt.config import register
+from nmt.experiment import FAILED
 from nmt.resume import BUDGET, changes, listed
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -112,7 +113,7 @@ def failures(runs: list[tuple[str, list[str], Path]], folder: Path) -> str:
     unfinished = [(name, run_dir) for name, _, run_dir in runs if not (run_dir / "results.json").is_file()]
     lines = []
     for name, run_dir in unfinished:
-        failed = run_dir / "failed.txt"
+        failed = run_dir / FAILED
         reason = failed.read_text(encoding="utf-8").strip() if failed.is_file() else "did not finish (its log above)"
         lines.append(f"{name} ({run_dir}): {reason}")
     return (f"{len(unfinished)} of {len(runs)} runs of the sweep did not finish:\n  " + "\n  ".join(lines) +
