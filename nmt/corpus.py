@@ -68,8 +68,10 @@ def read_lines(path: str | Path) -> list[str]:
     Raises UserError naming the file when it is missing or is not UTF-8 text.
     """
     path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{path}: a folder, not a text file; give the path of a file with one sentence per line")
     if not path.is_file():
-        raise UserError(f"{path}: no such file. Check the path, or set data.dir to the folder that holds it.")
+        raise UserError(f"{path}: no such file; check the path")
     raw = path.read_bytes()
     if path.suffix == ".gz":
         try:
@@ -135,7 +137,8 @@ def fetch(name: str, url: str, cache: Path) -> Path:
         partial.unlink(missing_ok=True)
         raise UserError(
             f"could not download {source} ({error}). On a machine without internet, copy the Multi30k files into a "
-            f"folder and set data.dir=FOLDER, or point data.url at a mirror (file:// works)."
+            f"folder and set data.dir=FOLDER (or the NMT_DATA_DIR variable, which every command and script reads), "
+            f"or point data.url at a mirror (file:// works)."
         ) from None
     if sha256(partial) != MULTI30K_SHA256[name]:
         partial.unlink()

@@ -52,7 +52,7 @@ def checkpoint_to_resume(run_dir: Path, option, sweep: bool = False) -> tuple[Pa
         return None
     if option is True or option in ("true", "True", "auto"):
         if not (run_dir / "last.pt").is_file() and not (run_dir / "previous.pt").is_file():
-            log.info("trainer.resume=%s but %s has no last.pt yet; starting a new run", option, run_dir)
+            log.warning("trainer.resume=%s: %s holds no checkpoint yet; starting a new run there", option, run_dir)
             return None
         return latest_good(run_dir)
     path = Path(str(option)).expanduser()

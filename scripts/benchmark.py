@@ -39,11 +39,12 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
-from nmt import build  # noqa: E402
+from nmt import UserError, build  # noqa: E402
 from nmt.config import TrainConfig  # noqa: E402
 from nmt.decoding import Translator  # noqa: E402
 from nmt.device import cpu_name, resolve  # noqa: E402
 from nmt.device import device as find_device  # noqa: E402
+from nmt.paths import output_folder, write_text  # noqa: E402
 from nmt.study.sweep import composed  # noqa: E402
 from nmt.trainer import Trainer  # noqa: E402
 
@@ -172,10 +173,8 @@ def write_profile(trainer: Trainer, updates, model_name: str, args) -> None:
             trainer.train_step(batches, tokens)
         synchronize(trainer.device)
     sort = "self_cuda_time_total" if trainer.device.type == "cuda" else "self_cpu_time_total"
-    output = Path(args.output)
-    output.mkdir(parents=True, exist_ok=True)
-    path = output / f"profile_{model_name.replace(' ', '_').replace('/', '-')}.txt"
-    path.write_text(profiler.key_averages().table(sort_by=sort, row_limit=25) + "\n")
+    path = Path(args.output) / f"profile_{model_name.replace(' ', '_').replace('/', '-')}.txt"  # checked by run
+    write_text(path, profiler.key_averages().table(sort_by=sort, row_limit=25) + "\n")
 
 
 def memory(result: dict) -> str:
@@ -222,9 +221,21 @@ def main() -> None:
     parser.add_argument("--output", default="bench", help="folder for benchmark.md and benchmark.json")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: measure this model in this process
     args = parser.parse_args()
+    try:
+        run(args)
+    except UserError as error:
+        sys.exit(f"error: {error}")
+
+
+def run(args: argparse.Namespace) -> None:
     if args.one:
         print(json.dumps(measure(args.one, args)))
         return
+    for option, value, least in (("--threads", args.threads, 1), ("--steps", args.steps, 1),
+                                 ("--windows", args.windows, 1), ("--profile", args.profile, 0)):  # fmt: skip
+        if value < least:
+            raise UserError(f"{option} {value}: must be at least {least}")
+    output = output_folder(args.output, "--output")  # before any measuring
     where = find_device(args.device)
     torch.set_num_threads(args.threads)
     precision = resolve(args.precision, where, option="--precision")
@@ -236,18 +247,16 @@ def main() -> None:
         command = [sys.executable, __file__, "--one", name, *sys.argv[1:]]
         done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
         if done.returncode:
-            sys.exit(f"error: benchmarking {name} failed:\n{done.stderr[-2000:]}")
+            raise UserError(f"benchmarking {name} failed:\n{done.stderr[-2000:].strip()}")
         results.append(json.loads(done.stdout.strip().splitlines()[-1]))
         print(f"{name}: {results[-1]['train_tokens_per_second']:,.0f} tok/s", file=sys.stderr)
     gpu = torch.cuda.get_device_name(where) if where.type == "cuda" else "no GPU"
     machine = f"{cpu_name()}, {os.cpu_count()} cores, {gpu}, torch {torch.__version__}, {args.threads} threads, "
     machine += precision.reason
-    output = Path(args.output)
-    output.mkdir(parents=True, exist_ok=True)
     markdown = table(results, peak, machine)
-    (output / "benchmark.md").write_text(markdown)
-    (output / "benchmark.json").write_text(json.dumps({"peak_flops": peak, "machine": machine, "results": results},
-                                                      indent=2) + "\n")  # fmt: skip
+    write_text(output / "benchmark.md", markdown)
+    write_text(output / "benchmark.json", json.dumps({"peak_flops": peak, "machine": machine, "results": results},
+                                                     indent=2) + "\n")  # fmt: skip
     print(markdown)
 
 

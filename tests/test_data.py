@@ -27,6 +27,8 @@ def test_read_lines_reads_gzip(tmp_path):
 def test_missing_file_names_the_path(tmp_path):
     with pytest.raises(UserError, match=r"nowhere\.de: no such file"):
         read_lines(tmp_path / "nowhere.de")
+    with pytest.raises(UserError, match=r": a folder, not a text file"):
+        read_lines(tmp_path)
 
 
 def test_invalid_utf8_names_file_and_line(tmp_path):

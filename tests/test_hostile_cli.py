@@ -307,3 +307,15 @@ def test_ctrl_c_in_translate_stops_without_a_traceback_and_writes_nothing(traine
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 130 and "stopped by Ctrl-C; no translations were written" in stderr.decode()
     assert "Traceback" not in stderr.decode() and not output.exists()
+
+
+def test_benchmark_options_are_checked_before_anything_is_measured(tmp_path):
+    refused(run("scripts/benchmark.py", "--steps", "0", "--output", tmp_path / "b"), "--steps 0: must be at least 1")
+    (tmp_path / "file").write_text("mine\n")
+    refused(run("scripts/benchmark.py", "--output", tmp_path / "file"), "is a file, not a folder")
+    assert (tmp_path / "file").read_text() == "mine\n" and not (tmp_path / "b").exists()
+
+
+def test_a_folder_given_as_a_text_file_is_named_as_one(trained, tmp_path):
+    refused(run("translate.py", f"checkpoint={trained[0] / 'best.pt'}", f"input={tmp_path}"),
+            f"{tmp_path}: a folder, not a text file")  # fmt: skip
