@@ -1,6 +1,7 @@
 """What the validation loss costs with and without gradients formed inside the fused loss (issue 33, item 8).
 
 python scripts/validation_cost.py [--model bahdanau] [--repeats 5] [--data-dir ../shared/data/multi30k]
+python scripts/validation_cost.py --record --data-dir ../shared/data/multi30k   # docs/speed.md's table
 
 Until 2026-11-24 the fused output layer and loss (`nmt/loss.py`) decided whether to form its gradients from its
 inputs' `requires_grad`, which the output layer's weight has even under `torch.no_grad`, so every validation loss
@@ -24,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from nmt import build, loss, validation  # noqa: E402
 from nmt.data import ParallelDataset  # noqa: E402
 from nmt.device import capability, choose  # noqa: E402
+from nmt.study import results  # noqa: E402
 from nmt.study.sweep import composed  # noqa: E402
 
 
@@ -34,13 +36,9 @@ def forming_gradients(features, weight, bias, target, smoothing=0.0, dtype=None,
     return (total, token_loss) if per_token else total
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="bahdanau")
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--data-dir", default=None)
-    args = parser.parse_args()
-    cfg = composed([f"model={args.model}"] + ([f"data.dir={args.data_dir}"] if args.data_dir else []))
+def timed(model_name: str, repeats: int, data_dir: str | None) -> dict:
+    """Medians of `repeats` valid loss passes as today and with the gradients formed, alternating."""
+    cfg = composed([f"model={model_name}"] + ([f"data.dir={data_dir}"] if data_dir else []))
     splits = build.load_corpus(cfg.data)
     vocabulary = build.vocabulary(cfg.data, splits)
     torch.manual_seed(0)
@@ -50,20 +48,44 @@ def main() -> None:
     dataset = ParallelDataset(splits.valid, vocabulary)
     fused = loss.linear_cross_entropy
     times = {"today": [], "gradients formed": []}
-    for _ in range(args.repeats):
+    for _ in range(repeats):
         for name, function in (("today", fused), ("gradients formed", forming_gradients)):
             loss.linear_cross_entropy = function
             started = time.perf_counter()
             validation.valid_loss(model, dataset, cfg.trainer.valid_max_tokens, device, dtype)
             times[name].append(time.perf_counter() - started)
     loss.linear_cross_entropy = fused
-    today, before = (statistics.median(times[k]) for k in ("today", "gradients formed"))
-    each = {name: [round(t, 2) for t in values] for name, values in times.items()}
-    print(
-        f"{args.model}, {len(dataset)} valid pairs, {dtype}, {torch.get_num_threads()} threads: valid loss pass "
-        f"{today:.2f} s today, {before:.2f} s with the gradients formed ({before / today:.2f}x); medians of "
-        f"{args.repeats}: {each['today']} and {each['gradients formed']}"
-    )
+    return {"pairs": len(dataset), "dtype": str(dtype).removeprefix("torch."),
+            "today": statistics.median(times["today"]), "before": statistics.median(times["gradients formed"]),
+            "each": {name: [round(t, 2) for t in values] for name, values in times.items()}}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="bahdanau")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--data-dir", default=None)
+    parser.add_argument("--record", action="store_true",
+                        help="both models of docs/speed.md's table, saved in results/measured/")  # fmt: skip
+    args = parser.parse_args()
+    if args.repeats < 1:
+        sys.exit("error: --repeats must be at least 1")
+    models = ["bahdanau", "transformer"] if args.record else [args.model]
+    rows = []
+    for name in models:
+        found = timed(name, args.repeats, args.data_dir)
+        today, before = found["today"], found["before"]
+        print(
+            f"{name}, {found['pairs']} valid pairs, {found['dtype']}, {torch.get_num_threads()} threads: valid loss "
+            f"pass {today:.2f} s today, {before:.2f} s with the gradients formed ({before / today:.2f}x); medians of "
+            f"{args.repeats}: {found['each']['today']} and {found['each']['gradients formed']}"
+        )
+        rows.append([name, f"{today:.2f} s", f"{before:.2f} s", f"{before - today:.1f} s ({before / today:.2f}x)"])
+    if args.record:
+        note = (f"The valid loss pass over the {found['pairs']:,} valid pairs, {found['dtype']}, an untrained default "
+                f"model; medians of {args.repeats}, alternating.")  # fmt: skip
+        columns = ["model", "today", "with the gradients formed", "saved per validation"]
+        print(f"wrote {results.record_measurement('validation_cost', columns, rows, note)}", file=sys.stderr)
 
 
 if __name__ == "__main__":

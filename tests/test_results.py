@@ -70,3 +70,17 @@ def test_marked_blocks_are_rewritten_in_place_and_nothing_else(tmp_path):
     assert not results.update_file(document, tmp_path)  # rendered twice: the same
     with pytest.raises(UserError, match="results:nosuch: no such table"):
         results.rendered("<!-- results:nosuch -->\n<!-- /results:nosuch -->", tmp_path)
+
+
+def test_a_measurement_is_saved_with_where_and_when_and_rendered_as_its_table(tmp_path):
+    assert "Not measured yet: `python scripts/decode_memory.py --record`" in results.render("decode_memory", tmp_path)
+    path = results.record_measurement("decode_memory", ["model", "greedy"], [["bahdanau", "327 MiB, 1.0 s"]],
+                                      "One line.", folder=tmp_path)  # fmt: skip
+    saved = json.loads(path.read_text())
+    assert saved["rows"] == [["bahdanau", "327 MiB, 1.0 s"]] and saved["command"].startswith("python ")
+    assert set(saved) >= {"commit", "uncommitted_changes", "date", "machine", "threads", "torch"}
+    table = results.render("decode_memory", tmp_path)
+    assert table.startswith("| model | greedy |\n|---|---|\n| bahdanau | 327 MiB, 1.0 s |\n\nOne line. `python ")
+    assert f"at commit {(saved['commit'] or 'not recorded')[:7]}" in table and "UTC" in table
+    with pytest.raises(ValueError, match="not a measurement"):
+        results.record_measurement("speed_of_light", ["a"], [["b"]], folder=tmp_path)

@@ -21,7 +21,12 @@ ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "results"
 MARKER = re.compile(r"<!-- results:(?P<name>[a-z_]+) -->\n(?P<body>.*?)<!-- /results:(?P=name) -->", re.DOTALL)
 # The files whose marked blocks are generated
-DOCUMENTS = ("README.md", "docs/results.md")
+DOCUMENTS = ("README.md", "docs/results.md", "docs/speed.md", "docs/training.md")
+# Measurements of speed and memory (results/measured/<name>.json), each written by its script's --record, run alone
+MEASUREMENTS = {
+    "decode_memory": "scripts/decode_memory.py --record",
+    "validation_cost": "scripts/validation_cost.py --record --data-dir ../shared/data/multi30k",
+}
 
 
 def load(part: str, folder: Path = RESULTS) -> dict | None:
@@ -162,6 +167,45 @@ def figures_block(folder: Path = RESULTS) -> str:
     return " ".join(f"![{caption}](docs/figures/results/{name})" for name, caption in made) + "\n"
 
 
+def record_measurement(name: str, columns: list[str], rows: list[list[str]], note: str = "",
+                       folder: Path = RESULTS) -> Path:  # fmt: skip
+    """Write results/measured/<name>.json: a measurement's table (formatted cells), the command that made it, when,
+    at which commit, on which machine; `render(name)` gives the table with that line under it."""
+    import datetime
+    import os
+    import shlex
+    import sys
+
+    import torch
+
+    from nmt.device import cpu_name
+    from nmt.experiment import code_version
+    from nmt.paths import write_text
+
+    if name not in MEASUREMENTS:
+        raise ValueError(f"{name}: not a measurement (results.MEASUREMENTS)")
+    record = {"command": shlex.join(["python", *sys.argv]), **code_version(),
+              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="minutes"),
+              "machine": f"{cpu_name()}, {os.cpu_count()} cores", "threads": torch.get_num_threads(),
+              "torch": torch.__version__, "columns": columns, "rows": rows, "note": note}  # fmt: skip
+    (folder / "measured").mkdir(parents=True, exist_ok=True)
+    path = folder / "measured" / f"{name}.json"
+    write_text(path, json.dumps(record, indent=1) + "\n")
+    return path
+
+
+def measured_table(name: str, folder: Path = RESULTS) -> str:
+    record = load(f"measured/{name}", folder)
+    if record is None:
+        return f"Not measured yet: `python {MEASUREMENTS[name]}` writes results/measured/{name}.json.\n"
+    lines = ["| " + " | ".join(record["columns"]) + " |", "|" + "---|" * len(record["columns"])]
+    lines += ["| " + " | ".join(row) + " |" for row in record["rows"]]
+    commit = (record["commit"] or "not recorded")[:7] + ("+changes" if record["uncommitted_changes"] else "")
+    where = (f"`{record['command']}`, {record['date'].replace('T', ' ')} UTC at commit {commit} on "
+             f"{record['machine']} ({record['threads']} threads), torch {record['torch']}.")  # fmt: skip
+    return "\n".join([*lines, "", f"{record['note']} {where}".strip(), ""])
+
+
 def claims_short(folder: Path = RESULTS) -> str:
     return claims_table(folder, short=True)
 
@@ -173,8 +217,10 @@ TABLES: dict[str, Callable[[Path], str]] = {
 
 
 def render(name: str, folder: Path = RESULTS) -> str:
+    if name in MEASUREMENTS:
+        return measured_table(name, folder)
     if name not in TABLES:
-        raise UserError(f"results:{name}: no such table; the tables are {', '.join(TABLES)}")
+        raise UserError(f"results:{name}: no such table; the tables are {', '.join([*TABLES, *MEASUREMENTS])}")
     return TABLES[name](folder)
 
 
