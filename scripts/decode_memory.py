@@ -4,8 +4,8 @@ python scripts/decode_memory.py [--model bahdanau] [--beam 5] [--length 1000]
 python scripts/decode_memory.py --record [--length 1000]   # docs/training.md's table: each family with attention
                                                            # greedy and beam 5, into results/measured/
 
-An untrained model of the default config (sample vocabulary) decodes one line of --length random subwords under bf16
-autocast to its length limit (1.5 x the input + 10 steps); the figure is the process's peak RSS before and after
+An untrained model of the default config (sample vocabulary, eos made unlikely) decodes one line of --length random
+subwords under bf16 autocast to its length limit (1.5 x the input + 10 steps); the figure is the process's peak RSS before and after
 decoding. The memory of a search is what it keeps per step, which this measures; the weights do not change it. Run it
 alone on the machine: the seconds it prints are a timing.
 """
@@ -25,6 +25,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from nmt import build  # noqa: E402
+from nmt.data import EOS_ID  # noqa: E402
 from nmt.search import beam_search, greedy  # noqa: E402
 from nmt.study import results  # noqa: E402
 from nmt.study.sweep import composed  # noqa: E402
@@ -38,6 +39,8 @@ def measure(model_name: str, beam: int, length: int) -> dict:
     vocabulary = build.vocabulary(cfg.data, splits)
     torch.manual_seed(0)
     model = build.model(cfg.model, vocabulary).eval()
+    with torch.no_grad():  # eos never wins, so every search runs to the length limit, its most memory
+        model.output.bias[EOS_ID] = -1e4
     source = torch.randint(4, vocabulary.source_size, (1, length))
     mask = torch.ones_like(source, dtype=torch.bool)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10

@@ -201,7 +201,7 @@ def measured_table(name: str, folder: Path = RESULTS) -> str:
     lines = ["| " + " | ".join(record["columns"]) + " |", "|" + "---|" * len(record["columns"])]
     lines += ["| " + " | ".join(row) + " |" for row in record["rows"]]
     commit = (record["commit"] or "not recorded")[:7] + ("+changes" if record["uncommitted_changes"] else "")
-    where = (f"`{record['command']}`, {record['date'].replace('T', ' ')} UTC at commit {commit} on "
+    where = (f"`{record['command']}`, {record['date'][:16].replace('T', ' ')} UTC at commit {commit} on "
              f"{record['machine']} ({record['threads']} threads), torch {record['torch']}.")  # fmt: skip
     return "\n".join([*lines, "", f"{record['note']} {where}".strip(), ""])
 
