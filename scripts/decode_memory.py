@@ -5,9 +5,9 @@ python scripts/decode_memory.py --record [--length 1000]   # docs/training.md's 
                                                            # greedy and beam 5, into results/measured/
 
 An untrained model of the default config (sample vocabulary, eos made unlikely) decodes one line of --length random
-subwords under bf16 autocast to its length limit (1.5 x the input + 10 steps); the figure is the process's peak RSS before and after
-decoding. The memory of a search is what it keeps per step, which this measures; the weights do not change it. Run it
-alone on the machine: the seconds it prints are a timing.
+subwords under bf16 autocast to its length limit (1.5 x the input + 10 steps); the figure is the process's peak RSS
+before and after decoding. The memory of a search is what it keeps per step, which this measures; the weights do not
+change it. Run it alone on the machine: the seconds it prints are a timing.
 """
 
 from __future__ import annotations
