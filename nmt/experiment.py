@@ -17,6 +17,8 @@ import torch
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+import nmt.rnn
+import nmt.transformer
 from nmt import Interrupted, UserError, build, checkpoint, distributed
 from nmt.config import TrainConfig
 from nmt.corpus import Splits
@@ -28,6 +30,12 @@ from nmt.device import device as find_device
 from nmt.optim import set_lr
 from nmt.resume import check_changes, checkpoint_to_resume, finished_run
 from nmt.trainer import Trainer
+
+# The models are built from names in the config (Hydra's _target_), which would import their modules at the first
+# build. They are loaded with the rest instead: a process that trains many runs (a sweep's joblib worker) then runs
+# one version of the code from its start, the version whose commit it records (LOADED), whatever is edited in the
+# checkout meanwhile. (Loaded lazily, a worker once mixed an older attention.py with a newer transformer.py.)
+MODELS = (nmt.rnn, nmt.transformer)
 
 log = logging.getLogger(__name__)
 FAILED = "failed.txt"  # in a sweep job's folder: why it stopped (FailedJobs, nmt/study/sweep.py list them)
@@ -195,11 +203,15 @@ def code_version() -> dict:
     return {"commit": commit or None, "uncommitted_changes": changed}
 
 
+LOADED = code_version()  # the commit of the code this process loaded (at import: see the model imports above)
+
+
 def record_provenance(run_dir: Path, where: torch.device) -> None:
-    """Append this invocation (commit, time, machine, torch) to run_dir/provenance.json: a resumed run lists each."""
+    """Append this invocation (commit, time, machine, torch) to run_dir/provenance.json: a resumed run lists each.
+    The commit is the one checked out when this process loaded the code, not when the run starts."""
     path = run_dir / "provenance.json"
     machine = torch.cuda.get_device_name(where) if where.type == "cuda" else cpu_name()
-    entry = {**code_version(), "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    entry = {**LOADED, "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
              "machine": machine, "platform": platform.platform(), "torch": torch.__version__,
              "threads": torch.get_num_threads()}  # fmt: skip
     history = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []

@@ -81,3 +81,23 @@ def test_a_trainer_built_in_python_trains_and_saves(tmp_path, sample_splits, sam
     assert trainer.progress.step == 4 and trainer.last_metrics["step"] == 4
     saved = checkpoint.load(tmp_path / "last.pt")
     assert saved["config"]["trainer"]["max_steps"] == 4 and saved["progress"]["step"] == 4
+
+
+def test_a_process_loads_every_model_at_once_and_records_the_commit_it_loaded(tmp_path, monkeypatch):
+    """A sweep's worker trains run after run: the code it runs, and the commit it records, are those of its start."""
+    import json
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    from nmt import experiment
+
+    loaded = subprocess.run([sys.executable, "-c", "import sys, nmt.experiment; print(sorted(sys.modules))"],
+                            cwd=ROOT, capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert "'nmt.transformer'" in loaded and "'nmt.rnn'" in loaded and "'nmt.attention'" in loaded
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    assert experiment.LOADED["commit"] == (head or None)
+    monkeypatch.setattr(experiment, "code_version", lambda: {"commit": "checked out later"})
+    experiment.record_provenance(tmp_path, torch.device("cpu"))
+    assert json.loads((tmp_path / "provenance.json").read_text())[0]["commit"] == experiment.LOADED["commit"]
