@@ -185,7 +185,7 @@ class TrainerConfig:
                     "warmup_steps": 0, "plateau_patience": 0, "clip_norm": 0, "weight_decay": 0, "min_lr": 0,
                     "decode_ratio": 0, "decode_max_input_len": 1}  # fmt: skip
         for key, low in at_least.items():
-            if getattr(self, key) < low:
+            if not getattr(self, key) >= low:  # NaN too
                 raise UserError(f"trainer.{key}={getattr(self, key)}: must be at least {low}")
         if not self.lr > 0:
             raise UserError(f"trainer.lr={self.lr}: the learning rate must be above 0")

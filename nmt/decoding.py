@@ -6,6 +6,7 @@ Validation, `evaluate.py`, `translate.py`, `scripts/compare.py` and the benchmar
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,6 +38,15 @@ class Search:
     def __post_init__(self):
         if isinstance(self.beam, bool) or not isinstance(self.beam, int) or self.beam < 1:
             raise UserError(f"beam={self.beam!r}: the beam size must be 1 (greedy) or more")
+        for option, value in (("max_tokens", self.max_tokens), ("max_input_len", self.max_input_len)):
+            if value < 1:
+                raise UserError(f"{option}={value}: must be at least 1")
+        if not math.isfinite(self.alpha) or self.alpha < 0:
+            raise UserError(f"alpha={self.alpha}: the length penalty's exponent must be 0 (rank by log-probability) "
+                            "or more (GNMT: 0.6 to 1)")  # fmt: skip
+        if not (math.isfinite(self.ratio) and self.ratio >= 0 and self.extra >= 1):
+            raise UserError(f"ratio={self.ratio}, extra={self.extra}: the output stops at ratio x the source length "
+                            "+ extra tokens; ratio must be at least 0 and extra at least 1")  # fmt: skip
 
 
 def translate(

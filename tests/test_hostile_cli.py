@@ -117,6 +117,7 @@ def test_resuming_applies_a_new_learning_rate_and_budget(trained, tmp_path):
      (["data.grammar.phrases=100000"], "at most 16 clauses and 4 phrases"),
      (["data.grammar.max_words=1"], "the grammar's shortest sentence has 3 words"),
      (["trainer.valid_every=-3"], "trainer.valid_every=-3: must be at least 0"),
+     (["trainer.max_flops=nan"], "trainer.max_flops=nan: must be at least 0"),
      (["trainer.optimizer=sgd"], "trainer.optimizer='sgd': use one of adam, adamw"),
      (["trainer.resume=/nowhere/last.pt"], "/nowhere/last.pt: no such checkpoint"),
      (["model/attention=dot"], "model/attention=dot: BahdanauSeq2Seq takes additive"),
@@ -222,7 +223,9 @@ def test_evaluate_never_overwrites_its_own_inputs(trained, tmp_path):
     "options, message",
     [(["beam=abc"], "full_key: beam"), (["beam=0"], "beam=0: the beam size must be 1"),
      (["split=dev"], "split='dev' is not a split"),
-     (["beam=1000000"], "tokens, more than a batch holds (max_tokens=8,000); lower the beam, or raise max_tokens")],
+     (["beam=1000000"], "tokens, more than a batch holds (max_tokens=8,000); lower the beam, or raise max_tokens"),
+     (["max_tokens=0"], "max_tokens=0: must be at least 1"), (["alpha=nan"], "alpha=nan: the length penalty's"),
+     (["max_input_len=-1"], "max_input_len=-1: must be at least 1")],
 )  # fmt: skip
 def test_evaluate_options_are_checked(trained, options, message):
     refused(run("evaluate.py", f"checkpoint={trained[0] / 'best.pt'}", *options), message)
