@@ -226,7 +226,8 @@ class SearchOptions:
     alpha: float = 0.6  # GNMT length penalty of beam search; 0 ranks by log-probability alone
     device: str = "auto"
     precision: str = "auto"  # chosen for this device as in training, whatever the checkpoint was trained in
-    max_tokens: int = 8000  # padded source tokens (times the beam) per decoding batch
+    # padded source tokens (times the beam) per decoding batch; the longest line times the beam must fit in it
+    max_tokens: int = 8000
     max_input_len: int = 1024  # longer lines (subwords) are refused, naming the line: split them into sentences
     # The attention that gives word alignments: `alignment` for the RNNs; cross_layer_N or cross_layer_N_shifted for
     # the Transformer. null: the RNNs' one; for the Transformer the map that aligns best on the valid split when the

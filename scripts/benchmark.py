@@ -173,7 +173,7 @@ def write_profile(trainer: Trainer, updates, model_name: str, args) -> None:
             trainer.train_step(batches, tokens)
         synchronize(trainer.device)
     sort = "self_cuda_time_total" if trainer.device.type == "cuda" else "self_cpu_time_total"
-    path = Path(args.output) / f"profile_{model_name.replace(' ', '_').replace('/', '-')}.txt"  # checked by run
+    path = output_folder(args.output, "--output") / f"profile_{model_name.replace(' ', '_').replace('/', '-')}.txt"
     write_text(path, profiler.key_averages().table(sort_by=sort, row_limit=25) + "\n")
 
 

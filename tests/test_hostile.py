@@ -84,7 +84,7 @@ def test_awkward_lines_translate_line_for_line(translator, lines):
 
 def test_a_line_longer_than_any_position_the_model_knows_still_translates(translator):
     enormous = " ".join(["Hund"] * 1500)  # > 1,024 subword positions, the Transformer's table
-    search = dataclasses.replace(translator.search, ratio=0.0, extra=5, max_input_len=2000)
+    search = dataclasses.replace(translator.search, ratio=0.0, extra=5, max_input_len=2000, max_tokens=4000)
     assert len(dataclasses.replace(translator, search=search).translate([enormous, "Der Hund läuft."])) == 2
 
 
@@ -155,3 +155,9 @@ def test_a_checkpoint_from_before_an_option_existed_still_loads_with_its_old_beh
     assert model.feed_dropout is True and loaded["model"]["uniform_embeddings"] is True  # as the code was then
     assert model.bidirectional is False and not model.encoder.rnn.bidirectional
     assert loaded["model"]["attention"]["scaled"] is False and loaded["data"]["grammar"]["clauses"] == 2
+
+
+def test_a_beam_whose_hypotheses_of_one_line_exceed_a_batch_is_refused_before_decoding(translator):
+    wide = dataclasses.replace(translator, search=dataclasses.replace(translator.search, beam=500))
+    with pytest.raises(UserError, match=r"^beam=500: the longest line \(\d+ subwords\) times the beam is [\d,]+"):
+        wide.translate(["Der Hund läuft über die Wiese und die Katze schläft."])
