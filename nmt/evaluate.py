@@ -24,7 +24,7 @@ from nmt.alignment import (
 from nmt.corpus import Pairs, Splits, read_lines, read_parallel
 from nmt.decoding import Translator
 from nmt.paths import output_file, output_folder, write_text
-from nmt.plot import plt
+from nmt.plot import close
 
 log = logging.getLogger(__name__)
 
@@ -184,7 +184,7 @@ def translate_file(
             if line.strip():
                 figure = translator.alignment_figure(line, translation, hypothesis)
                 figure.savefig(folder / f"line{number}.png")
-                plt.close(figure)
+                close(figure)
     if links_path:
         key = parse_key(chosen)
         matrices = word_attention(translator.model, translator.vocabulary, list(zip(lines, translations)),

@@ -2,24 +2,39 @@
 
 from __future__ import annotations
 
+import functools
 import math
+from typing import TYPE_CHECKING
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")  # no screen needed; figures go to TensorBoard or PNG files
+if TYPE_CHECKING:
+    import matplotlib.pyplot as plt
 
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
 
-# Line figures (the comparison's curves) have a line per variant, more than the default cycle's 10 colours: tab20's
-# ten strong colours, then its ten light ones, keep every line distinct.
-TWENTY = plt.get_cmap("tab20").colors
-plt.rcParams["axes.prop_cycle"] = matplotlib.cycler(color=TWENTY[::2] + TWENTY[1::2])
+@functools.cache
+def pyplot():
+    """matplotlib's pyplot, loaded at the first figure: a command that draws nothing (most translate.py and
+    evaluate.py calls) does not wait the third of a second it takes to load."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no screen needed; figures go to TensorBoard or PNG files
+    import matplotlib.pyplot as plt
+
+    # Line figures (the comparison's curves) have a line per variant, more than the default cycle's 10 colours:
+    # tab20's ten strong colours, then its ten light ones, keep every line distinct.
+    twenty = plt.get_cmap("tab20").colors
+    plt.rcParams["axes.prop_cycle"] = matplotlib.cycler(color=twenty[::2] + twenty[1::2])
+    return plt
+
+
+def close(figure: plt.Figure) -> None:
+    pyplot().close(figure)
 
 
 def lines_figure(width: float = 9.0, height: float = 4.2) -> tuple[plt.Figure, plt.Axes]:
     """A figure for one line per variant, its legend beside the axes (`legend_beside`) so that no curve is hidden."""
-    return plt.subplots(figsize=(width, height), dpi=110, layout="constrained")
+    return pyplot().subplots(figsize=(width, height), dpi=110, layout="constrained")
 
 
 def legend_beside(axes: plt.Axes) -> None:
@@ -29,7 +44,7 @@ def legend_beside(axes: plt.Axes) -> None:
 def attention_figure(weights: np.ndarray, source: list[str], target: list[str], title: str = "") -> plt.Figure:
     """A heatmap of weights (len(target), len(source)); pieces are sentencepiece subwords."""
     height, width = weights.shape
-    figure, axes = plt.subplots(figsize=(max(4.0, 0.38 * width + 2.2), max(3.0, 0.32 * height + 1.6)), dpi=100)
+    figure, axes = pyplot().subplots(figsize=(max(4.0, 0.38 * width + 2.2), max(3.0, 0.32 * height + 1.6)), dpi=100)
     image = axes.imshow(weights, cmap="viridis", vmin=0.0, vmax=max(float(weights.max()), 1e-6), aspect="auto")
     axes.set_xticks(range(width), source, rotation=70, ha="right", fontsize=8)
     axes.set_yticks(range(height), target, fontsize=8)
@@ -58,7 +73,7 @@ def panels_figure(
     cell = (max(3.0, 0.3 * width + 1.5), max(2.5, 0.26 * height + 1.2))
     size = (cell[0] * columns, cell[1] * rows)
     # constrained, not tight, layout: it keeps the figure's title clear of the panels' titles
-    figure, grid = plt.subplots(rows, columns, figsize=size, dpi=90, squeeze=False, layout="constrained")
+    figure, grid = pyplot().subplots(rows, columns, figsize=size, dpi=90, squeeze=False, layout="constrained")
     for index, axes in enumerate(grid.flat):
         if index >= count:
             axes.axis("off")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import statistics
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import sacrebleu
 from omegaconf import OmegaConf
@@ -22,11 +23,14 @@ from nmt.alignment import attention_report, choose_map, parse_key, word_attentio
 from nmt.config import flatten
 from nmt.decoding import Translator
 from nmt.evaluate import LENGTH_BUCKETS, bleu_by_length
-from nmt.plot import legend_beside, lines_figure, panels_figure, plt
+from nmt.plot import legend_beside, lines_figure, panels_figure
 from nmt.resume import BUDGET, changes
 from nmt.study.claims import BASELINE, check_claims
 from nmt.study.significance import MIN_SEEDS, Evidence, detectable, p_value, pooled_sd, seeded_tests
 from nmt.study.sweep import saved_settings
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 def find_runs(folders: list[Path]) -> list[Path]:
@@ -298,7 +302,7 @@ def power_text(groups: dict[str, list[dict]]) -> str:
                     "t-test over seeds, statsmodels); smaller ones often read inconclusive.")  # fmt: skip
 
 
-def heatmaps(groups: dict[str, list[dict]], pairs: list[tuple[str, str]]) -> plt.Figure | None:
+def heatmaps(groups: dict[str, list[dict]], pairs: list[tuple[str, str]]) -> Figure | None:
     """One test sentence (the first of 10-14 words), each attention model's word alignment (first seed) side by
     side, force-decoding the reference."""
     pair = next((p for p in pairs if 10 <= len(p[0].split()) <= 14), pairs[0])
