@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import shutil
 import sys
@@ -87,7 +88,8 @@ def export_lab(folder: Path) -> None:
 
 
 def relative(path: Path) -> str:
-    path = path.resolve()
+    """`path` from the repository's root where it lies under it (as given: a runs folder may be a link)."""
+    path = Path(os.path.abspath(path))
     return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
