@@ -17,8 +17,12 @@ import torch
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-import nmt.rnn
-import nmt.transformer
+# The models are built from names in the config (Hydra's _target_), which would import their modules at the first
+# build. They are loaded with the rest instead: a process that trains many runs (a sweep's joblib worker) then runs
+# one version of the code from its start, the version whose commit it records (LOADED), whatever is edited in the
+# checkout meanwhile. (Loaded lazily, a worker once mixed an older attention.py with a newer transformer.py.)
+import nmt.rnn  # noqa: F401
+import nmt.transformer  # noqa: F401
 from nmt import Interrupted, UserError, build, checkpoint, distributed
 from nmt.config import TrainConfig
 from nmt.corpus import Splits
@@ -30,12 +34,6 @@ from nmt.device import device as find_device
 from nmt.optim import set_lr
 from nmt.resume import check_changes, checkpoint_to_resume, finished_run
 from nmt.trainer import Trainer
-
-# The models are built from names in the config (Hydra's _target_), which would import their modules at the first
-# build. They are loaded with the rest instead: a process that trains many runs (a sweep's joblib worker) then runs
-# one version of the code from its start, the version whose commit it records (LOADED), whatever is edited in the
-# checkout meanwhile. (Loaded lazily, a worker once mixed an older attention.py with a newer transformer.py.)
-MODELS = (nmt.rnn, nmt.transformer)
 
 log = logging.getLogger(__name__)
 FAILED = "failed.txt"  # in a sweep job's folder: why it stopped (FailedJobs, nmt/study/sweep.py list them)

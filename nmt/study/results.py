@@ -179,12 +179,12 @@ def record_measurement(name: str, columns: list[str], rows: list[list[str]], not
     import torch
 
     from nmt.device import cpu_name
-    from nmt.experiment import code_version
+    from nmt.experiment import LOADED
     from nmt.paths import write_text
 
     if name not in MEASUREMENTS:
         raise ValueError(f"{name}: not a measurement (results.MEASUREMENTS)")
-    record = {"command": shlex.join(["python", *sys.argv]), **code_version(),
+    record = {"command": shlex.join(["python", *sys.argv]), **LOADED,
               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="minutes"),
               "machine": f"{cpu_name()}, {os.cpu_count()} cores", "threads": torch.get_num_threads(),
               "torch": torch.__version__, "columns": columns, "rows": rows, "note": note}  # fmt: skip
