@@ -2,7 +2,11 @@
 
 python scripts/benchmark.py [--models "sutskever;bahdanau;luong;transformer"] [--checkpoints outputs/runs]
                             [--precision auto] [--threads 2] [--device auto] [--steps 8] [--windows 5]
-                            [--train-only] [--profile N] [--output bench]
+                            [--train-only] [--profile N] [--output bench] [--record [benchmark|benchmark_fp32]]
+
+--record also saves the table as results/measured/<name>.json, from which docs/speed.md's tables are rendered
+(nmt/study/results.py); run it alone on the machine. `--checkpoints` may name the model's folder with `{model}`:
+`--checkpoints 'multirun/results/main/runs/{model}/seed1234'` decodes with `make results`' runs.
 
 A model is a name with optional config overrides: `--models "luong model/attention=dot;luong model.alignment=local_p"`
 compares attention variants (their decoding needs a checkpoint of that variant, so use --train-only there).
@@ -45,6 +49,7 @@ from nmt.decoding import Translator  # noqa: E402
 from nmt.device import cpu_name, resolve  # noqa: E402
 from nmt.device import device as find_device  # noqa: E402
 from nmt.paths import output_folder, write_text  # noqa: E402
+from nmt.study import results as measured  # noqa: E402
 from nmt.study.sweep import composed  # noqa: E402
 from nmt.trainer import Trainer  # noqa: E402
 
@@ -143,8 +148,7 @@ def measure(model_name: str, args) -> dict:
     }
     if args.train_only:
         return result
-    plain = len(model_name.split()) == 1  # a checkpoint folder is named after the model alone
-    checkpoint_path = Path(args.checkpoints) / model_name / "best.pt" if args.checkpoints and plain else None
+    checkpoint_path = checkpoint(args.checkpoints, model_name)
     result["decoded_with"] = str(checkpoint_path) if checkpoint_path and checkpoint_path.is_file() else "untrained"
     sources = [s for s, _ in splits.test]
     for beam in (1, 5):
@@ -160,6 +164,14 @@ def measure(model_name: str, args) -> dict:
         synchronize(trainer.device)
         result[f"decode_beam{beam}_sentences_per_second"] = len(sources) / (time.perf_counter() - started)
     return result
+
+
+def checkpoint(folder: str | None, model_name: str) -> Path | None:
+    """The trained checkpoint to decode with: `<folder>/<model>/best.pt`, or `{model}` in `folder` filled in; none for
+    a model spec with overrides (a checkpoint folder is named after the model alone)."""
+    if not folder or len(model_name.split()) != 1:
+        return None
+    return Path(folder.format(model=model_name) if "{model}" in folder else Path(folder) / model_name) / "best.pt"
 
 
 def write_profile(trainer: Trainer, updates, model_name: str, args) -> None:
@@ -185,24 +197,42 @@ def memory(result: dict) -> str:
     return f"{result['peak_gpu_gib']:.2f} GiB GPU{busy}"
 
 
+COLUMNS = ["model", "params", "train tok/s (target)", "MFLOP per token", "GFLOP/s (% of peak)",
+           "peak memory training", "greedy sent/s", "beam 5 sent/s"]  # fmt: skip
+
+
+def row(r: dict, peak: float) -> list[str]:
+    """One model's cells of the table."""
+    flops = r["model_flops_per_second"]
+    greedy, beam = (f"{r[k]:,.1f}" if k in r else "-" for k in ("decode_beam1_sentences_per_second",
+                                                                  "decode_beam5_sentences_per_second"))  # fmt: skip
+    return [r["model"], f"{r['parameters']:,}", f"{r['train_tokens_per_second']:,.0f}",
+            f"{r['flops_per_token'] / 1e6:,.0f}", f"{flops / 1e9:,.0f} ({100 * flops / peak:.0f}%)", memory(r), greedy,
+            beam]  # fmt: skip
+
+
 def table(results: list[dict], peak: float, machine: str) -> str:
     lines = [
         f"Machine: {machine}. Matrix-multiply peak measured here: {peak / 1e9:,.0f} GFLOP/s.",
         "",
-        "| model | params | train tok/s (target) | MFLOP per token | GFLOP/s (% of peak) | peak memory training | "
-        "greedy sent/s | beam 5 sent/s |",
-        "|---|---|---|---|---|---|---|---|",
+        "| " + " | ".join(COLUMNS) + " |",
+        "|" + "---|" * len(COLUMNS),
     ]
-    for r in results:
-        flops = r["model_flops_per_second"]
-        greedy, beam = (f"{r[k]:,.1f}" if k in r else "-" for k in ("decode_beam1_sentences_per_second",
-                                                                      "decode_beam5_sentences_per_second"))  # fmt: skip
-        lines.append(
-            f"| {r['model']} | {r['parameters']:,} | {r['train_tokens_per_second']:,.0f} | "
-            f"{r['flops_per_token'] / 1e6:,.0f} | {flops / 1e9:,.0f} ({100 * flops / peak:.0f}%) | "
-            f"{memory(r)} | {greedy} | {beam} |"
-        )
+    lines += ["| " + " | ".join(row(r, peak)) + " |" for r in results]
     return "\n".join(lines) + "\n"
+
+
+def record(name: str, results: list[dict], peak: float, machine: str, args: argparse.Namespace,
+           folder: Path = measured.RESULTS) -> Path:  # fmt: skip
+    """results/measured/<name>.json: the table, and each model's figures for the comparison with Joey NMT."""
+    decoded = sorted({r["decoded_with"] for r in results if "decoded_with" in r})
+    note = (f"{args.precision}; {machine}; matrix-multiply peak measured in the same run {peak / 1e9:,.0f} GFLOP/s. "
+            f"Training: the median of {args.windows} windows of {args.steps} updates at each model's default batch; "
+            "MFLOP per token counts the matrix products of an update, forward and backward (nmt/flops.py); peak "
+            "memory of a process that only trains."
+            + (f" Decoding test2016 (1,000 sentences) with {', '.join(decoded)}." if decoded else ""))  # fmt: skip
+    return measured.record_measurement(name, COLUMNS, [row(r, peak) for r in results], note, folder,
+                                       values={r["model"]: r for r in results})  # fmt: skip
 
 
 def main() -> None:
@@ -219,6 +249,8 @@ def main() -> None:
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="also profile N training updates: <output>/profile_<model>.txt")  # fmt: skip
     parser.add_argument("--output", default="bench", help="folder for benchmark.md and benchmark.json")
+    parser.add_argument("--record", nargs="?", const="benchmark", choices=("benchmark", "benchmark_fp32"),
+                        help="also save the table as results/measured/<name>.json for docs/speed.md")  # fmt: skip
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: measure this model in this process
     args = parser.parse_args()
     try:
@@ -235,6 +267,15 @@ def run(args: argparse.Namespace) -> None:
                                  ("--windows", args.windows, 1), ("--profile", args.profile, 0)):  # fmt: skip
         if value < least:
             raise UserError(f"{option} {value}: must be at least {least}")
+    names = [spec.strip() for spec in args.models.split(";") if spec.strip()]
+    if args.record and not args.train_only:  # a recorded decoding speed is a trained model's, never an untrained one's
+        for name in names:
+            path = checkpoint(args.checkpoints, name)
+            if path is None or not path.is_file():
+                raise UserError(
+                    f"--record: no trained checkpoint of {name} to decode with "
+                    f"({path or 'a model with overrides has none'}); set --checkpoints or --train-only"
+                )
     output = output_folder(args.output, "--output")  # before any measuring
     where = find_device(args.device)
     torch.set_num_threads(args.threads)
@@ -243,7 +284,7 @@ def run(args: argparse.Namespace) -> None:
     print(f"precision {precision.reason}", file=sys.stderr)
     peak = matmul_peak(precision.dtype, where)
     results = []
-    for name in [spec.strip() for spec in args.models.split(";") if spec.strip()]:
+    for name in names:
         command = [sys.executable, __file__, "--one", name, *sys.argv[1:]]
         done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
         if done.returncode:
@@ -253,6 +294,8 @@ def run(args: argparse.Namespace) -> None:
     gpu = torch.cuda.get_device_name(where) if where.type == "cuda" else "no GPU"
     machine = f"{cpu_name()}, {os.cpu_count()} cores, {gpu}, torch {torch.__version__}, {args.threads} threads, "
     machine += precision.reason
+    if args.record:
+        print(f"wrote {record(args.record, results, peak, machine, args)}", file=sys.stderr)
     markdown = table(results, peak, machine)
     write_text(output / "benchmark.md", markdown)
     write_text(output / "benchmark.json", json.dumps({"peak_flops": peak, "machine": machine, "results": results},

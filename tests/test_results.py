@@ -84,3 +84,22 @@ def test_a_measurement_is_saved_with_where_and_when_and_rendered_as_its_table(tm
     assert f"at commit {(saved['commit'] or 'not recorded')[:7]}" in table and "UTC" in table
     with pytest.raises(ValueError, match="not a measurement"):
         results.record_measurement("speed_of_light", ["a"], [["b"]], folder=tmp_path)
+
+
+def test_our_speed_beside_joey_nmts_is_rendered_with_the_ratio_and_where_each_comes_from(tmp_path):
+    assert results.render("versus_joeynmt", tmp_path).startswith("Not measured yet: `python scripts/benchmark.py")
+    ours = {
+        "bahdanau": {"train_tokens_per_second": 2000.0, "peak_rss_gib": 2.0},
+        "transformer": {"train_tokens_per_second": 2700.0, "decode_beam1_sentences_per_second": 200.0},
+    }
+    theirs = {"rnn": {"train_tokens_per_second": 625.0, "peak_rss_gib": 2.5},
+              "transformer": {"train_tokens_per_second": 540.0, "decode_beam1_sentences_per_second": 25.0}}  # fmt: skip
+    results.record_measurement("benchmark", ["model"], [["bahdanau"]], "Ours, bf16.", tmp_path, values=ours)
+    assert "Not measured yet: `python scripts/joeynmt.py" in results.render("versus_joeynmt", tmp_path)
+    results.record_measurement("joeynmt", ["model"], [["rnn"]], "Joey, fp32.", tmp_path, values=theirs)
+    table = results.render("versus_joeynmt", tmp_path)
+    assert "| bahdanau / Joey's rnn, train target tok/s | 2,000 | 625 | 3.20x |" in table
+    assert "| bahdanau / Joey's rnn, peak RSS while training | 2.00 GiB | 2.50 GiB | 0.80x |" in table
+    assert "| transformer / Joey's transformer, decoding test2016 greedy, sent/s | 200.0 | 25.0 | 8.00x |" in table
+    assert "beam 5" not in table  # a figure measured on one side only is left out, not guessed
+    assert "Ours: Ours, bf16. `python " in table and "Joey NMT: Joey, fp32. `python " in table

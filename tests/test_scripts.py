@@ -380,6 +380,74 @@ def test_benchmark_measures_and_profiles_a_small_model_on_the_sample_corpus(tmp_
     assert "Self CPU" in profile and "aten::" in profile
 
 
+def test_benchmark_record_saves_the_table_and_each_models_figures(tmp_path, monkeypatch):
+    benchmark = load_script("benchmark")
+    figures = {"model": "bahdanau", "parameters": 16_000_000, "train_tokens_per_second": 2000.0,
+               "flops_per_token": 8e7, "model_flops_per_second": 16e10, "peak_rss_gib": 2.0,
+               "decode_beam1_sentences_per_second": 250.0, "decode_beam5_sentences_per_second": 80.0,
+               "decoded_with": "runs/bahdanau/seed1234/best.pt"}  # fmt: skip
+    args = benchmark.argparse.Namespace(precision="bf16", windows=5, steps=8)
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    path = benchmark.record("benchmark", [figures], 400e9, "test machine", args, folder=tmp_path)
+    saved = json.loads(path.read_text())
+    assert saved["rows"] == [["bahdanau", "16,000,000", "2,000", "80", "160 (40%)", "2.00 GiB", "250.0", "80.0"]]
+    assert saved["values"]["bahdanau"]["train_tokens_per_second"] == 2000.0
+    assert saved["command"].startswith("ONEDNN_MAX_CPU_ISA=AVX2 python ")  # what held the kernels is part of it
+    assert "400 GFLOP/s" in saved["note"] and "runs/bahdanau/seed1234/best.pt" in saved["note"]
+    assert benchmark.checkpoint("runs/{model}/seed1", "luong") == benchmark.Path("runs/luong/seed1/best.pt")
+    assert benchmark.checkpoint("outputs/runs", "luong") == benchmark.Path("outputs/runs/luong/best.pt")
+    assert benchmark.checkpoint("outputs/runs", "luong model/attention=dot") is None
+
+
+def test_benchmark_record_refuses_to_time_an_untrained_models_decoding(tmp_path):
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "benchmark.py"), "--record", "--models", "luong",
+                           "--checkpoints", str(tmp_path / "{model}"), "--output", str(tmp_path / "bench")],
+                          capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 1 and "no trained checkpoint of luong" in done.stderr and "--train-only" in done.stderr
+    assert not (tmp_path / "bench").exists()  # refused before anything was measured or written
+
+
+def joey_output(out, rate=600.0, generation=20.0):
+    """The files ../shared/peers/joeynmt/run.sh leaves in $WORK/out, in the formats Joey NMT and /usr/bin/time write."""
+    out.mkdir(parents=True)
+    for name in ("rnn", "tf"):
+        for prefix, seconds in (("", "5:00.50"), ("tp_", "1:00.20")):
+            lines = ["2026-11-24 10:00:00,000 - INFO - joeynmt.model - Total params: 13182464"]
+            lines += [f"2026-11-24 10:0{i}:00,000 - INFO - joeynmt.training - Epoch   1, Step:      {100 * i}, Batch "
+                      f"Loss:     4.1, Batch Acc: 0.1, Tokens per Sec: {rate + 10 * i:8.0f}, Lr: 0.000200"
+                      for i in (1, 2)]  # fmt: skip
+            (out / f"{prefix}{name}.log").write_text("\n".join(lines) + "\n")
+            (out / f"{prefix}{name}.time").write_text(
+                f"\tElapsed (wall clock) time (h:mm:ss or m:ss): {seconds}\n"
+                "\tMaximum resident set size (kbytes): 2742292\n"
+            )
+        for beam in (1, 5):
+            (out / f"{name}_b{beam}.log").write_text(f"... - INFO - joeynmt.prediction - Generation took "
+                                                     f"{generation * beam:.4f}[sec].\n")  # fmt: skip
+            (out / f"{name}_b{beam}.hyp.test").write_text("a man .\n" * 1000)
+    (out / "versions.txt").write_text("python 3.11.7 torch 2.13.0+cpu joeynmt 2.3.0\n")
+
+
+def test_joeynmt_figures_are_read_from_the_peers_logs_and_saved(tmp_path):
+    joeynmt = load_script("joeynmt")
+    joey_output(tmp_path / "work" / "out")
+    found = joeynmt.measure(tmp_path / "work")
+    assert found["rnn"]["train_tokens_per_second"] == 615.0  # the mean of its two log lines
+    assert found["transformer"]["decode_beam1_sentences_per_second"] == 50.0  # 1,000 sentences in 20 s
+    assert found["transformer"]["decode_beam5_sentences_per_second"] == 10.0
+    assert found["rnn"]["train_seconds"] == 300.5 and found["rnn"]["train_seconds_short"] == 60.2
+    assert abs(found["rnn"]["peak_rss_gib"] - 2.615) < 1e-3 and found["rnn"]["parameters"] == 13182464
+    path = joeynmt.record("joeynmt", tmp_path / "work", tmp_path / "results")
+    saved = json.loads(path.read_text())
+    assert saved["rows"][0] == ["rnn", "13,182,464", "615 / 615", "2.62 GiB", "50.0", "10.0"]
+    assert "joeynmt 2.3.0" in saved["note"] and "about 5 and 1 min" in saved["note"]
+    (tmp_path / "work" / "out" / "tf_b5.log").write_text("Traceback ...\n")
+    with pytest.raises(UserError, match=r"tf_b5.log: no 'Generation took' line"):
+        joeynmt.measure(tmp_path / "work")
+    with pytest.raises(UserError, match=r"run.sh first"):
+        joeynmt.measure(tmp_path / "nowhere")
+
+
 def test_flop_count_includes_the_cpu_lstm_kernel():
     lstm = torch.nn.LSTM(64, 128, 2, batch_first=True)
     inputs = torch.randn(4, 10, 64)

@@ -22,10 +22,22 @@ RESULTS = ROOT / "results"
 MARKER = re.compile(r"<!-- results:(?P<name>[a-z_]+) -->\n(?P<body>.*?)<!-- /results:(?P=name) -->", re.DOTALL)
 # The files whose marked blocks are generated
 DOCUMENTS = ("README.md", "docs/results.md", "docs/speed.md", "docs/training.md")
+# The variables that hold this CPU's kernels to AVX2, as on a CPU without native bf16 (docs/speed.md); a measurement
+# records those that were set
+KERNEL_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS")
+HELD_TO_AVX2 = "ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2"
 # Measurements of speed and memory (results/measured/<name>.json), each written by its script's --record, run alone
 MEASUREMENTS = {
-    "decode_memory": "scripts/decode_memory.py --record",
-    "validation_cost": "scripts/validation_cost.py --record --data-dir ../shared/data/multi30k",
+    "decode_memory": "python scripts/decode_memory.py --record",
+    "validation_cost": "python scripts/validation_cost.py --record --data-dir ../shared/data/multi30k",
+    "benchmark": "python scripts/benchmark.py --record --data-dir ../shared/data/multi30k "
+    "--checkpoints 'multirun/results/compare/runs/{model}/seed1234'",
+    "benchmark_fp32": f"{HELD_TO_AVX2} python scripts/benchmark.py --record benchmark_fp32 --train-only "
+    "--data-dir ../shared/data/multi30k",
+    "joeynmt": "python scripts/joeynmt.py --record (after TRAIN_SECONDS=300 TP_SECONDS=60 RNN_VALID=100000 "
+    "TF_VALID=100000 bash ../shared/peers/joeynmt/run.sh)",
+    "joeynmt_fp32": f"python scripts/joeynmt.py --record joeynmt_fp32 (after {HELD_TO_AVX2} TRAIN_SECONDS=300 "
+    "TP_SECONDS=60 RNN_VALID=100000 TF_VALID=100000 bash ../shared/peers/joeynmt/run.sh)",
 }
 
 
@@ -168,9 +180,10 @@ def figures_block(folder: Path = RESULTS) -> str:
 
 
 def record_measurement(name: str, columns: list[str], rows: list[list[str]], note: str = "",
-                       folder: Path = RESULTS) -> Path:  # fmt: skip
-    """Write results/measured/<name>.json: a measurement's table (formatted cells), the command that made it, when,
-    at which commit, on which machine; `render(name)` gives the table with that line under it."""
+                       folder: Path = RESULTS, values: dict | None = None) -> Path:  # fmt: skip
+    """Write results/measured/<name>.json: a measurement's table (formatted cells) and its raw `values`, the command
+    that made it (with the variables that held the CPU's kernels, if set), when, at which commit, on which machine;
+    `render(name)` gives the table with that line under it."""
     import datetime
     import os
     import shlex
@@ -184,10 +197,12 @@ def record_measurement(name: str, columns: list[str], rows: list[list[str]], not
 
     if name not in MEASUREMENTS:
         raise ValueError(f"{name}: not a measurement (results.MEASUREMENTS)")
-    record = {"command": shlex.join(["python", *sys.argv]), **LOADED,
+    held = [f"{key}={os.environ[key]}" for key in KERNEL_VARIABLES if os.environ.get(key)]
+    record = {"command": " ".join([*held, shlex.join(["python", *sys.argv])]), **LOADED,
               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="minutes"),
               "machine": f"{cpu_name()}, {os.cpu_count()} cores", "threads": torch.get_num_threads(),
-              "torch": torch.__version__, "columns": columns, "rows": rows, "note": note}  # fmt: skip
+              "torch": torch.__version__, "columns": columns, "rows": rows, "note": note,
+              "values": values or {}}  # fmt: skip
     (folder / "measured").mkdir(parents=True, exist_ok=True)
     path = folder / "measured" / f"{name}.json"
     write_text(path, json.dumps(record, indent=1) + "\n")
@@ -197,13 +212,55 @@ def record_measurement(name: str, columns: list[str], rows: list[list[str]], not
 def measured_table(name: str, folder: Path = RESULTS) -> str:
     record = load(f"measured/{name}", folder)
     if record is None:
-        return f"Not measured yet: `python {MEASUREMENTS[name]}` writes results/measured/{name}.json.\n"
+        return f"Not measured yet: `{MEASUREMENTS[name]}` writes results/measured/{name}.json.\n"
     lines = ["| " + " | ".join(record["columns"]) + " |", "|" + "---|" * len(record["columns"])]
     lines += ["| " + " | ".join(row) + " |" for row in record["rows"]]
+    return "\n".join([*lines, "", f"{record['note']} {provenance_line(record)}".strip(), ""])
+
+
+def provenance_line(record: dict) -> str:
+    """Where a measurement comes from: its command, when, the commit, the machine."""
     commit = (record["commit"] or "not recorded")[:7] + ("+changes" if record["uncommitted_changes"] else "")
-    where = (f"`{record['command']}`, {record['date'][:16].replace('T', ' ')} UTC at commit {commit} on "
-             f"{record['machine']} ({record['threads']} threads), torch {record['torch']}.")  # fmt: skip
-    return "\n".join([*lines, "", f"{record['note']} {where}".strip(), ""])
+    return (f"`{record['command']}`, {record['date'][:16].replace('T', ' ')} UTC at commit {commit} on "
+            f"{record['machine']} ({record['threads']} threads), torch {record['torch']}.")  # fmt: skip
+
+
+# Our model beside each of Joey NMT's (scripts/joeynmt.py's names): its RNN with attention, its Transformer
+PEER_PAIRS = {"rnn": "bahdanau", "transformer": "transformer"}
+PEER_FIGURES = (  # (row, key, format)
+    ("train target tok/s", "train_tokens_per_second", "{:,.0f}"),
+    ("decoding test2016 greedy, sent/s", "decode_beam1_sentences_per_second", "{:,.1f}"),
+    ("decoding test2016 beam 5, sent/s", "decode_beam5_sentences_per_second", "{:,.1f}"),
+    ("peak RSS while training", "peak_rss_gib", "{:.2f} GiB"),
+)
+
+
+def versus_peer(ours_name: str, peer_name: str, folder: Path = RESULTS) -> str:
+    """Our benchmark beside Joey NMT's, measured in one session: each figure and the ratio ours / theirs."""
+    ours, peer = load(f"measured/{ours_name}", folder), load(f"measured/{peer_name}", folder)
+    if ours is None or peer is None:
+        missing_name = ours_name if ours is None else peer_name
+        return f"Not measured yet: `{MEASUREMENTS[missing_name]}` writes results/measured/{missing_name}.json.\n"
+    lines = ["| | ours | Joey NMT | ours / Joey NMT |", "|---|---|---|---|"]
+    for peer_model, our_model in PEER_PAIRS.items():
+        mine, theirs = ours["values"].get(our_model, {}), peer["values"].get(peer_model, {})
+        for row, key, form in PEER_FIGURES:
+            if mine.get(key) is None or theirs.get(key) is None:
+                continue
+            lines.append(
+                f"| {our_model} / Joey's {peer_model}, {row} | {form.format(mine[key])} | "
+                f"{form.format(theirs[key])} | {mine[key] / theirs[key]:.2f}x |"
+            )
+    return "\n".join([*lines, "", f"Ours: {ours['note']} {provenance_line(ours)}", "",
+                      f"Joey NMT: {peer['note']} {provenance_line(peer)}", ""])  # fmt: skip
+
+
+def versus_joeynmt(folder: Path = RESULTS) -> str:
+    return versus_peer("benchmark", "joeynmt", folder)
+
+
+def versus_joeynmt_fp32(folder: Path = RESULTS) -> str:
+    return versus_peer("benchmark_fp32", "joeynmt_fp32", folder)
 
 
 def claims_short(folder: Path = RESULTS) -> str:
@@ -212,7 +269,8 @@ def claims_short(folder: Path = RESULTS) -> str:
 
 TABLES: dict[str, Callable[[Path], str]] = {
     "main": main_table, "claims": claims_table, "claims_short": claims_short, "compare": compare_table,
-    "lab": lab_table, "figures": figures_block,
+    "lab": lab_table, "figures": figures_block, "versus_joeynmt": versus_joeynmt,
+    "versus_joeynmt_fp32": versus_joeynmt_fp32,
 }  # fmt: skip
 
 

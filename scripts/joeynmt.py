@@ -1,0 +1,127 @@
+"""Joey NMT's speed, read from what the peer's measurement wrote, saved beside our benchmark for docs/speed.md.
+
+TRAIN_SECONDS=300 TP_SECONDS=60 RNN_VALID=100000 TF_VALID=100000 bash ../shared/peers/joeynmt/run.sh
+python scripts/joeynmt.py --record [joeynmt|joeynmt_fp32] [--work /tmp/peer-work]
+
+`run.sh` (the peer's, not ours) trains Joey NMT's RNN and Transformer on Multi30k for TRAIN_SECONDS each, decodes
+test2016 greedy and with beam 5 with what they learnt, then trains each again for TP_SECONDS; everything lands in
+$WORK/out. This reads from there each model's training speed (the mean of Joey's own "Tokens per Sec" log lines,
+which count target tokens), the peak RSS of its training process (/usr/bin/time) and its decoding speed (Joey's own
+"Generation took" time over the sentences it wrote), and saves them as results/measured/<name>.json; the tables of
+docs/speed.md put them beside `scripts/benchmark.py --record`'s figures of the same session. Run both alone on the
+machine, one after the other; for `joeynmt_fp32`, run.sh with the variables that hold the CPU to AVX2 (docs/speed.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from nmt import UserError  # noqa: E402
+from nmt.study import results  # noqa: E402
+
+MODELS = {"rnn": "rnn", "transformer": "tf"}  # our name for each of run.sh's models: its file prefix
+COLUMNS = ["model", "params", "train tok/s (target), long / short run", "peak RSS training", "greedy sent/s",
+           "beam 5 sent/s"]  # fmt: skip
+
+
+def read(path: Path) -> str:
+    if not path.is_file():
+        raise UserError(f"{path}: missing; run ../shared/peers/joeynmt/run.sh first (it writes $WORK/out)")
+    return path.read_text(encoding="utf-8", errors="replace")
+
+
+def tokens_per_second(log: Path) -> float:
+    """The mean of Joey NMT's "Tokens per Sec" lines of a training log."""
+    rates = [float(m) for m in re.findall(r"Tokens per Sec:\s+([0-9.]+)", read(log))]
+    if not rates:
+        raise UserError(f"{log}: no 'Tokens per Sec' line; the run was shorter than one of Joey NMT's log intervals")
+    return statistics.mean(rates)
+
+
+def time_report(path: Path) -> tuple[float, float]:
+    """(peak RSS in GiB, wall seconds) from /usr/bin/time -v."""
+    text = read(path)
+    rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", text)
+    wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): ([0-9:.]+)", text)
+    if not rss or not wall:
+        raise UserError(f"{path}: not a report of /usr/bin/time -v")
+    seconds = sum(float(part) * 60**i for i, part in enumerate(reversed(wall[1].split(":"))))
+    return int(rss[1]) / 2**20, seconds
+
+
+def sentences_per_second(out: Path, name: str, beam: int) -> float:
+    """Sentences decoded per second of Joey NMT's own generation time."""
+    log = out / f"{name}_b{beam}.log"
+    took = re.search(r"Generation took ([0-9.]+)\[sec\]", read(log))
+    if not took:
+        raise UserError(f"{log}: no 'Generation took' line; did the decoding fail?")
+    sentences = len(read(out / f"{name}_b{beam}.hyp.test").splitlines())
+    return sentences / float(took[1])
+
+
+def measure(work: Path) -> dict[str, dict]:
+    """Each model's figures from $WORK/out."""
+    out = work / "out"
+    found = {}
+    for model, name in MODELS.items():
+        parameters = re.search(r"Total params: (\d+)", read(out / f"{name}.log"))
+        rss, seconds = time_report(out / f"{name}.time")
+        found[model] = {
+            "parameters": int(parameters[1]) if parameters else None,
+            "train_tokens_per_second": tokens_per_second(out / f"{name}.log"),
+            "train_seconds": seconds,
+            "train_tokens_per_second_short": tokens_per_second(out / f"tp_{name}.log"),
+            "train_seconds_short": time_report(out / f"tp_{name}.time")[1],
+            "peak_rss_gib": rss,
+            **{f"decode_beam{b}_sentences_per_second": sentences_per_second(out, name, b) for b in (1, 5)},
+        }
+    return found
+
+
+def row(model: str, figures: dict) -> list[str]:
+    parameters = f"{figures['parameters']:,}" if figures["parameters"] else "-"
+    return [model, parameters, f"{figures['train_tokens_per_second']:,.0f} / "
+            f"{figures['train_tokens_per_second_short']:,.0f}", f"{figures['peak_rss_gib']:.2f} GiB",
+            f"{figures['decode_beam1_sentences_per_second']:,.1f}",
+            f"{figures['decode_beam5_sentences_per_second']:,.1f}"]  # fmt: skip
+
+
+def record(name: str, work: Path, folder: Path = results.RESULTS) -> Path:
+    found = measure(work)
+    versions_file = work / "out" / "versions.txt"
+    versions = f": {versions_file.read_text().strip()}" if versions_file.is_file() else ""
+    long, short = (round(statistics.mean(f[key] for f in found.values()) / 60)
+                   for key in ("train_seconds", "train_seconds_short"))  # fmt: skip
+    note = (f"Joey NMT in fp32, its default, with the peer's configs (../shared/peers/joeynmt){versions}. Training "
+            f"runs of about {long} and {short} min without validation; decoding test2016 with the checkpoint of the "
+            "long run, 64 sentences a batch, Joey NMT's own generation time.")  # fmt: skip
+    if name == "joeynmt_fp32":
+        note += f" run.sh ran with {results.HELD_TO_AVX2}."
+    rows = [row(m, f) for m, f in found.items()]
+    return results.record_measurement(name, COLUMNS, rows, note, folder, values=found)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--record", nargs="?", const="joeynmt", choices=("joeynmt", "joeynmt_fp32"),
+                        help="save results/measured/<name>.json (without it: print the figures)")  # fmt: skip
+    parser.add_argument("--work", default="/tmp/peer-work", help="run.sh's $WORK")
+    args = parser.parse_args(argv)
+    try:
+        if args.record:
+            print(f"wrote {record(args.record, Path(args.work))}", file=sys.stderr)
+        else:
+            for model, figures in measure(Path(args.work)).items():
+                print(" | ".join(row(model, figures)))
+    except UserError as error:
+        sys.exit(f"error: {error}")
+
+
+if __name__ == "__main__":
+    main()
