@@ -186,16 +186,21 @@ def in_sweep() -> bool:
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
-def code_version() -> dict:
-    """The commit of the code that runs (and whether tracked files differ from it), where it is a git checkout."""
-    root = Path(__file__).resolve().parents[1]
+NOT_CODE = (":(exclude)results", ":(exclude)docs", ":(exclude)*.md")  # git pathspecs
+REPOSITORY = Path(__file__).resolve().parents[1]
+
+
+def code_version(root: Path = REPOSITORY) -> dict:
+    """The commit of the code that runs (and whether tracked files other than the results and their Markdown differ
+    from it), where it is a git checkout. `make results` rewrites results/ and the tables of README.md and docs/ in
+    its own checkout between its parts; that changes no code a later part runs."""
 
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=30).stdout.strip()
 
     try:
         commit = git("rev-parse", "HEAD")
-        changed = bool(git("status", "--porcelain", "--untracked-files=no"))
+        changed = bool(git("status", "--porcelain", "--untracked-files=no", "--", ".", *NOT_CODE))
     except (OSError, subprocess.SubprocessError):
         commit, changed = "", False
     return {"commit": commit or None, "uncommitted_changes": changed}

@@ -101,3 +101,26 @@ def test_a_process_loads_every_model_at_once_and_records_the_commit_it_loaded(tm
     monkeypatch.setattr(experiment, "code_version", lambda: {"commit": "checked out later"})
     experiment.record_provenance(tmp_path, torch.device("cpu"))
     assert json.loads((tmp_path / "provenance.json").read_text())[0]["commit"] == experiment.LOADED["commit"]
+
+
+def test_the_code_version_counts_changes_to_code_not_to_results_or_their_markdown(tmp_path):
+    import subprocess
+
+    from nmt import experiment
+
+    def git(*args):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
+                       capture_output=True)  # fmt: skip
+
+    for name in ("nmt/model.py", "README.md", "docs/results.md", "results/compare.json"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("before\n")
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "c")
+    for name in ("README.md", "docs/results.md", "results/compare.json"):  # what make results rewrites
+        (tmp_path / name).write_text("after\n")
+    version = experiment.code_version(tmp_path)
+    assert len(version["commit"]) == 40 and version["uncommitted_changes"] is False
+    (tmp_path / "nmt" / "model.py").write_text("after\n")
+    assert experiment.code_version(tmp_path)["uncommitted_changes"] is True
