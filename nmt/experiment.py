@@ -158,6 +158,12 @@ def evaluate_best(trainer: Trainer, test_pairs, run_dir: Path) -> dict[str, floa
     return results
 
 
+def failure(run_dir: Path) -> str | None:
+    """Why the job in `run_dir` failed, as it wrote in its `failed.txt`; None where it did not."""
+    path = run_dir / FAILED
+    return path.read_text(encoding="utf-8").strip() if path.is_file() else None
+
+
 class FailedJobs(Callback):
     """A Hydra callback (configs/train.yaml) that ends a `train.py -m` sweep by naming each job that failed in it, with
     the reason its `failed.txt` keeps, and exits non-zero; a failed job returns to Hydra instead of raising, so the
@@ -171,7 +177,7 @@ class FailedJobs(Callback):
         failed = sorted(path for path in sweep_dir.rglob(FAILED) if path.stat().st_mtime >= self.started - 1)
         if not failed:
             return
-        reasons = "".join(f"  {path.parent}: {path.read_text(encoding='utf-8').strip()}\n" for path in failed)
+        reasons = "".join(f"  {path.parent}: {failure(path.parent)}\n" for path in failed)
         jobs = "1 job" if len(failed) == 1 else f"{len(failed)} jobs"
         raise SystemExit(f"error: {jobs} of this sweep failed (the reason stays in each folder's {FAILED}):\n{reasons}"
                          "Fix the cause and rerun the same command with trainer.resume=auto: the finished jobs are "

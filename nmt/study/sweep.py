@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from nmt import UserError
 from nmt.checkpoint import upgrade
 from nmt.config import register
-from nmt.experiment import FAILED
+from nmt.experiment import failure
 from nmt.resume import BUDGET, changes, listed
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -113,9 +113,7 @@ def failures(runs: list[tuple[str, list[str], Path]], folder: Path) -> str:
     unfinished = [(name, run_dir) for name, _, run_dir in runs if not (run_dir / "results.json").is_file()]
     lines = []
     for name, run_dir in unfinished:
-        failed = run_dir / FAILED
-        reason = failed.read_text(encoding="utf-8").strip() if failed.is_file() else "did not finish (its log above)"
-        lines.append(f"{name} ({run_dir}): {reason}")
+        lines.append(f"{name} ({run_dir}): {failure(run_dir) or 'did not finish (its log above)'}")
     return (f"{len(unfinished)} of {len(runs)} runs of the sweep did not finish:\n  " + "\n  ".join(lines) +
             f"\nThe other runs went on. Rerun to train only these: finished runs in {folder} are kept and interrupted "
             "ones continue")  # fmt: skip
