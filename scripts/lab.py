@@ -40,8 +40,9 @@ from nmt.evaluate import alignment_map_of, corpus_of  # noqa: E402
 from nmt.paths import output_folder  # noqa: E402
 from nmt.plot import legend_beside, lines_figure  # noqa: E402
 from nmt.sample import generate_aligned, write_aligned  # noqa: E402
-from nmt.study.claims import Claim, gap_grows_with_length, local_aligns_better, luong_details  # noqa: E402
+from nmt.study.claims import Claim, gap_grows_with_length, local_aligns_better  # noqa: E402
 from nmt.study.comparison import describe_runs, summarise, variant_name  # noqa: E402
+from nmt.study.lab import BUCKETS, tables  # noqa: E402
 from nmt.study.significance import RESAMPLES, Evidence  # noqa: E402
 from nmt.study.sweep import chosen, launcher_options, settings, sweep  # noqa: E402
 
@@ -55,10 +56,6 @@ FLOPS = 9e12
 VARIANTS = ["sutskever", "bahdanau", "transformer", "luong", "luong_feeding", "luong_paper", "luong_dot",
             "luong_concat", "luong_location", "luong_local_m", "luong_local_p", "bahdanau_sparsemax",
             "bahdanau_entmax15", "bahdanau_reinforce", "bahdanau_gumbel", "transformer_window"]  # fmt: skip
-# Luong et al. 2015, Table 6: AER on the RWTH German-English gold alignments (different data, same measure), by score
-# and alignment (the paper's model; ours may differ in encoder and feeding, which the name says).
-PAPER_AER = {("location", "global"): 0.39, ("general", "local_m"): 0.34, ("general", "local_p"): 0.36}
-BUCKETS = [(1, 10), (11, 20), (21, 30), (31, 40), (41, 60), (61, 80)]  # source words
 
 
 def length_test_set(folder: Path, per_bucket: int, train: set[str], seed: int) -> tuple[Path, Path, Path]:
@@ -136,44 +133,22 @@ def figures(results: list[dict], output: Path) -> None:
 
 
 def report(results: list[dict], output: Path, command: str, train_words: int, claims: list[Claim]) -> str:
-    lines = ["| model | map | test AER | precision | recall | long-set AER | entropy | diagonality | "
-             "paper's AER (Table 6) | test BLEU |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
-    for r in sorted(results, key=lambda r: r.get("test_alignment", {}).get("aer", 2)):
-        paper = f"{PAPER_AER[key]:.2f}" if (key := tuple((luong_details(r["name"]) or [])[:2])) in PAPER_AER else "-"
-        if "test_alignment" not in r:
-            lines.append(f"| {r['name']} | no attention | - | - | - | - | - | - | {paper} | {r['test_bleu']:.2f} |")
-            continue
-        t, long = r["test_alignment"], r["long_alignment"]
-        aer = f"{t['aer']:.3f}" + (f" ± {t['aer_sd']:.3f}" if "aer_sd" in t else "")
-        lines.append(f"| {r['name']} | {r['alignment_map']} | {aer} | {t['precision']:.3f} | "
-                     f"{t['recall']:.3f} | {long['aer']:.3f} | {t['entropy']:.2f} | {t['diagonality']:.2f} | "
-                     f"{paper} | {r['test_bleu']:.2f} |")  # fmt: skip
-    labels = [f"{low}-{high}" for low, high in BUCKETS]
-    counts = {label: next((r["by_length"][label]["sentences"] for r in results if label in r["by_length"]), 0)
-              for label in labels}  # fmt: skip
-    lines += ["", f"BLEU (greedy) by source length, words; trained on sentences of at most {train_words} words "
-              "(sentences per bucket in brackets):", "",
-              "| model | " + " | ".join(f"{label} ({counts[label]})" for label in labels) + " |",
-              "|---|" + "---|" * len(labels)]  # fmt: skip
-    for r in results:
-        cells = [f"{r['by_length'][label]['bleu']:.1f}" if label in r["by_length"] else "-" for label in labels]
-        lines.append(f"| {r['name']} | " + " | ".join(cells) + " |")
-    lines += ["", "![BLEU by sentence length](bleu_by_length.png) ![valid AER during training](valid_aer.png)", "",
-              "The two claims the lab answers (intervals over seeds and sentences, Holm within a claim; "
-              "nmt/study/claims.py):", "", "| claim | paper | these runs | evidence |", "|---|---|---|---|",
-              *[f"| {c.claim} | {c.source} | **{c.verdict}** | {c.evidence} |" for c in claims]]  # fmt: skip
+    claims = [asdict(c) for c in claims]
+    lines = [*tables(results, claims, train_words), "",
+             "![BLEU by sentence length](bleu_by_length.png) ![valid AER during training](valid_aer.png)"]  # fmt: skip
     intro = (
         f"`{command}`\n\nAER, precision and recall (Och and Ney 2003) of each target word's argmax attention "
         "against the grammar's gold links (sure and possible), force-decoding the reference, on the sample test "
         "split and on the length test set; for the Transformer, the encoder-decoder attention map that aligns best "
-        "on the valid split. Entropy (nats) and diagonality (correlation of target position and attended source "
-        "position) on the test split. The paper's figures are on the RWTH German-English gold set: different data, "
-        "the same measure. BLEU: sacrebleu, greedy decoding of the best checkpoint. With several seeds, every "
+        "on the valid split. Support (the source words a target word gives weight to), entropy (nats) and "
+        "diagonality (correlation of target position and attended source position) on the test split. The paper's "
+        "figures are on the RWTH German-English gold set: different data, the same measure. BLEU: sacrebleu, greedy "
+        "decoding of the best checkpoint. With several seeds, every "
         "figure is the mean over seeds (AER ± its standard deviation); valid AER is the first seed's curve."
     )
     text = "# The alignment lab\n\n" + intro + "\n\n" + "\n".join(lines) + "\n"
     (output / "report.md").write_text(text, encoding="utf-8")
-    record = {"command": command, "results": results, "claims": [asdict(c) for c in claims]}
+    record = {"command": command, "results": results, "claims": claims, "train_words": train_words}
     (output / "lab.json").write_text(json.dumps(record, indent=1), encoding="utf-8")
     return text
 

@@ -103,3 +103,26 @@ def test_our_speed_beside_joey_nmts_is_rendered_with_the_ratio_and_where_each_co
     assert "| transformer / Joey's transformer, decoding test2016 greedy, sent/s | 200.0 | 25.0 | 8.00x |" in table
     assert "beam 5" not in table  # a figure measured on one side only is left out, not guessed
     assert "Ours: Ours, bf16. `python " in table and "Joey NMT: Joey, fp32. `python " in table
+
+
+def test_the_lab_is_rendered_from_its_json_as_the_lab_writes_its_report(tmp_path):
+    alignment = {"aer": 0.08, "precision": 0.91, "recall": 0.92, "entropy": 0.8, "diagonality": 0.9, "support": 12.5}
+    local_m = "luong (general, local_m, no feeding, bidirectional)"
+    lab = {"command": "python scripts/lab.py --seeds 3", "train_words": 20, "commits": ["abc1234"],
+           "results": [{"name": "sutskever", "seeds": [{}, {}, {}], "test_bleu": 75.0,
+                        "by_length": {"1-10": {"bleu": 97.9, "sentences": 100}}},
+                       {"name": local_m, "seeds": [{}, {}, {}], "test_bleu": 98.2, "alignment_map": "alignment",
+                        "by_length": {"1-10": {"bleu": 99.8, "sentences": 100},
+                                      "61-80": {"bleu": 73.7, "sentences": 100}},
+                        "test_alignment": {**alignment, "aer_sd": 0.006}, "long_alignment": {**alignment, "aer": 0.2}}],
+           "claims": [{"claim": "Local attention aligns better than global (lower AER)", "source": "Luong et al. 2015",
+                       "verdict": "inconclusive", "evidence": "AER -0.01"}]}  # fmt: skip
+    (tmp_path / "lab.json").write_text(json.dumps(lab))
+    table = results.render("lab", tmp_path)
+    assert table.startswith("Mean over 3 seeds (AER ± its standard deviation over seeds):")
+    assert (f"| {local_m} | alignment | 0.080 ± 0.006 | 0.910 | 0.920 | 0.200 | 12.5 | 0.80 | 0.90 | 0.34 | 98.20 |"
+            in table)  # the paper's AER for local-m beside ours  # fmt: skip
+    assert table.index(local_m) < table.index("| sutskever | no attention |")  # ranked by AER, no attention last
+    assert "| model | 1-10 (100) | 11-20 (0) |" in table and f"| {local_m} | 99.8 | - | - | - | - | 73.7 |" in table
+    assert "at most 20 words" in table and "| Local attention aligns better than global (lower AER) |" in table
+    assert table.rstrip().endswith("`python scripts/lab.py --seeds 3`; commits abc1234.")

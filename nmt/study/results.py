@@ -147,18 +147,13 @@ def compare_table(folder: Path = RESULTS) -> str:
 
 
 def lab_table(folder: Path = RESULTS) -> str:
-    """AER of each attention on the sample grammar's gold links."""
+    """The alignment lab: AER of each attention on the sample grammar's gold links, BLEU by length, its claims."""
     record = load("lab", folder)
     if record is None:
         return missing("lab")
-    lines = ["| model | seeds | test AER | long-set AER | test BLEU (greedy) |", "|---|---|---|---|---|"]
-    for r in sorted(record["results"], key=lambda r: r.get("test_alignment", {}).get("aer", 2)):
-        t, long = r.get("test_alignment"), r.get("long_alignment")
-        aer = f"{t['aer']:.3f}" + (f" ± {t['aer_sd']:.3f}" if "aer_sd" in t else "") if t else "no attention"
-        long_aer = f"{long['aer']:.3f}" if long else "-"
-        lines.append(f"| {r['name']} | {len(r['seeds'])} | {aer} | {long_aer} | {r['test_bleu']:.2f} |")
-    lines += ["", "| claim | paper | verdict | evidence |", "|---|---|---|---|"]
-    lines += [f"| {c['claim']} | {c['source']} | **{c['verdict']}** | {c['evidence']} |" for c in record["claims"]]
+    from nmt.study.lab import tables
+
+    lines = tables(record["results"], record["claims"], record.get("train_words", 20))
     return "\n".join([*lines, "", f"`{record['command']}`; commits {', '.join(record.get('commits', [])) or '-'}.", ""])
 
 

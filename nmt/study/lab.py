@@ -1,0 +1,70 @@
+"""The alignment lab's tables (scripts/lab.py writes its report with them, nmt/study/results.py renders them from
+results/lab.json): AER of each attention against the sample grammar's gold links, and BLEU by sentence length.
+
+A lab result is one variant over its seeds, as scripts/lab.py's `aggregate` makes it: {"name", "test_bleu",
+"by_length": {"1-10": {"bleu", "sentences"}, ...}, and for a model with attention "alignment_map", "test_alignment"
+and "long_alignment": {"aer", "precision", "recall", "entropy", "diagonality", "support"[, "aer_sd"]}}.
+"""
+
+from __future__ import annotations
+
+from nmt.study.claims import luong_details
+
+BUCKETS = [(1, 10), (11, 20), (21, 30), (31, 40), (41, 60), (61, 80)]  # source words of the length test set
+# Luong et al. 2015, Table 6: AER on the RWTH German-English gold alignments (different data, same measure), by score
+# and alignment (the paper's model; ours may differ in encoder and feeding, which the name says).
+PAPER_AER = {("location", "global"): 0.39, ("general", "local_m"): 0.34, ("general", "local_p"): 0.36}
+
+
+def paper_aer(name: str) -> str:
+    key = tuple((luong_details(name) or [])[:2])
+    return f"{PAPER_AER[key]:.2f}" if key in PAPER_AER else "-"
+
+
+def alignment_table(results: list[dict]) -> list[str]:
+    """Rows in order of test AER (the models without attention last)."""
+    lines = ["| model | map | test AER | precision | recall | long-set AER | support (words) | entropy | "
+             "diagonality | paper's AER (Table 6) | test BLEU |", "|" + "---|" * 11]  # fmt: skip
+    for r in sorted(results, key=lambda r: r.get("test_alignment", {}).get("aer", 2)):
+        if "test_alignment" not in r:
+            lines.append(f"| {r['name']} | no attention | - | - | - | - | - | - | - | {paper_aer(r['name'])} | "
+                         f"{r['test_bleu']:.2f} |")  # fmt: skip
+            continue
+        t, long = r["test_alignment"], r["long_alignment"]
+        aer = f"{t['aer']:.3f}" + (f" ± {t['aer_sd']:.3f}" if "aer_sd" in t else "")
+        support = f"{t['support']:.1f}" if "support" in t else "-"
+        lines.append(f"| {r['name']} | {r['alignment_map']} | {aer} | {t['precision']:.3f} | {t['recall']:.3f} | "
+                     f"{long['aer']:.3f} | {support} | {t['entropy']:.2f} | {t['diagonality']:.2f} | "
+                     f"{paper_aer(r['name'])} | {r['test_bleu']:.2f} |")  # fmt: skip
+    return lines
+
+
+def length_table(results: list[dict]) -> list[str]:
+    """BLEU by source length, one row per variant, with the sentences of each bucket in the header."""
+    labels = [f"{low}-{high}" for low, high in BUCKETS]
+    counts = {label: next((r["by_length"][label]["sentences"] for r in results if label in r["by_length"]), 0)
+              for label in labels}  # fmt: skip
+    lines = ["| model | " + " | ".join(f"{label} ({counts[label]})" for label in labels) + " |",
+             "|---|" + "---|" * len(labels)]  # fmt: skip
+    for r in results:
+        cells = [f"{r['by_length'][label]['bleu']:.1f}" if label in r["by_length"] else "-" for label in labels]
+        lines.append(f"| {r['name']} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def claims_table(claims: list[dict]) -> list[str]:
+    return ["| claim | paper | these runs | evidence |", "|---|---|---|---|",
+            *[f"| {c['claim']} | {c['source']} | **{c['verdict']}** | {c['evidence']} |" for c in claims]]  # fmt: skip
+
+
+def tables(results: list[dict], claims: list[dict], train_words: int) -> list[str]:
+    """The lab's three tables with a line before each."""
+    seeds = sorted({len(r.get("seeds", [None])) for r in results})
+    return [
+        f"Mean over {'/'.join(map(str, seeds))} seed{'s' * (seeds != [1])} (AER ± its standard deviation over seeds):",
+        "", *alignment_table(results), "",
+        f"BLEU (greedy) by source length, words; trained on sentences of at most {train_words} words (sentences per "
+        "bucket in brackets):", "", *length_table(results), "",
+        "The two claims the lab answers (intervals over seeds and sentences, Holm within a claim; "
+        "nmt/study/claims.py):", "", *claims_table(claims),
+    ]  # fmt: skip
