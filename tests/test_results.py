@@ -109,7 +109,10 @@ def test_the_lab_is_rendered_from_its_json_as_the_lab_writes_its_report(tmp_path
     alignment = {"aer": 0.08, "precision": 0.91, "recall": 0.92, "entropy": 0.8, "diagonality": 0.9, "support": 12.5}
     local_m = "luong (general, local_m, no feeding, bidirectional)"
     lab = {"command": "python scripts/lab.py --seeds 3", "train_words": 20, "commits": ["abc1234"],
-           "results": [{"name": "sutskever", "seeds": [{}, {}, {}], "test_bleu": 75.0,
+           "results": [{"name": "bahdanau, sparsemax", "seeds": [{}, {}, {}], "test_bleu": 99.0,
+                        "alignment_map": "alignment", "by_length": {}, "test_alignment": alignment,
+                        "long_alignment": alignment},
+                       {"name": "sutskever", "seeds": [{}, {}, {}], "test_bleu": 75.0,
                         "by_length": {"1-10": {"bleu": 97.9, "sentences": 100}}},
                        {"name": local_m, "seeds": [{}, {}, {}], "test_bleu": 98.2, "alignment_map": "alignment",
                         "by_length": {"1-10": {"bleu": 99.8, "sentences": 100},
@@ -126,3 +129,5 @@ def test_the_lab_is_rendered_from_its_json_as_the_lab_writes_its_report(tmp_path
     assert "| model | 1-10 (100) | 11-20 (0) |" in table and f"| {local_m} | 99.8 | - | - | - | - | 73.7 |" in table
     assert "at most 20 words" in table and "| Local attention aligns better than global (lower AER) |" in table
     assert table.rstrip().endswith("`python scripts/lab.py --seeds 3`; commits abc1234.")
+    family = results.render("lab_family", tmp_path)  # docs/attention.md's: Bahdanau's and the Transformer's variants
+    assert "sutskever" not in family and local_m not in family and family.rstrip().endswith("commits abc1234.")

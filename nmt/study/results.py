@@ -157,6 +157,19 @@ def lab_table(folder: Path = RESULTS) -> str:
     return "\n".join([*lines, "", f"`{record['command']}`; commits {', '.join(record.get('commits', [])) or '-'}.", ""])
 
 
+def lab_family_table(folder: Path = RESULTS) -> str:
+    """The lab's figures of the attention family of docs/attention.md: Bahdanau's model with its sparse and hard
+    normalizers, the Transformer with and without its window."""
+    record = load("lab", folder)
+    if record is None:
+        return missing("lab")
+    from nmt.study.lab import alignment_table, length_table
+
+    family = [r for r in record["results"] if r["name"].split()[0].rstrip(",") in ("bahdanau", "transformer")]
+    lines = [*alignment_table(family), "", *length_table(family)]
+    return "\n".join([*lines, "", f"`{record['command']}`; commits {', '.join(record.get('commits', [])) or '-'}.", ""])
+
+
 FIGURES = ROOT / "docs" / "figures" / "results"
 # The main runs' figures that `make results` copies into FIGURES: (file, caption)
 FIGURE_FILES = (("bleu_by_compute.png", "valid BLEU against training compute"),
@@ -264,7 +277,7 @@ def claims_short(folder: Path = RESULTS) -> str:
 
 TABLES: dict[str, Callable[[Path], str]] = {
     "main": main_table, "claims": claims_table, "claims_short": claims_short, "compare": compare_table,
-    "lab": lab_table, "figures": figures_block, "versus_joeynmt": versus_joeynmt,
+    "lab": lab_table, "lab_family": lab_family_table, "figures": figures_block, "versus_joeynmt": versus_joeynmt,
     "versus_joeynmt_fp32": versus_joeynmt_fp32,
 }  # fmt: skip
 
