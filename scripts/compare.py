@@ -27,31 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from nmt import UserError  # noqa: E402
 from nmt.paths import output_folder  # noqa: E402
-from nmt.study.comparison import describe_runs, find_runs, summarise  # noqa: E402
+from nmt.study.comparison import VARIANTS, describe_runs, find_runs, summarise  # noqa: E402
 from nmt.study.significance import RESAMPLES  # noqa: E402
 from nmt.study.sweep import chosen, launcher_options, sweep  # noqa: E402
 
-# The variants of `--train`, in the order they train: configs/variant/<name>.yaml, each a few train.py overrides.
-VARIANTS = [
-    "sutskever",
-    "bahdanau",
-    "luong",
-    "luong_feeding",
-    "luong_paper",
-    "luong_dot",
-    "luong_concat",
-    "luong_location",
-    "luong_local_m",
-    "luong_local_p",
-    "transformer",
-    # the rest of the attention family (docs/attention.md): sparse and hard attention, the window
-    "bahdanau_sparsemax",
-    "bahdanau_entmax15",
-    "bahdanau_reinforce",
-    "bahdanau_gumbel",
-    "transformer_window",
-]
-# fmt: skip
 # 1e14 FLOPs is what Bahdanau's model trained in 8 minutes alone on a 2-core CPU with native bf16 (427 updates of
 # 2.3e11, 2.5 epochs of Multi30k); 12 validations, one about every 36 of its updates. The plateau schedule waits 6
 # validations (about one epoch of the RNNs, as the default recipe does with its validation per epoch) before it cuts

@@ -32,13 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from nmt import UserError  # noqa: E402
 from nmt.study import results  # noqa: E402
+from nmt.study.comparison import VARIANTS  # noqa: E402
+from nmt.study.results import CLAIM_VARIANTS, FAMILIES, PARTS  # noqa: E402
 from nmt.study.sweep import ROOT, chosen, launcher_options, sweep  # noqa: E402
-
-PARTS = ("claims", "main", "lab", "others")
-# The variants the claims rest on (nmt/study/claims.py): the fixed vector, Bahdanau's, Luong's defaults with and
-# without input feeding and with local-m and local-p, the Transformer
-CLAIM_VARIANTS = ["sutskever", "bahdanau", "luong", "luong_feeding", "luong_local_m", "luong_local_p", "transformer"]
-FAMILIES = ["sutskever", "bahdanau", "luong", "transformer"]
 
 
 def load_script(name: str):
@@ -66,8 +62,10 @@ def train_main(args: argparse.Namespace, runs: Path) -> None:
 
 
 def export(report: Path, name: str) -> None:
-    """results/<name>.json from a report's compare.json, with each run's provenance and paths from the repository."""
+    """results/<name>.json from a report's compare.json, with each run's provenance and paths from the repository,
+    and the seeds each variant (config name) has finished, for the README's account of what is complete."""
     record = json.loads((report / "compare.json").read_text(encoding="utf-8"))
+    record["finished"] = results.finished(report / "runs")
     for variant in record["variants"].values():
         for run in variant["runs"]:
             run["provenance"] = results.provenance(Path(run["run"]))
@@ -129,7 +127,7 @@ def main(argv: list[str] | None = None) -> None:
             train_comparison(CLAIM_VARIANTS, args, runs)
             export(runs / "compare", "compare")
         elif part == "others":
-            others = [v for v in load_script("compare").VARIANTS if v not in CLAIM_VARIANTS]
+            others = [v for v in VARIANTS if v not in CLAIM_VARIANTS]
             train_comparison(others, args, runs)
             export(runs / "compare", "compare")
         elif part == "main":

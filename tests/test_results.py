@@ -131,3 +131,23 @@ def test_the_lab_is_rendered_from_its_json_as_the_lab_writes_its_report(tmp_path
     assert table.rstrip().endswith("`python scripts/lab.py --seeds 3`; commits abc1234.")
     family = results.render("lab_family", tmp_path)  # docs/attention.md's: Bahdanau's and the Transformer's variants
     assert "sutskever" not in family and local_m not in family and family.rstrip().endswith("commits abc1234.")
+
+
+def test_the_parts_table_says_which_parts_of_make_results_are_complete(tmp_path):
+    runs = tmp_path / "runs"
+    for variant, seeds in (("sutskever", (1234, 1235, 1236)), ("bahdanau", (1234, 1235)), ("luong_dot", (1234,))):
+        for seed in seeds:
+            (runs / variant / f"seed{seed}").mkdir(parents=True)
+            (runs / variant / f"seed{seed}" / "results.json").write_text("{}")
+    (runs / "luong" / "seed1234").mkdir(parents=True)  # unfinished: no results.json
+    finished = results.finished(runs)
+    assert finished == {"bahdanau": [1234, 1235], "luong_dot": [1234], "sutskever": [1234, 1235, 1236]}
+    assert "| claims | 7 variants, 1e14 FLOPs each | not run yet |" in results.render("parts", tmp_path)
+    (tmp_path / "compare.json").write_text(json.dumps({"finished": finished}))
+    table = results.render("parts", tmp_path)
+    assert "| claims | 7 variants, 1e14 FLOPs each | 5 of 21 runs |" in table
+    assert "| others | 9 more variants, 1e14 FLOPs each | 1 of 27 runs |" in table
+    assert "| main | the 4 families' defaults, 5e14 FLOPs each | not run yet |" in table
+    every = {variant: [1234, 1235, 1236, 1237] for variant in results.CLAIM_VARIANTS}  # a 4th seed counts as 3
+    (tmp_path / "compare.json").write_text(json.dumps({"finished": every}))
+    assert "| claims | 7 variants, 1e14 FLOPs each | **complete**: 21 runs |" in results.render("parts", tmp_path)

@@ -29,6 +29,28 @@ from nmt.study.claims import BASELINE, check_claims
 from nmt.study.significance import MIN_SEEDS, Evidence, detectable, p_value, pooled_sd, seeded_tests
 from nmt.study.sweep import saved_settings
 
+# The variants of `scripts/compare.py --train`, in the order they train: configs/variant/<name>.yaml, each a few
+# train.py overrides.
+VARIANTS = [
+    "sutskever",
+    "bahdanau",
+    "luong",
+    "luong_feeding",
+    "luong_paper",
+    "luong_dot",
+    "luong_concat",
+    "luong_location",
+    "luong_local_m",
+    "luong_local_p",
+    "transformer",
+    # the rest of the attention family (docs/attention.md): sparse and hard attention, the window
+    "bahdanau_sparsemax",
+    "bahdanau_entmax15",
+    "bahdanau_reinforce",
+    "bahdanau_gumbel",
+    "transformer_window",
+]
+
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 

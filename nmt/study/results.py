@@ -20,6 +20,12 @@ from nmt.study.significance import MIN_SEEDS, p_value
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "results"
 MARKER = re.compile(r"<!-- results:(?P<name>[a-z_]+) -->\n(?P<body>.*?)<!-- /results:(?P=name) -->", re.DOTALL)
+# make results' parts, in order, and what the first two train (configs/variant/ and configs/model/ names): the
+# variants the claims rest on (nmt/study/claims.py: the fixed vector, Bahdanau's, Luong's defaults with and without
+# input feeding and with local-m and local-p, the Transformer), then the four families' defaults
+PARTS = ("claims", "main", "lab", "others")
+CLAIM_VARIANTS = ["sutskever", "bahdanau", "luong", "luong_feeding", "luong_local_m", "luong_local_p", "transformer"]
+FAMILIES = ["sutskever", "bahdanau", "luong", "transformer"]
 # The files whose marked blocks are generated
 DOCUMENTS = ("README.md", "docs/results.md", "docs/speed.md", "docs/training.md")
 # The variables that hold this CPU's kernels to AVX2, as on a CPU without native bf16 (docs/speed.md); a measurement
@@ -68,6 +74,44 @@ def runs_line(record: dict) -> str:
 
 def missing(part: str) -> str:
     return f"Not run yet: `make results` writes results/{part}.json, then this table.\n"
+
+
+def finished(runs: Path) -> dict[str, list[int]]:
+    """The seeds each variant has finished under a sweep folder (<variant>/seed<N>/results.json)."""
+    found: dict[str, list[int]] = {}
+    for result in sorted(runs.glob("*/seed*/results.json")):
+        found.setdefault(result.parent.parent.name, []).append(int(result.parent.name.removeprefix("seed")))
+    return {variant: sorted(seeds) for variant, seeds in sorted(found.items())}
+
+
+def part_state(wanted: list[str], done: dict[str, list[int]] | None) -> str:
+    """How far a part is: its runs finished out of the seeds it trains for each of `wanted`."""
+    if not done:
+        return "not run yet"
+    runs = sum(min(len(done.get(v, [])), MIN_SEEDS) for v in wanted)
+    if runs == MIN_SEEDS * len(wanted):
+        return f"**complete**: {runs} runs"
+    return f"{runs} of {MIN_SEEDS * len(wanted)} runs"
+
+
+def parts_table(folder: Path = RESULTS) -> str:
+    """Which of make results' parts the committed results hold, and which are still to run."""
+    from nmt.study.comparison import VARIANTS
+
+    compare, main, lab = (load(part, folder) for part in ("compare", "main", "lab"))
+    seeds = (compare or {}).get("finished")
+    families = {name: [0] * len(v["runs"]) for name, v in (main or {}).get("variants", {}).items()}
+    lab_runs = {r["name"]: r["seeds"] for r in (lab or {}).get("results", [])}
+    others = [v for v in VARIANTS if v not in CLAIM_VARIANTS]
+    rows = [("claims", f"{len(CLAIM_VARIANTS)} variants, 1e14 FLOPs each", part_state(CLAIM_VARIANTS, seeds)),
+            ("main", f"the {len(FAMILIES)} families' defaults, 5e14 FLOPs each",
+             part_state(list(families), families) if len(families) == len(FAMILIES) else "not run yet"),
+            ("lab", "the attention variants on the sample grammar", part_state(list(lab_runs), lab_runs)),
+            ("others", f"{len(others)} more variants, 1e14 FLOPs each", part_state(others, seeds))]  # fmt: skip
+    lines = ["| part of `make results` | what | state |", "|---|---|---|"]
+    lines += [f"| {part} | {what} | {state} |" for part, what, state in rows]
+    return "\n".join([*lines, "", f"{MIN_SEEDS} seeds each; a table below whose part is not complete shows the runs "
+                      "finished so far.", ""])  # fmt: skip
 
 
 def main_table(folder: Path = RESULTS) -> str:
@@ -277,8 +321,8 @@ def claims_short(folder: Path = RESULTS) -> str:
 
 TABLES: dict[str, Callable[[Path], str]] = {
     "main": main_table, "claims": claims_table, "claims_short": claims_short, "compare": compare_table,
-    "lab": lab_table, "lab_family": lab_family_table, "figures": figures_block, "versus_joeynmt": versus_joeynmt,
-    "versus_joeynmt_fp32": versus_joeynmt_fp32,
+    "lab": lab_table, "lab_family": lab_family_table, "figures": figures_block, "parts": parts_table,
+    "versus_joeynmt": versus_joeynmt, "versus_joeynmt_fp32": versus_joeynmt_fp32,
 }  # fmt: skip
 
 
