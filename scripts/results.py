@@ -69,7 +69,8 @@ def export(report: Path, name: str) -> None:
     for variant in record["variants"].values():
         for run in variant["runs"]:
             run["provenance"] = results.provenance(Path(run["run"]))
-            run["run"] = relative(Path(run["run"]))
+            run["run"] = shown(relative(Path(run["run"])), report)
+    record["command"] = shown(record["command"], report)
     record.update(torch=torch.__version__, python=platform.python_version())
     write(name, record)
 
@@ -80,9 +81,15 @@ def export_lab(folder: Path) -> None:
     for result in record["results"]:
         for run in result["seeds"]:
             commits.update(c[:7] for c in results.provenance(Path(run["run"]))["commits"])
-            run["run"] = relative(Path(run["run"]))
+            run["run"] = shown(relative(Path(run["run"])), folder)
     record.update(commits=sorted(commits), torch=torch.__version__)
     write("lab", record)
+
+
+def shown(text: str, folder: Path) -> str:
+    """`text` (a path or a command) with `folder` as given from the repository, where it held the folder's real
+    path: a report written through a linked runs folder (another checkout's) names that checkout's folder."""
+    return text.replace(str(folder.resolve()), relative(folder))
 
 
 def relative(path: Path) -> str:

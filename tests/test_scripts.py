@@ -275,6 +275,12 @@ def test_the_comparison_trains_seeds_tests_significance_and_resumes(tmp_path, ca
     table = results.compare_table(tmp_path / "results")
     assert f"| {luong} | 2 |" in table and f"at commit {head[:7]}" in table
     assert "**needs 3 seeds**" in results.claims_table(tmp_path / "results")
+    assert exported["finished"] == {"luong": [1234, 1235], "sutskever": [1234, 1235]}
+    (tmp_path / "linked").symlink_to(output)  # make results' runs folder may be a link to another checkout's
+    load_script("results").export(tmp_path / "linked", "compare")
+    exported = json.loads((tmp_path / "results" / "compare.json").read_text())
+    assert exported["variants"][luong]["runs"][0]["run"] == str(tmp_path / "linked" / "runs" / "luong" / "seed1234")
+    assert str(tmp_path / "linked") in exported["command"] and str(output) not in exported["command"]
     capfd.readouterr()
     script.main(small)  # a rerun keeps the four finished runs (trainer.resume=auto in every job)
     assert capfd.readouterr().out.count("holds this run, finished with these settings: kept") == 4
