@@ -225,12 +225,12 @@ def table(results: list[dict], peak: float, machine: str) -> str:
 def record(name: str, results: list[dict], peak: float, machine: str, args: argparse.Namespace,
            folder: Path = measured.RESULTS) -> Path:  # fmt: skip
     """results/measured/<name>.json: the table, and each model's figures for the comparison with Joey NMT."""
-    decoded = sorted({r["decoded_with"] for r in results if "decoded_with" in r})
-    note = (f"{args.precision}; {machine}; matrix-multiply peak measured in the same run {peak / 1e9:,.0f} GFLOP/s. "
-            f"Training: the median of {args.windows} windows of {args.steps} updates at each model's default batch; "
-            "MFLOP per token counts the matrix products of an update, forward and backward (nmt/flops.py); peak "
-            "memory of a process that only trains."
-            + (f" Decoding test2016 (1,000 sentences) with {', '.join(decoded)}." if decoded else ""))  # fmt: skip
+    decoded = checkpoint(args.checkpoints, "{model}") if any("decoded_with" in r for r in results) else None
+    note = (f"{machine}; matrix-multiply peak measured in the same run {peak / 1e9:,.0f} GFLOP/s. Training: the "
+            f"median of {args.windows} windows of {args.steps} updates at each model's default batch; MFLOP per token "
+            "counts the matrix products of an update, forward and backward (nmt/flops.py); peak memory of a process "
+            "that only trains."
+            + (f" Decoding test2016 (1,000 sentences) with `{decoded}`." if decoded else ""))  # fmt: skip
     return measured.record_measurement(name, COLUMNS, [row(r, peak) for r in results], note, folder,
                                        values={r["model"]: r for r in results})  # fmt: skip
 

@@ -392,14 +392,14 @@ def test_benchmark_record_saves_the_table_and_each_models_figures(tmp_path, monk
                "flops_per_token": 8e7, "model_flops_per_second": 16e10, "peak_rss_gib": 2.0,
                "decode_beam1_sentences_per_second": 250.0, "decode_beam5_sentences_per_second": 80.0,
                "decoded_with": "runs/bahdanau/seed1234/best.pt"}  # fmt: skip
-    args = benchmark.argparse.Namespace(precision="bf16", windows=5, steps=8)
+    args = benchmark.argparse.Namespace(precision="bf16", windows=5, steps=8, checkpoints="runs/{model}/seed1234")
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
     path = benchmark.record("benchmark", [figures], 400e9, "test machine", args, folder=tmp_path)
     saved = json.loads(path.read_text())
     assert saved["rows"] == [["bahdanau", "16,000,000", "2,000", "80", "160 (40%)", "2.00 GiB", "250.0", "80.0"]]
     assert saved["values"]["bahdanau"]["train_tokens_per_second"] == 2000.0
     assert saved["command"].startswith("ONEDNN_MAX_CPU_ISA=AVX2 python ")  # what held the kernels is part of it
-    assert "400 GFLOP/s" in saved["note"] and "runs/bahdanau/seed1234/best.pt" in saved["note"]
+    assert "400 GFLOP/s" in saved["note"] and "with `runs/{model}/seed1234/best.pt`" in saved["note"]
     assert benchmark.checkpoint("runs/{model}/seed1", "luong") == benchmark.Path("runs/luong/seed1/best.pt")
     assert benchmark.checkpoint("outputs/runs", "luong") == benchmark.Path("outputs/runs/luong/best.pt")
     assert benchmark.checkpoint("outputs/runs", "luong model/attention=dot") is None
