@@ -36,12 +36,13 @@ def read(path: Path) -> str:
     return path.read_text(encoding="utf-8", errors="replace")
 
 
-def tokens_per_second(log: Path) -> float:
-    """The mean of Joey NMT's "Tokens per Sec" lines of a training log."""
+def tokens_per_second(log: Path, required: bool = True) -> float | None:
+    """The mean of Joey NMT's "Tokens per Sec" lines of a training log (none in a run shorter than its log interval,
+    which only the long run must outlast)."""
     rates = [float(m) for m in re.findall(r"Tokens per Sec:\s+([0-9.]+)", read(log))]
-    if not rates:
+    if not rates and required:
         raise UserError(f"{log}: no 'Tokens per Sec' line; the run was shorter than one of Joey NMT's log intervals")
-    return statistics.mean(rates)
+    return statistics.mean(rates) if rates else None
 
 
 def time_report(path: Path) -> tuple[float, float]:
@@ -76,7 +77,7 @@ def measure(work: Path) -> dict[str, dict]:
             "parameters": int(parameters[1]) if parameters else None,
             "train_tokens_per_second": tokens_per_second(out / f"{name}.log"),
             "train_seconds": seconds,
-            "train_tokens_per_second_short": tokens_per_second(out / f"tp_{name}.log"),
+            "train_tokens_per_second_short": tokens_per_second(out / f"tp_{name}.log", required=False),
             "train_seconds_short": time_report(out / f"tp_{name}.time")[1],
             "peak_rss_gib": rss,
             **{f"decode_beam{b}_sentences_per_second": sentences_per_second(out, name, b) for b in (1, 5)},
@@ -86,8 +87,9 @@ def measure(work: Path) -> dict[str, dict]:
 
 def row(model: str, figures: dict) -> list[str]:
     parameters = f"{figures['parameters']:,}" if figures["parameters"] else "-"
-    return [model, parameters, f"{figures['train_tokens_per_second']:,.0f} / "
-            f"{figures['train_tokens_per_second_short']:,.0f}", f"{figures['peak_rss_gib']:.2f} GiB",
+    short = figures["train_tokens_per_second_short"]
+    return [model, parameters, f"{figures['train_tokens_per_second']:,.0f} / {f'{short:,.0f}' if short else '-'}",
+            f"{figures['peak_rss_gib']:.2f} GiB",
             f"{figures['decode_beam1_sentences_per_second']:,.1f}",
             f"{figures['decode_beam5_sentences_per_second']:,.1f}"]  # fmt: skip
 

@@ -447,6 +447,13 @@ def test_joeynmt_figures_are_read_from_the_peers_logs_and_saved(tmp_path):
     saved = json.loads(path.read_text())
     assert saved["rows"][0] == ["rnn", "13,182,464", "615 / 615", "2.62 GiB", "50.0", "10.0"]
     assert "joeynmt 2.3.0" in saved["note"] and "about 5 and 1 min" in saved["note"]
+    (tmp_path / "work" / "out" / "tp_rnn.log").write_text("Total params: 13182464\n")  # shorter than a log interval
+    assert joeynmt.row("rnn", joeynmt.measure(tmp_path / "work")["rnn"])[2] == "615 / -"
+    long_run = (tmp_path / "work" / "out" / "rnn.log").read_text()
+    (tmp_path / "work" / "out" / "rnn.log").write_text("Total params: 13182464\n")  # the long run must have them
+    with pytest.raises(UserError, match=r"rnn.log: no 'Tokens per Sec' line"):
+        joeynmt.measure(tmp_path / "work")
+    (tmp_path / "work" / "out" / "rnn.log").write_text(long_run)
     (tmp_path / "work" / "out" / "tf_b5.log").write_text("Traceback ...\n")
     with pytest.raises(UserError, match=r"tf_b5.log: no 'Generation took' line"):
         joeynmt.measure(tmp_path / "work")
