@@ -14,6 +14,8 @@ def test_every_generated_table_matches_the_committed_results():
         text = (ROOT / document).read_text(encoding="utf-8")
         found = results.blocks(text)
         assert found, f"{document} has no generated table"
+        opened = text.count("<!-- results:")  # a marker the pattern misses would never be rendered, nor checked
+        assert len(found) == opened == text.count("<!-- /results:"), f"{document}: a results marker is malformed"
         for name, body in found:
             assert body == results.render(name), (
                 f"{document}: the table results:{name} differs from what results/*.json gives; run "

@@ -19,7 +19,7 @@ from nmt.study.significance import MIN_SEEDS, p_value
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "results"
-MARKER = re.compile(r"<!-- results:(?P<name>[a-z_]+) -->\n(?P<body>.*?)<!-- /results:(?P=name) -->", re.DOTALL)
+MARKER = re.compile(r"<!-- results:(?P<name>[a-z0-9_]+) -->\n(?P<body>.*?)<!-- /results:(?P=name) -->", re.DOTALL)
 # make results' parts, in order, and what the first two train (configs/variant/ and configs/model/ names): the
 # variants the claims rest on (nmt/study/claims.py: the fixed vector, Bahdanau's, Luong's defaults with and without
 # input feeding and with local-m and local-p, the Transformer), then the four families' defaults
