@@ -84,11 +84,11 @@ def finished(runs: Path) -> dict[str, list[int]]:
     return {variant: sorted(seeds) for variant, seeds in sorted(found.items())}
 
 
-def part_state(wanted: list[str], done: dict[str, list[int]] | None) -> str:
-    """How far a part is: its runs finished out of the seeds it trains for each of `wanted`."""
-    if not done:
+def part_state(wanted: list[str], seeds: dict[str, int]) -> str:
+    """How far a part is: its runs finished (`seeds` per variant) out of the seeds it trains for each of `wanted`."""
+    if not seeds:
         return "not run yet"
-    runs = sum(min(len(done.get(v, [])), MIN_SEEDS) for v in wanted)
+    runs = sum(min(seeds.get(v, 0), MIN_SEEDS) for v in wanted)
     if runs == MIN_SEEDS * len(wanted):
         return f"**complete**: {runs} runs"
     return f"{runs} of {MIN_SEEDS * len(wanted)} runs"
@@ -99,15 +99,15 @@ def parts_table(folder: Path = RESULTS) -> str:
     from nmt.study.comparison import VARIANTS
 
     compare, main, lab = (load(part, folder) for part in ("compare", "main", "lab"))
-    seeds = (compare or {}).get("finished")
-    families = {name: [0] * len(v["runs"]) for name, v in (main or {}).get("variants", {}).items()}
-    lab_runs = {r["name"]: r["seeds"] for r in (lab or {}).get("results", [])}
+    compared = {variant: len(seeds) for variant, seeds in (compare or {}).get("finished", {}).items()}
+    families = {name: len(v["runs"]) for name, v in (main or {}).get("variants", {}).items()}
+    lab_runs = {r["name"]: len(r["seeds"]) for r in (lab or {}).get("results", [])}
     others = [v for v in VARIANTS if v not in CLAIM_VARIANTS]
-    rows = [("claims", f"{len(CLAIM_VARIANTS)} variants, 1e14 FLOPs each", part_state(CLAIM_VARIANTS, seeds)),
+    rows = [("claims", f"{len(CLAIM_VARIANTS)} variants, 1e14 FLOPs each", part_state(CLAIM_VARIANTS, compared)),
             ("main", f"the {len(FAMILIES)} families' defaults, 5e14 FLOPs each",
              part_state(list(families), families) if len(families) == len(FAMILIES) else "not run yet"),
             ("lab", "the attention variants on the sample grammar", part_state(list(lab_runs), lab_runs)),
-            ("others", f"{len(others)} more variants, 1e14 FLOPs each", part_state(others, seeds))]  # fmt: skip
+            ("others", f"{len(others)} more variants, 1e14 FLOPs each", part_state(others, compared))]  # fmt: skip
     lines = ["| part of `make results` | what | state |", "|---|---|---|"]
     lines += [f"| {part} | {what} | {state} |" for part, what, state in rows]
     return "\n".join([*lines, "", f"{MIN_SEEDS} seeds each; a table below whose part is not complete shows the runs "
@@ -190,6 +190,10 @@ def compare_table(folder: Path = RESULTS) -> str:
                       ""])  # fmt: skip
 
 
+def lab_source(record: dict) -> str:
+    return f"`{record['command']}`; commits {', '.join(record.get('commits', [])) or '-'}."
+
+
 def lab_table(folder: Path = RESULTS) -> str:
     """The alignment lab: AER of each attention on the sample grammar's gold links, BLEU by length, its claims."""
     record = load("lab", folder)
@@ -198,7 +202,7 @@ def lab_table(folder: Path = RESULTS) -> str:
     from nmt.study.lab import tables
 
     lines = tables(record["results"], record["claims"], record.get("train_words", 20))
-    return "\n".join([*lines, "", f"`{record['command']}`; commits {', '.join(record.get('commits', [])) or '-'}.", ""])
+    return "\n".join([*lines, "", lab_source(record), ""])
 
 
 def lab_family_table(folder: Path = RESULTS) -> str:
@@ -210,8 +214,7 @@ def lab_family_table(folder: Path = RESULTS) -> str:
     from nmt.study.lab import alignment_table, length_table
 
     family = [r for r in record["results"] if r["name"].split()[0].rstrip(",") in ("bahdanau", "transformer")]
-    lines = [*alignment_table(family), "", *length_table(family)]
-    return "\n".join([*lines, "", f"`{record['command']}`; commits {', '.join(record.get('commits', [])) or '-'}.", ""])
+    return "\n".join([*alignment_table(family), "", *length_table(family), "", lab_source(record), ""])
 
 
 FIGURES = ROOT / "docs" / "figures" / "results"
