@@ -156,6 +156,14 @@ def test_the_heatmap_grids_title_sits_above_every_panels_title():
     assert all(box.y1 <= top.y0 for box in panel_titles)
 
 
+def test_the_attention_figure_shows_our_own_sentence_for_multi30k_and_a_test_pair_elsewhere():
+    pairs = [("kurz .", "short ."), (" ".join(["wort"] * 12), " ".join(["word"] * 12))]
+    multi30k = {"corpus": "multi30k", "src_lang": "de", "tgt_lang": "fr"}
+    assert compare.shown_pair(multi30k, pairs) == (compare.OWN_SENTENCE["de"], compare.OWN_SENTENCE["fr"])
+    assert compare.shown_pair({"corpus": "sample", "src_lang": "de", "tgt_lang": "en"}, pairs) == pairs[1]
+    assert compare.shown_pair({"corpus": "files"}, pairs[:1]) == pairs[0]  # none of 10-14 words: the first
+
+
 def test_the_claims_compare_like_with_like_and_follow_from_the_intervals():
     from test_significance import REFERENCES, system
 

@@ -324,15 +324,33 @@ def power_text(groups: dict[str, list[dict]]) -> str:
                     "t-test over seeds, statsmodels); smaller ones often read inconclusive.")  # fmt: skip
 
 
+# The sentence the attention figure shows for Multi30k runs, in each of its languages: ours, written for this figure,
+# so that no sentence of the corpus is published with a report's figures (README shows them)
+OWN_SENTENCE = {
+    "de": "Ein kleiner Junge wirft einen roten Ball über den hohen Zaun.",
+    "en": "A little boy throws a red ball over the high fence.",
+    "fr": "Un petit garçon lance un ballon rouge par-dessus la haute clôture.",
+    "cs": "Malý chlapec hází červený míč přes vysoký plot.",
+}
+
+
+def shown_pair(data: dict, pairs: list[tuple[str, str]]) -> tuple[str, str]:
+    """The pair the attention figure shows: our own sentence for Multi30k; elsewhere (the sample grammar, which is
+    ours, or a user's own corpus) the first test pair of 10-14 words."""
+    if data.get("corpus") == "multi30k":
+        return OWN_SENTENCE[data["src_lang"]], OWN_SENTENCE[data["tgt_lang"]]
+    return next((p for p in pairs if 10 <= len(p[0].split()) <= 14), pairs[0])
+
+
 def heatmaps(groups: dict[str, list[dict]], pairs: list[tuple[str, str]]) -> Figure | None:
-    """One test sentence (the first of 10-14 words), each attention model's word alignment (first seed) side by
-    side, force-decoding the reference."""
-    pair = next((p for p in pairs if 10 <= len(p[0].split()) <= 14), pairs[0])
-    panels, titles = [], []
+    """One sentence (`shown_pair`), each attention model's word alignment (first seed) side by side, force-decoding
+    the reference."""
+    panels, titles, pair = [], [], None
     for name, runs in groups.items():
         if runs[0]["alignment_map"] is None:
             continue
         translator = Translator.load(Path(runs[0]["run"]) / "best.pt")
+        pair = pair or shown_pair(translator.config["data"], pairs)
         key = parse_key(runs[0]["alignment_map"])
         matrices = word_attention(translator.model, translator.vocabulary, [pair], translator.device,
                                   translator.dtype, [key[0]], (key[1],))  # fmt: skip
@@ -340,7 +358,7 @@ def heatmaps(groups: dict[str, list[dict]], pairs: list[tuple[str, str]]) -> Fig
         titles.append(name)
     if not panels:
         return None
-    return panels_figure(panels, titles, pair[0].split(), pair[1].split(), "attention of each model, one test sentence")
+    return panels_figure(panels, titles, pair[0].split(), pair[1].split(), "attention of each model, one sentence")
 
 
 def line_figure(lines: dict[str, tuple[list, list]], xlabel: str, ylabel: str, title: str, path: Path):
