@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import platform
-import shutil
 import sys
 from pathlib import Path
 
@@ -133,6 +132,7 @@ def main(argv: list[str] | None = None) -> None:
         if part == "claims":
             train_comparison(CLAIM_VARIANTS, args, runs)
             export(runs / "compare", "compare")
+            results.copy_figures(runs / "compare", "compare")
         elif part == "others":
             others = [v for v in VARIANTS if v not in CLAIM_VARIANTS]
             train_comparison(others, args, runs)
@@ -140,10 +140,7 @@ def main(argv: list[str] | None = None) -> None:
         elif part == "main":
             train_main(args, runs)
             export(runs / "main", "main")
-            results.FIGURES.mkdir(parents=True, exist_ok=True)
-            for name, _ in results.FIGURE_FILES:
-                if (runs / "main" / name).is_file():
-                    shutil.copyfile(runs / "main" / name, results.FIGURES / name)
+            results.copy_figures(runs / "main", "main")
         else:
             load_script("lab").main(["--output", str(runs / "lab"), "--seeds", str(args.seeds), "--launcher",
                                      args.launcher, "--jobs", str(args.jobs),

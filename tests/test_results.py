@@ -153,3 +153,19 @@ def test_the_parts_table_says_which_parts_of_make_results_are_complete(tmp_path)
     every = {variant: [1234, 1235, 1236, 1237] for variant in results.CLAIM_VARIANTS}  # a 4th seed counts as 3
     (tmp_path / "compare.json").write_text(json.dumps({"finished": every}))
     assert "| claims | 7 variants, 1e14 FLOPs each | **complete**: 21 runs |" in results.render("parts", tmp_path)
+
+
+def test_readme_shows_the_main_runs_figures_once_made_and_the_claims_parts_until_then(tmp_path):
+    figures, report = tmp_path / "figures", tmp_path / "report"
+    assert results.figures_block(tmp_path, figures).startswith("The figures (valid BLEU against compute")
+    report.mkdir()
+    for name in ("bleu_by_compute.png", "attention.png", "bleu_by_time.png"):
+        (report / name).write_bytes(b"png")
+    results.copy_figures(report, "compare", figures)
+    assert sorted(p.name for p in figures.iterdir()) == ["compare_attention.png", "compare_bleu_by_compute.png"]
+    block = results.figures_block(tmp_path, figures)
+    assert "![valid BLEU against training compute](docs/figures/results/compare_bleu_by_compute.png)" in block
+    assert "From the claims part's runs" in block and "bleu_by_length" not in block  # only what was made
+    results.copy_figures(report, "main", figures)
+    assert "docs/figures/results/main_attention.png" in results.figures_block(tmp_path, figures)
+    assert "compare_" not in results.figures_block(tmp_path, figures)

@@ -218,20 +218,32 @@ def lab_family_table(folder: Path = RESULTS) -> str:
 
 
 FIGURES = ROOT / "docs" / "figures" / "results"
-# The main runs' figures that `make results` copies into FIGURES: (file, caption)
+# The report figures that `make results` copies into FIGURES as <part>_<file>: (file, caption)
 FIGURE_FILES = (("bleu_by_compute.png", "valid BLEU against training compute"),
                 ("bleu_by_length.png", "test BLEU by source sentence length"),
-                ("attention.png", "the attention of each family on one test sentence"))  # fmt: skip
+                ("attention.png", "the attention of each family on one sentence"))  # fmt: skip
+# Whose figures README shows: the main table's runs once they are made, the claims part's until then
+FIGURE_PARTS = (("main", "the main table's runs"), ("compare", "the claims part's runs, 1e14 FLOPs each"))
 
 
-def figures_block(folder: Path = RESULTS) -> str:
-    """The main runs' figures, as far as `make results` has made them."""
-    made = [(name, caption) for name, caption in FIGURE_FILES if (FIGURES / name).is_file()]
-    if not made:
-        return (
-            "The figures (valid BLEU against compute, BLEU by length, attention) follow when `make results` has run.\n"
-        )
-    return " ".join(f"![{caption}](docs/figures/results/{name})" for name, caption in made) + "\n"
+def figures_block(folder: Path = RESULTS, figures: Path = FIGURES) -> str:
+    """The figures of the first part in FIGURE_PARTS that `make results` has made, with whose runs they show."""
+    for part, whose in FIGURE_PARTS:
+        made = [(f"{part}_{name}", caption) for name, caption in FIGURE_FILES if (figures / f"{part}_{name}").is_file()]
+        if made:
+            images = " ".join(f"![{caption}](docs/figures/results/{name})" for name, caption in made)
+            return f"{images}\n\nFrom {whose}: {', '.join(caption for _, caption in made)}.\n"
+    return "The figures (valid BLEU against compute, BLEU by length, attention) follow when `make results` has run.\n"
+
+
+def copy_figures(report: Path, part: str, figures: Path = FIGURES) -> None:
+    """A report's figures into docs/figures/results/<part>_<file>, for README."""
+    import shutil
+
+    figures.mkdir(parents=True, exist_ok=True)
+    for name, _ in FIGURE_FILES:
+        if (report / name).is_file():
+            shutil.copyfile(report / name, figures / f"{part}_{name}")
 
 
 def record_measurement(name: str, columns: list[str], rows: list[list[str]], note: str = "",
