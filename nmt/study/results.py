@@ -221,7 +221,7 @@ FIGURES = ROOT / "docs" / "figures" / "results"
 # The report figures that `make results` copies into FIGURES as <part>_<file>: (file, caption)
 FIGURE_FILES = (("bleu_by_compute.png", "valid BLEU against training compute"),
                 ("bleu_by_length.png", "test BLEU by source sentence length"),
-                ("attention.png", "the attention of each family on one sentence"))  # fmt: skip
+                ("attention.png", "the attention of each model on a sentence we wrote"))  # fmt: skip
 # Whose figures README shows: the main table's runs once they are made, the claims part's until then
 FIGURE_PARTS = (("main", "the main table's runs"), ("compare", "the claims part's runs, 1e14 FLOPs each"))
 
