@@ -84,10 +84,13 @@ def finished(runs: Path) -> dict[str, list[int]]:
     return {variant: sorted(seeds) for variant, seeds in sorted(found.items())}
 
 
+UNFINISHED = "not finished (its table is written when all its runs end)"
+
+
 def part_state(wanted: list[str], seeds: dict[str, int]) -> str:
     """How far a part is: its runs finished (`seeds` per variant) out of the seeds it trains for each of `wanted`."""
     if not seeds:
-        return "not run yet"
+        return "no runs yet"
     runs = sum(min(seeds.get(v, 0), MIN_SEEDS) for v in wanted)
     if runs == MIN_SEEDS * len(wanted):
         return f"**complete**: {runs} runs"
@@ -105,8 +108,9 @@ def parts_table(folder: Path = RESULTS) -> str:
     others = [v for v in VARIANTS if v not in CLAIM_VARIANTS]
     rows = [("claims", f"{len(CLAIM_VARIANTS)} variants, 1e14 FLOPs each", part_state(CLAIM_VARIANTS, compared)),
             ("main", f"the {len(FAMILIES)} families' defaults, 5e14 FLOPs each",
-             part_state(list(families), families) if len(families) == len(FAMILIES) else "not run yet"),
-            ("lab", "the attention variants on the sample grammar", part_state(list(lab_runs), lab_runs)),
+             part_state(list(families), families) if len(families) == len(FAMILIES) else UNFINISHED),
+            ("lab", "the attention variants on the sample grammar",
+             part_state(list(lab_runs), lab_runs) if lab_runs else UNFINISHED),
             ("others", f"{len(others)} more variants, 1e14 FLOPs each", part_state(others, compared))]  # fmt: skip
     lines = ["| part of `make results` | what | state |", "|---|---|---|"]
     lines += [f"| {part} | {what} | {state} |" for part, what, state in rows]
