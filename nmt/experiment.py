@@ -229,6 +229,22 @@ def record_provenance(run_dir: Path, where: torch.device) -> None:
     temporary.replace(path)
 
 
+def read_provenance(run_dir: Path) -> dict:
+    """The commits, start times and machines of a run's invocations (run_dir/provenance.json, which train.py
+    appends to). A run started before train.py recorded them has its dates from Hydra's records and no commit: the
+    commit checked out at that time need not be the code a long-lived worker process had loaded."""
+    path = run_dir / "provenance.json"
+    if path.is_file():
+        entries = json.loads(path.read_text(encoding="utf-8"))
+        return {"commits": sorted({e["commit"] + ("+changes" if e["uncommitted_changes"] else "")
+                                   for e in entries if e["commit"]}),
+                "dates": [e["started"] for e in entries],
+                "machines": sorted({e["machine"] for e in entries})}  # fmt: skip
+    records = sorted(p.name for p in run_dir.glob(".hydra/*") if p.is_dir())  # .hydra/<%Y-%m-%d_%H-%M-%S>
+    dates = [f"{day}T{time.replace('-', ':')}" for day, time in (r.split("_") for r in records)]
+    return {"commits": [], "dates": dates, "machines": []}  # the commit was not recorded
+
+
 def set_seed(seed: int) -> None:
     torch.manual_seed(seed)
     np.random.seed(seed)

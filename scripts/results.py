@@ -3,6 +3,7 @@ figure, with the commit, config, seed and machine of each run) and the tables be
 
 python scripts/results.py [--parts claims,main,lab,others] [--seeds 3] [--jobs 2] [--runs multirun/results]
 python scripts/results.py --render      # only the tables again, from the committed results/*.json
+python scripts/results.py --parts main --record   # no training: record the runs finished so far, then the tables
 
 The parts, in this order (each resumable: a rerun keeps finished runs with today's settings and continues the rest):
   claims  the variants the papers' claims need, at `make compare`'s budget (1e14 FLOPs each), then the comparison's
@@ -13,7 +14,11 @@ The parts, in this order (each resumable: a rerun keeps finished runs with today
   others  the comparison's other variants (Luong's other scores and the paper's model, sparse, hard, the window),
           then the comparison's report again
 Runs go to RUNS/compare/runs/<variant>/seed<N>, RUNS/main/runs/<model>/seed<N> and RUNS/lab/runs/...; with
-NMT_DATA_DIR (or --extra data.dir=...) pointing at the Multi30k files on an offline machine.
+NMT_DATA_DIR (or --extra data.dir=...) pointing at the Multi30k files on an offline machine. The main part's runs
+take longer than a machine may be kept (about 6 hours on 2 cores): each one that finishes is recorded in
+results/runs/main/<model>/seed<N>.record.json (its figures, curves, attention on our own sentence, provenance, and its
+test output as sacreBLEU's statistics per sentence), which is committed; a later invocation, on any machine, trains
+only the runs without a record and makes the report from the records.
 """
 
 from __future__ import annotations
@@ -30,10 +35,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from nmt import UserError  # noqa: E402
+from nmt.experiment import read_provenance  # noqa: E402
 from nmt.study import results  # noqa: E402
-from nmt.study.comparison import VARIANTS  # noqa: E402
+from nmt.study.comparison import RECORD_SUFFIX, VARIANTS, describe, save_record  # noqa: E402
 from nmt.study.results import CLAIM_VARIANTS, FAMILIES, PARTS  # noqa: E402
-from nmt.study.sweep import ROOT, chosen, launcher_options, sweep  # noqa: E402
+from nmt.study.sweep import ROOT, chosen, launcher_options, recorded, sweep  # noqa: E402
+
+MAIN_BEAM = 5  # the main table's beam: its test BLEU beam 5 beside greedy
 
 
 def load_script(name: str):
@@ -54,20 +62,47 @@ def train_comparison(variants: list[str], args: argparse.Namespace, runs: Path) 
 
 
 def train_main(args: argparse.Namespace, runs: Path) -> None:
-    """The defaults of each family, nothing else but the seed (and threads, which sum in another order)."""
+    """The defaults of each family, nothing else but the seed (and threads, which sum in another order). The runs
+    recorded in results/runs/main (committed, from any machine) are not trained again; each run that finishes here is
+    recorded there, and the report is made from the records."""
     seeds = list(range(1234, 1234 + args.seeds))
-    sweep(FAMILIES, seeds, ["trainer.progress=false", *args.extra], runs / "main" / "runs", args.launcher, args.jobs)
-    load_script("compare").main([str(runs / "main" / "runs"), "--output", str(runs / "main"), "--beam", "5"])
+    folder, records = runs / "main" / "runs", results.RECORDS / "main"
+    overrides = ["trainer.progress=false", *args.extra]
+    record_runs(folder, records, MAIN_BEAM)  # what an interrupted invocation finished here
+    done = recorded(records, FAMILIES, seeds, overrides)
+    if done:
+        print(f"kept from results/runs/main: {', '.join(f'{v} seed {s}' for v, s in sorted(done))}", flush=True)
+    sweep(FAMILIES, seeds, overrides, folder, args.launcher, args.jobs, done)
+    record_runs(folder, records, MAIN_BEAM)
+    report_main(runs)
 
 
-def export(report: Path, name: str) -> None:
+def report_main(runs: Path) -> None:
+    """The main part's report (RUNS/main/report.md, compare.json, figures) from its records alone."""
+    records = results.RECORDS / "main"
+    load_script("compare").main([str(records), "--output", str(runs / "main"), "--beam", str(MAIN_BEAM)])
+
+
+def record_runs(folder: Path, records: Path, beam: int) -> None:
+    """A record (records/<variant>/seed<N>.record.json) of every run finished under the sweep `folder` that has none:
+    what the report needs of it, made once, so that the run's folder (checkpoints) need not be kept or committed."""
+    cache: dict = {}
+    for result in sorted(folder.glob("*/seed*/results.json")):
+        path = records / result.parent.parent.name / f"{result.parent.name}{RECORD_SUFFIX}"
+        if not path.is_file():
+            save_record(describe(result.parent, cache, beam), path)
+            print(f"recorded {relative(result.parent)} in {relative(path)}", flush=True)
+
+
+def export(report: Path, name: str, runs: Path | None = None) -> None:
     """results/<name>.json from a report's compare.json, with each run's provenance and paths from the repository,
-    and the seeds each variant (config name) has finished, for the README's account of what is complete."""
+    and the seeds each variant (config name) has finished under `runs` (default: the report's runs folder), for the
+    README's account of what is complete."""
     record = json.loads((report / "compare.json").read_text(encoding="utf-8"))
-    record["finished"] = results.finished(report / "runs")
+    record["finished"] = results.finished(runs or report / "runs")
     for variant in record["variants"].values():
         for run in variant["runs"]:
-            run["provenance"] = results.provenance(Path(run["run"]))
+            run.setdefault("provenance", read_provenance(Path(run["run"])))
             run["run"] = shown(relative(Path(run["run"])), report)
     record["command"] = shown(record["command"], report)
     record.update(torch=torch.__version__, python=platform.python_version())
@@ -79,7 +114,7 @@ def export_lab(folder: Path) -> None:
     commits = set()
     for result in record["results"]:
         for run in result["seeds"]:
-            commits.update(c[:7] for c in results.provenance(Path(run["run"]))["commits"])
+            commits.update(c[:7] for c in read_provenance(Path(run["run"]))["commits"])
             run["run"] = shown(relative(Path(run["run"])), folder)
     record.update(commits=sorted(commits), torch=torch.__version__)
     write("lab", record)
@@ -120,6 +155,8 @@ def main(argv: list[str] | None = None) -> None:
     launcher_options(parser, "joblib", 2)
     parser.add_argument("--extra", nargs="*", default=[], help="more train.py overrides (data.dir=...)")
     parser.add_argument("--render", action="store_true", help="only render the tables from results/*.json")
+    parser.add_argument("--record", action="store_true", help="no training: record the main part's runs finished "
+                        "so far (results/runs/main), then its report and tables from every record")  # fmt: skip
     args = parser.parse_args(argv)
     if args.render:
         return render()
@@ -138,9 +175,14 @@ def main(argv: list[str] | None = None) -> None:
             train_comparison(others, args, runs)
             export(runs / "compare", "compare")
         elif part == "main":
-            train_main(args, runs)
-            export(runs / "main", "main")
-            results.copy_figures(runs / "main", "main")
+            if args.record:  # no training: the records so far, and the report on them
+                record_runs(runs / "main" / "runs", results.RECORDS / "main", MAIN_BEAM)
+                report_main(runs)
+            else:
+                train_main(args, runs)
+            export(runs / "main", "main", results.RECORDS / "main")
+            if results.complete(results.load("main")["finished"], FAMILIES):  # README's figures: all seeds or none
+                results.copy_figures(runs / "main", "main")
         else:
             load_script("lab").main(["--output", str(runs / "lab"), "--seeds", str(args.seeds), "--launcher",
                                      args.launcher, "--jobs", str(args.jobs),

@@ -149,7 +149,11 @@ def test_the_parts_table_says_which_parts_of_make_results_are_complete(tmp_path)
     table = results.render("parts", tmp_path)
     assert "| claims | 7 variants, 1e14 FLOPs each | 5 of 21 runs |" in table
     assert "| others | 9 more variants, 1e14 FLOPs each | 1 of 27 runs |" in table
-    assert f"| main | the 4 families' defaults, 5e14 FLOPs each | {results.UNFINISHED} |" in table
+    assert "| main | the 4 families' defaults, 5e14 FLOPs each | no runs yet |" in table
+    (tmp_path / "main.json").write_text(json.dumps({"finished": {"bahdanau": [1234], "luong": [1234, 1235]}}))
+    assert "| main | the 4 families' defaults, 5e14 FLOPs each | 3 of 12 runs |" in results.render("parts", tmp_path)
+    assert not results.complete({"bahdanau": [1234], "luong": [1234, 1235]}, results.FAMILIES)
+    assert results.complete({family: [1, 2, 3] for family in results.FAMILIES}, results.FAMILIES)
     every = {variant: [1234, 1235, 1236, 1237] for variant in results.CLAIM_VARIANTS}  # a 4th seed counts as 3
     (tmp_path / "compare.json").write_text(json.dumps({"finished": every}))
     assert "| claims | 7 variants, 1e14 FLOPs each | **complete**: 21 runs |" in results.render("parts", tmp_path)

@@ -367,6 +367,48 @@ def test_a_finished_run_is_kept_only_with_the_settings_asked_for_today(tmp_path)
     check_finished([("luong seed 7", overrides, run)])  # unfinished: resuming checks its checkpoint instead
 
 
+def test_make_results_records_each_finished_run_and_reports_from_the_records_alone(tmp_path, monkeypatch):
+    """A part of make results outlives its machine: each finished run becomes a record (results/runs/, committed)
+    that holds no sentence of the test set, a later invocation trains only the runs without one, and the report
+    made from the records is the one made from the runs' folders."""
+    import shutil
+
+    from nmt.build import load_corpus
+    from nmt.study.sweep import recorded, sweep
+
+    overrides = ["data=sample", "data.sizes.train=300", "data.sizes.valid=10", "data.sizes.test=12",
+                 "model.embedding_size=16", "model.hidden_size=24", "trainer.max_flops=4e8", "trainer.validations=1",
+                 "trainer.progress=false", f"data.spm_cache={tmp_path / 'spm'}"]  # fmt: skip
+    runs, records = tmp_path / "runs", tmp_path / "records"
+    trained = sweep(["sutskever", "bahdanau"], [1, 2], overrides, runs, done={("bahdanau", 2)})
+    assert sorted(p.relative_to(runs).as_posix() for p in trained) == ["bahdanau/seed1", "sutskever/seed1",
+                                                                       "sutskever/seed2"]  # fmt: skip
+    assert not (runs / "bahdanau" / "seed2").exists()
+    load_script("results").record_runs(runs, records, 2)
+    assert results.finished(records) == {"bahdanau": [1], "sutskever": [1, 2]}
+    assert recorded(records, ["sutskever", "bahdanau"], [1, 2], overrides) == {("sutskever", 1), ("sutskever", 2),
+                                                                               ("bahdanau", 1)}  # fmt: skip
+    with pytest.raises(UserError, match=r"sutskever seed 1 \(.*seed1.record.json\): model.dropout: 0.3 then, 0.5"):
+        recorded(records, ["sutskever"], [1], [*overrides, "model.dropout=0.5"])
+    from omegaconf import OmegaConf
+
+    from nmt.study.sweep import settings
+
+    test = load_corpus(OmegaConf.create(settings(overrides)["data"])).test
+    text = "\n".join(p.read_text() for p in records.rglob("*.record.json"))
+    assert not any(sentence in text for pair in test for sentence in pair)  # statistics, not translations
+
+    def report(folder, name):
+        described, pairs = compare.describe_runs(compare.find_runs([folder]), 2)
+        (tmp_path / name).mkdir()
+        compare.summarise(described, pairs, tmp_path / name, 2, "command", None, 50, 50)
+        return json.loads((tmp_path / name / "compare.json").read_text())
+
+    from_runs = report(runs, "from_runs")
+    shutil.move(runs, tmp_path / "gone")  # another machine: the records alone
+    assert report(records, "from_records") == from_runs and (tmp_path / "from_records" / "attention.png").is_file()
+
+
 def test_benchmark_table_reports_flops_against_the_measured_peak():
     benchmark = load_script("benchmark")
     result = {"model": "transformer", "parameters": 1_000_000, "train_tokens_per_second": 2000.0,

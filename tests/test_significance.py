@@ -14,6 +14,7 @@ from nmt.study.significance import (
     SUPPORTED,
     Evidence,
     Interval,
+    Scored,
     aer_score,
     detectable,
     holm,
@@ -49,6 +50,22 @@ def test_a_system_compared_with_itself_is_not_significant(one_seed):
         same = results["same"][metric]
         assert same["score"] == results["baseline"][metric]["score"]
         assert same["p_bootstrap"] == 1.0 and same["p_randomization"] == 1.0
+
+
+def test_a_system_held_as_its_statistics_gets_the_tests_and_intervals_of_its_text(one_seed):
+    """A run's record keeps sacrebleu's statistics per sentence instead of the translations; every test reads them
+    as it reads the text, to the last digit."""
+    good = [degrade(r, 3 + i % 3, i) for i, r in enumerate(REFERENCES)]
+    bad = [degrade(r, 2 + i % 2, i) for i, r in enumerate(REFERENCES)]
+    scored = {"baseline": Scored.of(good, REFERENCES), "same": Scored.of(good, REFERENCES),
+              "bad": Scored.of(bad, REFERENCES)}  # fmt: skip
+    assert paired_tests(scored, REFERENCES, "baseline", samples=200, trials=500) == one_seed
+    as_text = Evidence({"good": {1: good, 2: bad}, "bad": {1: bad}}, REFERENCES, resamples=300)
+    as_statistics = Evidence({"good": {1: scored["baseline"], 2: scored["bad"]}, "bad": {1: scored["bad"]}},
+                             REFERENCES, resamples=300)  # fmt: skip
+    assert vars(as_statistics.compare("good", "bad")) == vars(as_text.compare("good", "bad"))
+    with pytest.raises(ValueError, match="different number of sentences"):
+        Scored({"BLEU": [[0] * 10], "chrF": []})
 
 
 def test_a_much_worse_system_is_significantly_worse_with_a_confidence_interval(one_seed):

@@ -13,6 +13,7 @@ import statistics
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import sacrebleu
 from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -23,10 +24,12 @@ from nmt.alignment import attention_report, choose_map, parse_key, word_attentio
 from nmt.config import flatten
 from nmt.decoding import Translator
 from nmt.evaluate import LENGTH_BUCKETS, bleu_by_length
+from nmt.experiment import read_provenance
+from nmt.paths import write_text
 from nmt.plot import legend_beside, lines_figure, panels_figure
 from nmt.resume import BUDGET, changes
 from nmt.study.claims import BASELINE, check_claims
-from nmt.study.significance import MIN_SEEDS, Evidence, detectable, p_value, pooled_sd, seeded_tests
+from nmt.study.significance import MIN_SEEDS, Evidence, Scored, detectable, p_value, pooled_sd, seeded_tests
 from nmt.study.sweep import saved_settings
 
 # The variants of `scripts/compare.py --train`, in the order they train: configs/variant/<name>.yaml, each a few
@@ -56,13 +59,20 @@ if TYPE_CHECKING:
 
 
 def find_runs(folders: list[Path]) -> list[Path]:
+    """The finished runs under `folders`: run directories (best.pt with best.test.hyp) and runs' records
+    (`*.record.json`, `save_record`)."""
     runs = []
     for folder in folders:
+        if folder.is_file() and folder.name.endswith(RECORD_SUFFIX):
+            runs.append(folder)
+            continue
         if not folder.is_dir():
             raise UserError(f"{folder}: not a folder")
         runs += sorted(p.parent for p in folder.rglob("best.pt") if (p.parent / "best.test.hyp").is_file())
+        runs += sorted(folder.rglob(f"*{RECORD_SUFFIX}"))
     if not runs:
-        raise UserError(f"no finished runs (best.pt with best.test.hyp) under {', '.join(map(str, folders))}")
+        raise UserError(f"no finished runs (best.pt with best.test.hyp, or *{RECORD_SUFFIX}) under "
+                        f"{', '.join(map(str, folders))}")  # fmt: skip
     return runs
 
 
@@ -111,23 +121,29 @@ def attention_shape(translator: Translator, pairs: list[tuple[str, str]]) -> tup
     return chosen, report[chosen]
 
 
+def test_pairs(data: dict, cache: dict) -> list[tuple[str, str]]:
+    """The test pairs of a run's corpus (its config's `data`), read once per corpus into `cache`."""
+    key = OmegaConf.to_yaml(OmegaConf.create(data))
+    if key not in cache:
+        cache[key] = build.load_corpus(OmegaConf.create(data)).test
+    return cache[key]
+
+
 def describe(run: Path, test_cache: dict, beam: int) -> dict:
     best, last = checkpoint.load(run / "best.pt"), checkpoint.load(run / "last.pt")
     config = best["config"]
-    data = OmegaConf.create(config["data"])
-    key = OmegaConf.to_yaml(data)
-    if key not in test_cache:
-        test_cache[key] = build.load_corpus(data).test
-    pairs = test_cache[key]
+    pairs = test_pairs(config["data"], test_cache)
     hypotheses = (run / "best.test.hyp").read_text(encoding="utf-8").split("\n")[: len(pairs)]
     references = [t for _, t in pairs]
     progress = last["progress"]
     sources = [s for s, _ in pairs]
     beam_output = beam_hypotheses(run, sources, beam) if beam > 1 else None
     scored = beam_output or hypotheses  # the headline's output: BLEU, chrF, lengths and the tests all read it
-    shape = attention_shape(Translator.load(run / "best.pt"), pairs)
+    translator = Translator.load(run / "best.pt")
+    shape = attention_shape(translator, pairs)
     return {
         "run": str(run),
+        "provenance": read_provenance(run),
         "name": variant_name(config["model"]),
         "seed": config.get("seed"),
         "config": {k: config[k] for k in ("data", "model", "trainer", "seed") if k in config},
@@ -149,8 +165,42 @@ def describe(run: Path, test_cache: dict, beam: int) -> dict:
         "compute_curve": compute_curve(run),
         "alignment_map": shape[0] if shape else None,
         "attention": shape[1] if shape else None,
-        "hypotheses": scored,  # what the significance tests compare
+        "panel": attention_panel(translator, shape[0], pairs) if shape else None,
+        "scored": Scored.of(scored, references),  # what the significance tests compare
     }
+
+
+def attention_panel(translator: Translator, alignment_map: str, pairs: list[tuple[str, str]]) -> dict:
+    """The run's word attention on the sentence the comparison's figure shows (`shown_pair`), force-decoding it:
+    {source: words, target: words, weights: (target words, source words)}."""
+    source, target = shown_pair(translator.config["data"], pairs)
+    key = parse_key(alignment_map)
+    matrices = word_attention(translator.model, translator.vocabulary, [(source, target)], translator.device,
+                              translator.dtype, [key[0]], (key[1],))  # fmt: skip
+    return {"source": source.split(), "target": target.split(), "weights": matrices[key][0].tolist()}
+
+
+# A finished run's record: what `describe` says of it, with its test output as sufficient statistics per sentence
+# (no text of the corpus), its attention on the figure's sentence and where it was trained. make results keeps the
+# records under results/runs/, so that a part's report is made again on a machine that holds none of its runs.
+RECORD_SUFFIX = ".record.json"
+
+
+def save_record(run: dict, path: Path) -> None:
+    """Write `run` (a `describe` result) to `path` (atomically)."""
+    record = {k: v for k, v in run.items() if k != "scored"} | {"statistics": run["scored"].statistics}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text(path, json.dumps(record, separators=(",", ":"), default=float) + "\n")
+
+
+def load_record(path: Path) -> dict:
+    """A run described from its record (`save_record`)."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        record["scored"] = Scored(record.pop("statistics"))
+    except (OSError, ValueError, KeyError) as error:
+        raise UserError(f"{path}: not a run's record ({error}); `make results` writes them") from error
+    return record
 
 
 def valid_curve(run: Path) -> list[tuple[float, int, float]]:
@@ -296,8 +346,8 @@ def equal_updates(curves: dict[str, list[tuple[float, int, float]]], columns: in
 
 def significance(groups: dict[str, list[dict]], references: list[str], against: str, samples: int, trials: int):
     """sacrebleu's paired tests, seed by seed, of every variant against `against`."""
-    hypotheses = {name: {r["seed"]: r["hypotheses"] for r in runs} for name, runs in groups.items()}
-    return seeded_tests(hypotheses, references, against, samples, trials)
+    outputs = {name: {r["seed"]: r["scored"] for r in runs} for name, runs in groups.items()}
+    return seeded_tests(outputs, references, against, samples, trials)
 
 
 def intervals(evidence: Evidence, against: str) -> dict[str, dict]:
@@ -342,19 +392,16 @@ def shown_pair(data: dict, pairs: list[tuple[str, str]]) -> tuple[str, str]:
     return next((p for p in pairs if 10 <= len(p[0].split()) <= 14), pairs[0])
 
 
-def heatmaps(groups: dict[str, list[dict]], pairs: list[tuple[str, str]]) -> Figure | None:
+def heatmaps(groups: dict[str, list[dict]]) -> Figure | None:
     """One sentence (`shown_pair`), each attention model's word alignment (first seed) side by side, force-decoding
-    the reference."""
+    the reference (`attention_panel`)."""
     panels, titles, pair = [], [], None
     for name, runs in groups.items():
         if runs[0]["alignment_map"] is None:
             continue
-        translator = Translator.load(Path(runs[0]["run"]) / "best.pt")
-        pair = pair or shown_pair(translator.config["data"], pairs)
-        key = parse_key(runs[0]["alignment_map"])
-        matrices = word_attention(translator.model, translator.vocabulary, [pair], translator.device,
-                                  translator.dtype, [key[0]], (key[1],))  # fmt: skip
-        panels.append(matrices[key][0])
+        panel = runs[0]["panel"]
+        pair = pair or (" ".join(panel["source"]), " ".join(panel["target"]))
+        panels.append(np.asarray(panel["weights"]))
         titles.append(name)
     if not panels:
         return None
@@ -406,7 +453,7 @@ def figures(groups: dict[str, list[dict]], curves: dict, compute: dict, pairs: l
             output / "bleu_by_epochs.png",
         )
     # fmt: skip
-    attention = heatmaps(groups, pairs)
+    attention = heatmaps(groups)
     if attention is not None:
         attention.savefig(output / "attention.png")
         made["attention"] = attention
@@ -559,13 +606,13 @@ def summarise(runs: list[dict], pairs: list, output: Path, beam: int, command: s
     best = max(valid, key=valid.get)
     alignments = {name: {r["seed"]: r["alignment_counts"] for r in g} for name, g in groups.items()
                   if all(r.get("alignment_counts") is not None for r in g)}  # fmt: skip
-    evidence = Evidence({name: {r["seed"]: r["hypotheses"] for r in g} for name, g in groups.items()}, references,
+    evidence = Evidence({name: {r["seed"]: r["scored"] for r in g} for name, g in groups.items()}, references,
                         [len(s.split()) for s, _ in pairs], alignments, samples)  # fmt: skip
     tests = {"intervals": {"baseline": intervals(evidence, BASELINE) if BASELINE in groups else {},
                            "best": intervals(evidence, best)}}  # fmt: skip
     tests["best"], signatures = significance(groups, references, best, samples, trials)
     for name, metric in (("BLEU", sacrebleu.BLEU()), ("chrF", sacrebleu.CHRF())):  # the scores' own signatures
-        metric.corpus_score(runs[0]["hypotheses"], [references])
+        metric.corpus_score(references, [references])  # a signature describes the metric, not the output
         signatures[name] = str(metric.get_signature())
     claims = check_claims(evidence, valid, lab, length_note)
     curves = {name: mean_curve(g) for name, g in groups.items()}
@@ -579,7 +626,7 @@ def summarise(runs: list[dict], pairs: list, output: Path, beam: int, command: s
         "power": power_text(groups),
         "claims": [vars(c) for c in claims],
         "variants": {name: {"mean_bleu": bleu[name], "mean_valid_bleu": valid[name],
-                            "runs": [{k: v for k, v in r.items() if k not in ("hypotheses", "alignment_counts")}
+                            "runs": [{k: v for k, v in r.items() if k not in ("scored", "alignment_counts", "panel")}
                                      for r in g]} for name, g in groups.items()},
         "intervals": {against: {name: {m: vars(i) for m, i in by_metric.items()} for name, by_metric in t.items()}
                       for against, t in tests["intervals"].items()},
@@ -596,17 +643,24 @@ def summarise(runs: list[dict], pairs: list, output: Path, beam: int, command: s
 
 
 def describe_runs(run_dirs: list[Path], beam: int) -> tuple[list[dict], list[tuple[str, str]]]:
-    """`describe` of every run, and the test pairs they share (runs tested on different test sets are refused)."""
+    """`describe` of every run (a run's record as it was saved), and the test pairs they share (runs tested on
+    different test sets are refused)."""
+    records = {run: load_record(run) for run in run_dirs if run.is_file()}
     seen: dict[tuple, list[tuple[Path, dict]]] = {}
     for run in run_dirs:  # before decoding anything: the runs' Hydra records name each variant and seed
-        if (config := saved_settings(run)) is not None:
+        if (config := records[run]["config"] if run in records else saved_settings(run)) is not None:
             key = variant_name(config["model"]), config.get("seed")
             twin = next((other for other, saved in seen.get(key, []) if not differences(saved, config)), None)
             if twin is not None:
                 raise _twice(str(run), str(twin), *key)
             seen.setdefault(key, []).append((run, config))
     cache: dict = {}
-    runs = [describe(run, cache, beam) for run in run_dirs]
+    runs = [records[run] if run in records else describe(run, cache, beam) for run in run_dirs]
+    for path, record in records.items():
+        pairs = test_pairs(record["config"]["data"], cache)
+        if len(record["scored"]) != len(pairs):
+            raise UserError(f"{path}: scores {len(record['scored'])} test sentences, and its corpus has "
+                            f"{len(pairs)} today")  # fmt: skip
     if len({tuple(pairs) for pairs in cache.values()}) > 1:
         raise UserError("the runs were tested on different test sets; compare runs of one corpus at a time")
     return runs, next(iter(cache.values()))

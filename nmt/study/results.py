@@ -19,6 +19,9 @@ from nmt.study.significance import MIN_SEEDS, p_value
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "results"
+# Each finished run of make results as its record (nmt.study.comparison.save_record):
+# <part>/<variant>/seed<N>.record.json
+RECORDS = RESULTS / "runs"
 MARKER = re.compile(r"<!-- results:(?P<name>[a-z0-9_]+) -->\n(?P<body>.*?)<!-- /results:(?P=name) -->", re.DOTALL)
 # make results' parts, in order, and what the first two train (configs/variant/ and configs/model/ names): the
 # variants the claims rest on (nmt/study/claims.py: the fixed vector, Bahdanau's, Luong's defaults with and without
@@ -77,14 +80,22 @@ def missing(part: str) -> str:
 
 
 def finished(runs: Path) -> dict[str, list[int]]:
-    """The seeds each variant has finished under a sweep folder (<variant>/seed<N>/results.json)."""
-    found: dict[str, list[int]] = {}
-    for result in sorted(runs.glob("*/seed*/results.json")):
-        found.setdefault(result.parent.parent.name, []).append(int(result.parent.name.removeprefix("seed")))
+    """The seeds each variant has finished under a sweep folder (<variant>/seed<N>/results.json) or a folder of
+    records (<variant>/seed<N>.record.json)."""
+    found: dict[str, set[int]] = {}
+    for result in runs.glob("*/seed*/results.json"):
+        found.setdefault(result.parent.parent.name, set()).add(int(result.parent.name.removeprefix("seed")))
+    for record in runs.glob("*/seed*.record.json"):
+        found.setdefault(record.parent.name, set()).add(int(record.name.removeprefix("seed").split(".")[0]))
     return {variant: sorted(seeds) for variant, seeds in sorted(found.items())}
 
 
 UNFINISHED = "not finished (its table is written when all its runs end)"
+
+
+def complete(finished: dict[str, list[int]], wanted: list[str]) -> bool:
+    """Whether every variant of `wanted` has finished its seeds (`finished`: the seeds of each)."""
+    return all(len(finished.get(variant, [])) >= MIN_SEEDS for variant in wanted)
 
 
 def part_state(wanted: list[str], seeds: dict[str, int]) -> str:
@@ -103,12 +114,11 @@ def parts_table(folder: Path = RESULTS) -> str:
 
     compare, main, lab = (load(part, folder) for part in ("compare", "main", "lab"))
     compared = {variant: len(seeds) for variant, seeds in (compare or {}).get("finished", {}).items()}
-    families = {name: len(v["runs"]) for name, v in (main or {}).get("variants", {}).items()}
+    families = {family: len(seeds) for family, seeds in (main or {}).get("finished", {}).items()}
     lab_runs = {r["name"]: len(r["seeds"]) for r in (lab or {}).get("results", [])}
     others = [v for v in VARIANTS if v not in CLAIM_VARIANTS]
     rows = [("claims", f"{len(CLAIM_VARIANTS)} variants, 1e14 FLOPs each", part_state(CLAIM_VARIANTS, compared)),
-            ("main", f"the {len(FAMILIES)} families' defaults, 5e14 FLOPs each",
-             part_state(list(families), families) if len(families) == len(FAMILIES) else UNFINISHED),
+            ("main", f"the {len(FAMILIES)} families' defaults, 5e14 FLOPs each", part_state(FAMILIES, families)),
             ("lab", "the attention variants on the sample grammar",
              part_state(list(lab_runs), lab_runs) if lab_runs else UNFINISHED),
             ("others", f"{len(others)} more variants, 1e14 FLOPs each", part_state(others, compared))]  # fmt: skip
@@ -375,19 +385,3 @@ def update_file(path: Path, folder: Path = RESULTS) -> bool:
     if new != text:
         path.write_text(new, encoding="utf-8")
     return new != text
-
-
-def provenance(run_dir: Path) -> dict:
-    """The commits, start times and machines of a run's invocations (run_dir/provenance.json, which train.py
-    appends to). A run started before train.py recorded them has its dates from Hydra's records and no commit: the
-    commit checked out at that time need not be the code a long-lived worker process had loaded."""
-    path = run_dir / "provenance.json"
-    if path.is_file():
-        entries = json.loads(path.read_text(encoding="utf-8"))
-        return {"commits": sorted({e["commit"] + ("+changes" if e["uncommitted_changes"] else "")
-                                   for e in entries if e["commit"]}),
-                "dates": [e["started"] for e in entries],
-                "machines": sorted({e["machine"] for e in entries})}  # fmt: skip
-    records = sorted(p.name for p in run_dir.glob(".hydra/*") if p.is_dir())  # .hydra/<%Y-%m-%d_%H-%M-%S>
-    dates = [f"{day}T{time.replace('-', ':')}" for day, time in (r.split("_") for r in records)]
-    return {"commits": [], "dates": dates, "machines": []}  # the commit was not recorded

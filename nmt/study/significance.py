@@ -57,8 +57,56 @@ def p_value(p: float) -> str:
     return f"{p:.2g}" if p < 0.01 else f"{p:.3f}".rstrip("0").rstrip(".") if p < 1 else "1"
 
 
+class Scored:
+    """A system's test output held as sacrebleu's sufficient statistics per sentence, for each of `METRICS`, instead
+    of its text: what a finished run's record keeps (`nmt.study.comparison.save_record`), so that its scores, paired
+    tests and intervals can be made again where the run's folder is gone, without publishing translations of a corpus
+    that is not ours. Every function here that takes a system's hypotheses takes a `Scored` as well, with the same
+    results: the statistics are the ones sacrebleu extracts from the text."""
+
+    def __init__(self, statistics: dict[str, list[list[int]]]):
+        lengths = {metric: len(statistics[metric]) for metric in METRICS}
+        if len(set(lengths.values())) != 1:
+            raise ValueError(f"statistics for a different number of sentences per metric: {lengths}")
+        self.statistics = statistics
+
+    @classmethod
+    def of(cls, hypotheses: list[str], references: list[str]) -> Scored:
+        return cls({metric: _extract(metric, hypotheses, [references]) for metric in METRICS})
+
+    def __len__(self) -> int:
+        return len(self.statistics[METRICS[0]])
+
+
+def _extract(metric: str, hypotheses, references) -> list[list[int]]:
+    """sacrebleu's statistics of `metric` per sentence, as it extracts them (integers: n-gram counts and lengths)."""
+    return [[int(x) for x in row] for row in _metrics()[metric]._extract_corpus_statistics(hypotheses, references)]
+
+
+class _ReadsScored:
+    """Mixed into a sacrebleu metric: it also reads the statistics of a `Scored` output. sacrebleu's paired tests ask
+    the metric for each system's statistics once, then resample those alone."""
+
+    KEY = ""
+
+    def _extract_corpus_statistics(self, hypotheses, references):
+        if isinstance(hypotheses, Scored):
+            if references:
+                self._cache_references(references)  # what the signature reads (the number of references)
+            return hypotheses.statistics[self.KEY]
+        return super()._extract_corpus_statistics(hypotheses, references)
+
+
+class _BLEU(_ReadsScored, BLEU):
+    KEY = "BLEU"
+
+
+class _CHRF(_ReadsScored, CHRF):
+    KEY = "chrF"
+
+
 def _metrics() -> dict:
-    return {"BLEU": BLEU(), "chrF": CHRF()}
+    return {"BLEU": _BLEU(), "chrF": _CHRF()}
 
 
 def paired_tests(
@@ -140,9 +188,9 @@ SUPPORTED, CONTRADICTED, INCONCLUSIVE = "supported", "contradicted", "inconclusi
 NEEDS_SEEDS, NOT_MEASURED = f"needs {MIN_SEEDS} seeds", "not measured"
 
 
-def sentence_statistics(metric: str, hypotheses: list[str], references: list[str]) -> np.ndarray:
-    """(sentences, d): sacrebleu's sufficient statistics of BLEU or chrF per sentence; their column sums give the
-    corpus score (`corpus_score`)."""
+def sentence_statistics(metric: str, hypotheses: list[str] | Scored, references: list[str]) -> np.ndarray:
+    """(sentences, d): sacrebleu's sufficient statistics of BLEU or chrF per sentence (a `Scored` output's own);
+    their column sums give the corpus score (`corpus_score`)."""
     return np.asarray(_metrics()[metric]._extract_corpus_statistics(hypotheses, [references]), dtype=np.float64)
 
 

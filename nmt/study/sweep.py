@@ -65,46 +65,81 @@ def saved_settings(run_dir: Path) -> dict | None:
     return upgrade(OmegaConf.to_container(OmegaConf.load(records[-1]))) if records else None
 
 
-def check_finished(runs: list[tuple[str, list[str], Path]]) -> None:
-    """Refuse, before anything trains, the finished runs among (name, overrides, run_dir) that were trained with other
-    settings than their overrides give today, naming each run and option."""
-    stale = []
-    for name, overrides, run_dir in runs:
-        saved = saved_settings(run_dir) if (run_dir / "results.json").is_file() else None
-        if saved is not None:
-            changed, breaking = changes(saved, settings(overrides))
-            breaking = sorted({*breaking, *(BUDGET & changed.keys())})
-            if breaking:
-                stale.append(f"{name} ({run_dir}): {listed(changed, breaking, 'then')}")
-    if stale:
+def stale(name: str, overrides: list[str], saved: dict | None) -> str | None:
+    """Why the finished run `name`, trained with the config `saved`, is not the run `overrides` ask for today (the
+    options that differ), or None when it is (or when there is no saved config)."""
+    if saved is None:
+        return None
+    changed, breaking = changes(saved, settings(overrides))
+    breaking = sorted({*breaking, *(BUDGET & changed.keys())})
+    return f"{name}: {listed(changed, breaking, 'then')}" if breaking else None
+
+
+def refuse_stale(reasons: list[str], remedy: str) -> None:
+    if reasons:
         raise UserError(
             "finished runs were trained with other settings than the ones asked for today (a default changed since?), "
-            "and would be reported as if they had them:\n  " + "\n  ".join(stale) + "\nMove these folders away "
-            "(`scripts/compare.py DIR...` still reports on them) or delete them, and rerun to train them again"
+            "and would be reported as if they had them:\n  " + "\n  ".join(reasons) + f"\n{remedy}"
         )
 
 
+def check_finished(runs: list[tuple[str, list[str], Path]]) -> None:
+    """Refuse, before anything trains, the finished runs among (name, overrides, run_dir) that were trained with other
+    settings than their overrides give today, naming each run and option."""
+    reasons = [stale(f"{name} ({run_dir})", overrides, saved_settings(run_dir))
+               for name, overrides, run_dir in runs if (run_dir / "results.json").is_file()]  # fmt: skip
+    refuse_stale([r for r in reasons if r], "Move these folders away (`scripts/compare.py DIR...` still reports on "
+                 "them) or delete them, and rerun to train them again")  # fmt: skip
+
+
 def sweep(variants: list[str], seeds: list[int], overrides: list[str], folder: Path, launcher: str = "basic",
-          jobs: int = 1) -> list[Path]:  # fmt: skip
+          jobs: int = 1, done: set[tuple[str, int]] = frozenset()) -> list[Path]:  # fmt: skip
     """Train every variant (configs/variant/<name>.yaml) with every seed, seed by seed, as one `train.py -m` into
     folder/<variant>/seed<N>, through Hydra's `launcher`: `basic` (one after another), `joblib` (`jobs` at once on
-    this machine, each with cores / jobs torch threads) or `slurm`. Returns the run directories."""
+    this machine, each with cores / jobs torch threads) or `slurm`; the (variant, seed) runs of `done` (kept
+    elsewhere: `recorded`) are not trained. Returns the run directories trained."""
     runs = [(f"{variant} seed {seed}", [f"variant={variant}", *overrides, f"seed={seed}"],
-             folder / variant / f"seed{seed}") for seed in seeds for variant in variants]  # fmt: skip
+             folder / variant / f"seed{seed}") for seed in seeds for variant in variants
+            if (variant, seed) not in done]  # fmt: skip
     check_finished(runs)
+    grid: dict[tuple[str, ...], list[int]] = {}  # the variants each seed still needs -> those seeds
+    for seed in seeds:
+        if needed := tuple(v for v in variants if (v, seed) not in done):
+            grid.setdefault(needed, []).append(seed)
     subdir = "${hydra:runtime.choices.variant}/seed${seed}"  # resolved by Hydra for each job
-    command = [sys.executable, str(ROOT / "train.py"), "-m", f"seed={','.join(map(str, seeds))}",
-               f"variant={','.join(variants)}", *overrides, "trainer.resume=auto", "trainer.progress=false",
-               f"hydra.sweep.dir={folder}", f"hydra.sweep.subdir={subdir}"]  # fmt: skip
-    if launcher == "joblib":
-        threads = max(1, (os.cpu_count() or 1) // jobs)
-        command += ["hydra/launcher=joblib", f"hydra.launcher.n_jobs={jobs}", f"trainer.threads={threads}"]
-    elif launcher == "slurm":
-        command += ["hydra/launcher=slurm"]
-    print("train.py " + " ".join(command[3:]), flush=True)
-    if subprocess.run(command, cwd=ROOT).returncode != 0:
-        raise UserError(failures(runs, folder))
+    for needed, grid_seeds in grid.items():  # one `train.py -m` per rectangle of the grid
+        command = [sys.executable, str(ROOT / "train.py"), "-m", f"seed={','.join(map(str, grid_seeds))}",
+                   f"variant={','.join(needed)}", *overrides, "trainer.resume=auto", "trainer.progress=false",
+                   f"hydra.sweep.dir={folder}", f"hydra.sweep.subdir={subdir}"]  # fmt: skip
+        if launcher == "joblib":
+            threads = max(1, (os.cpu_count() or 1) // jobs)
+            command += ["hydra/launcher=joblib", f"hydra.launcher.n_jobs={jobs}", f"trainer.threads={threads}"]
+        elif launcher == "slurm":
+            command += ["hydra/launcher=slurm"]
+        print("train.py " + " ".join(command[3:]), flush=True)
+        if subprocess.run(command, cwd=ROOT).returncode != 0:
+            raise UserError(failures(runs, folder))
     return [run_dir for _, _, run_dir in runs]
+
+
+def recorded(records: Path, variants: list[str], seeds: list[int], overrides: list[str]) -> set[tuple[str, int]]:
+    """The (variant, seed) runs that have a record under `records` (<variant>/seed<N>.record.json, written by
+    `nmt.study.comparison.save_record` when the run finished, wherever that was); a record of a run trained with
+    other settings than `overrides` give today is refused, as a stale finished run is."""
+    import json
+
+    found, reasons = set(), []
+    for variant in variants:
+        for seed in seeds:
+            path = records / variant / f"seed{seed}.record.json"
+            if path.is_file():
+                saved = upgrade(json.loads(path.read_text(encoding="utf-8"))["config"])
+                reasons.append(stale(f"{variant} seed {seed} ({path})", [f"variant={variant}", *overrides,
+                                                                          f"seed={seed}"], saved))  # fmt: skip
+                found.add((variant, seed))
+    refuse_stale([r for r in reasons if r], "Move these records away or delete them, and rerun to train the runs "
+                 "again")  # fmt: skip
+    return found
 
 
 def failures(runs: list[tuple[str, list[str], Path]], folder: Path) -> str:
