@@ -104,7 +104,7 @@ def export(report: Path, name: str, runs: Path | None = None) -> None:
         for run in variant["runs"]:
             run.setdefault("provenance", read_provenance(Path(run["run"])))
             run["run"] = shown(relative(Path(run["run"])), report)
-    record["command"] = shown(record["command"], report)
+    record["command"] = shown(shown(record["command"], report), results.RECORDS)
     record.update(torch=torch.__version__, python=platform.python_version())
     write(name, record)
 

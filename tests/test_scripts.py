@@ -407,6 +407,13 @@ def test_make_results_records_each_finished_run_and_reports_from_the_records_alo
     from_runs = report(runs, "from_runs")
     shutil.move(runs, tmp_path / "gone")  # another machine: the records alone
     assert report(records, "from_records") == from_runs and (tmp_path / "from_records" / "attention.png").is_file()
+    monkeypatch.setattr(results, "RESULTS", tmp_path / "results")  # make results' export, from the records alone
+    load_script("results").export(tmp_path / "from_records", "main", records)
+    exported = json.loads((tmp_path / "results" / "main.json").read_text())
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    assert exported["finished"] == {"bahdanau": [1], "sutskever": [1, 2]}
+    assert all(r["provenance"]["commits"][0].startswith(head) for v in exported["variants"].values() for r in v["runs"])
+    assert "| 3 of 12 runs |" in results.render("parts", tmp_path / "results")
 
 
 def test_benchmark_table_reports_flops_against_the_measured_peak():
