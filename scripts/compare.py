@@ -2,7 +2,7 @@
 significance, equal-compute, equal-update and equal-epoch views, and the papers' claims checked.
 
 python scripts/compare.py --train [--output multirun/compare] [--seeds 3] [--flops 1e14] [--variants a,b,...]
-                          [--lab multirun/lab/lab.json] [--extra data.dir=...]
+                          [--lab multirun/lab/lab.json] [--records DIR] [--extra data.dir=...]
 python scripts/compare.py DIR [DIR ...] [--output REPORT_DIR] [--lab LAB_JSON]
 
 With --train, each variant trains for the same compute once per seed (OUTPUT/runs/<variant>/seed<N>): --flops
@@ -10,10 +10,13 @@ floating-point operations of matrix products (nmt/flops.py), which stop a run at
 idle or busy; it validates as each 1/--validations of the budget is passed, so every curve has points at the same
 compute. --minutes gives a wall-clock budget instead (validating every --valid-every updates), which no other
 machine reproduces, and the report says so. A rerun keeps finished runs (refusing one trained with other settings or
-budget than asked for today) and resumes an interrupted one. Without --train, the DIRs are run directories (best.pt,
-last.pt, best.test.hyp) or folders of them. Runs whose configs differ only in the seed are seeds of one variant. The
-report (`nmt/study/comparison.py`: report.md and its figures, compare.json with every figure, the same in
-TensorBoard under OUTPUT/tensorboard) goes to --output.
+budget than asked for today) and resumes an interrupted one. With --records DIR, each finished run is recorded in
+DIR (`nmt.study.comparison.save_record`: what the report needs of it, without its checkpoints), a run with a record
+is not trained again (a record with other settings is refused), and the report reads the records: a folder of
+records can be kept where checkpoints cannot. Without --train, the DIRs are run directories (best.pt, last.pt,
+best.test.hyp), records (*.record.json), or folders of them. Runs whose configs differ only in the seed are seeds
+of one variant. The report (`nmt/study/comparison.py`: report.md and its figures, compare.json with every figure,
+the same in TensorBoard under OUTPUT/tensorboard) goes to --output.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from nmt import UserError  # noqa: E402
 from nmt.paths import output_folder  # noqa: E402
-from nmt.study.comparison import VARIANTS, describe_runs, find_runs, summarise  # noqa: E402
+from nmt.study.comparison import VARIANTS, describe_runs, find_runs, recorded_sweep, summarise  # noqa: E402
 from nmt.study.significance import RESAMPLES  # noqa: E402
 from nmt.study.sweep import chosen, launcher_options, sweep  # noqa: E402
 
@@ -50,7 +53,10 @@ def train(args: argparse.Namespace) -> list[Path]:
         budget = [f"trainer.max_flops={args.flops:g}", f"trainer.validations={args.validations}",
                   "trainer.max_minutes=0", "trainer.valid_every=0"]  # fmt: skip
     seeds = list(range(args.seed, args.seed + args.seeds))
-    return sweep(keys, seeds, [*budget, *RECIPE, *args.extra], args.output / "runs", args.launcher, args.jobs)
+    overrides, folder = [*budget, *RECIPE, *args.extra], args.output / "runs"
+    if args.records is None:
+        return sweep(keys, seeds, overrides, folder, args.launcher, args.jobs)
+    return recorded_sweep(keys, seeds, overrides, folder, args.records, args.beam, args.launcher, args.jobs)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -69,6 +75,13 @@ def main(argv: list[str] | None = None) -> None:
                         help="with --train: a wall-clock budget instead of --flops (not reproducible)")  # fmt: skip
     parser.add_argument("--valid-every", type=int, default=30, help="with --minutes: updates between validations")
     parser.add_argument("--extra", nargs="*", default=[], help="with --train: more train.py overrides for every run")
+    parser.add_argument(
+        "--records",
+        type=Path,
+        default=None,
+        help="with --train: record each finished run there (<variant>/seed<N>.record.json, what "
+        "the report needs), train only the runs without a record, report from the records",
+    )
     launcher_options(parser)  # with --train
     parser.add_argument("--beam", type=int, default=5, help="beam size of the headline test BLEU; 1: greedy")
     parser.add_argument("--lab", type=Path, default=None, help="the lab's lab.json, for the claims it supports")

@@ -37,9 +37,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from nmt import UserError  # noqa: E402
 from nmt.experiment import read_provenance  # noqa: E402
 from nmt.study import results  # noqa: E402
-from nmt.study.comparison import RECORD_SUFFIX, VARIANTS, describe, save_record  # noqa: E402
+from nmt.study.comparison import VARIANTS, record_runs, recorded_sweep  # noqa: E402
 from nmt.study.results import CLAIM_VARIANTS, FAMILIES, PARTS  # noqa: E402
-from nmt.study.sweep import ROOT, chosen, launcher_options, recorded, sweep  # noqa: E402
+from nmt.study.sweep import ROOT, chosen, launcher_options  # noqa: E402
 
 MAIN_BEAM = 5  # the main table's beam: its test BLEU beam 5 beside greedy
 
@@ -54,11 +54,14 @@ def load_script(name: str):
 
 
 def train_comparison(variants: list[str], args: argparse.Namespace, runs: Path) -> None:
+    """`variants` trained as `make compare` does, each finished run recorded in results/runs/compare (those with a
+    record are not trained again), then the report on every variant recorded so far."""
     compare = load_script("compare")
+    records = str(results.RECORDS / "compare")
     compare.main(["--train", "--output", str(runs / "compare"), "--variants", ",".join(variants), "--seeds",
                   str(args.seeds), "--launcher", args.launcher, "--jobs", str(args.jobs), "--no-report",
-                  "--extra", *args.extra])  # fmt: skip
-    compare.main([str(runs / "compare" / "runs"), "--output", str(runs / "compare")])  # every variant so far
+                  "--records", records, "--extra", *args.extra])  # fmt: skip
+    compare.main([records, "--output", str(runs / "compare")])
 
 
 def train_main(args: argparse.Namespace, runs: Path) -> None:
@@ -66,14 +69,8 @@ def train_main(args: argparse.Namespace, runs: Path) -> None:
     recorded in results/runs/main (committed, from any machine) are not trained again; each run that finishes here is
     recorded there, and the report is made from the records."""
     seeds = list(range(1234, 1234 + args.seeds))
-    folder, records = runs / "main" / "runs", results.RECORDS / "main"
-    overrides = ["trainer.progress=false", *args.extra]
-    record_runs(folder, records, MAIN_BEAM)  # what an interrupted invocation finished here
-    done = recorded(records, FAMILIES, seeds, overrides)
-    if done:
-        print(f"kept from results/runs/main: {', '.join(f'{v} seed {s}' for v, s in sorted(done))}", flush=True)
-    sweep(FAMILIES, seeds, overrides, folder, args.launcher, args.jobs, done)
-    record_runs(folder, records, MAIN_BEAM)
+    recorded_sweep(FAMILIES, seeds, ["trainer.progress=false", *args.extra], runs / "main" / "runs",
+                   results.RECORDS / "main", MAIN_BEAM, args.launcher, args.jobs)  # fmt: skip
     report_main(runs)
 
 
@@ -81,17 +78,6 @@ def report_main(runs: Path) -> None:
     """The main part's report (RUNS/main/report.md, compare.json, figures) from its records alone."""
     records = results.RECORDS / "main"
     load_script("compare").main([str(records), "--output", str(runs / "main"), "--beam", str(MAIN_BEAM)])
-
-
-def record_runs(folder: Path, records: Path, beam: int) -> None:
-    """A record (records/<variant>/seed<N>.record.json) of every run finished under the sweep `folder` that has none:
-    what the report needs of it, made once, so that the run's folder (checkpoints) need not be kept or committed."""
-    cache: dict = {}
-    for result in sorted(folder.glob("*/seed*/results.json")):
-        path = records / result.parent.parent.name / f"{result.parent.name}{RECORD_SUFFIX}"
-        if not path.is_file():
-            save_record(describe(result.parent, cache, beam), path)
-            print(f"recorded {relative(result.parent)} in {relative(path)}", flush=True)
 
 
 def export(report: Path, name: str, runs: Path | None = None) -> None:
@@ -168,12 +154,12 @@ def main(argv: list[str] | None = None) -> None:
         print(f"== make results: {part}", flush=True)
         if part == "claims":
             train_comparison(CLAIM_VARIANTS, args, runs)
-            export(runs / "compare", "compare")
+            export(runs / "compare", "compare", results.RECORDS / "compare")
             results.copy_figures(runs / "compare", "compare")
         elif part == "others":
             others = [v for v in VARIANTS if v not in CLAIM_VARIANTS]
             train_comparison(others, args, runs)
-            export(runs / "compare", "compare")
+            export(runs / "compare", "compare", results.RECORDS / "compare")
         elif part == "main":
             if args.record:  # no training: the records so far, and the report on them
                 record_runs(runs / "main" / "runs", results.RECORDS / "main", MAIN_BEAM)

@@ -369,51 +369,52 @@ def test_a_finished_run_is_kept_only_with_the_settings_asked_for_today(tmp_path)
 
 def test_make_results_records_each_finished_run_and_reports_from_the_records_alone(tmp_path, monkeypatch):
     """A part of make results outlives its machine: each finished run becomes a record (results/runs/, committed)
-    that holds no sentence of the test set, a later invocation trains only the runs without one, and the report
-    made from the records is the one made from the runs' folders."""
+    that holds no sentence of the test set, a later invocation on another machine trains only the runs without one,
+    and the report made from the records is the one made from the runs' folders."""
     import shutil
 
+    from omegaconf import OmegaConf
+
     from nmt.build import load_corpus
-    from nmt.study.sweep import recorded, sweep
+    from nmt.study.sweep import recorded, settings
 
     overrides = ["data=sample", "data.sizes.train=300", "data.sizes.valid=10", "data.sizes.test=12",
                  "model.embedding_size=16", "model.hidden_size=24", "trainer.max_flops=4e8", "trainer.validations=1",
                  "trainer.progress=false", f"data.spm_cache={tmp_path / 'spm'}"]  # fmt: skip
-    runs, records = tmp_path / "runs", tmp_path / "records"
-    trained = sweep(["sutskever", "bahdanau"], [1, 2], overrides, runs, done={("bahdanau", 2)})
-    assert sorted(p.relative_to(runs).as_posix() for p in trained) == ["bahdanau/seed1", "sutskever/seed1",
-                                                                       "sutskever/seed2"]  # fmt: skip
-    assert not (runs / "bahdanau" / "seed2").exists()
-    load_script("results").record_runs(runs, records, 2)
-    assert results.finished(records) == {"bahdanau": [1], "sutskever": [1, 2]}
-    assert recorded(records, ["sutskever", "bahdanau"], [1, 2], overrides) == {("sutskever", 1), ("sutskever", 2),
-                                                                               ("bahdanau", 1)}  # fmt: skip
+    records = tmp_path / "records"
+    compare.recorded_sweep(["sutskever"], [1, 2], overrides, tmp_path / "first", records, 2)
+    shutil.move(tmp_path / "first", tmp_path / "gone")  # the first machine is gone; its records stay
+    later = tmp_path / "later"
+    made = compare.recorded_sweep(["sutskever", "bahdanau"], [1, 2], overrides, later, records, 2)
+    assert sorted(p.relative_to(later).as_posix() for p in later.glob("*/*/results.json")) == [
+        "bahdanau/seed1/results.json", "bahdanau/seed2/results.json"]  # fmt: skip
+    assert all(path.is_file() for path in made) and len(made) == 4
+    assert results.finished(records) == {"bahdanau": [1, 2], "sutskever": [1, 2]}
+    assert recorded(records, ["sutskever"], [1, 2, 3], overrides) == {("sutskever", 1), ("sutskever", 2)}
     with pytest.raises(UserError, match=r"sutskever seed 1 \(.*seed1.record.json\): model.dropout: 0.3 then, 0.5"):
         recorded(records, ["sutskever"], [1], [*overrides, "model.dropout=0.5"])
-    from omegaconf import OmegaConf
-
-    from nmt.study.sweep import settings
-
     test = load_corpus(OmegaConf.create(settings(overrides)["data"])).test
     text = "\n".join(p.read_text() for p in records.rglob("*.record.json"))
     assert not any(sentence in text for pair in test for sentence in pair)  # statistics, not translations
 
-    def report(folder, name):
-        described, pairs = compare.describe_runs(compare.find_runs([folder]), 2)
+    def report(folders, name, beam=2):
+        described, pairs = compare.describe_runs(compare.find_runs(folders), beam)
         (tmp_path / name).mkdir()
-        compare.summarise(described, pairs, tmp_path / name, 2, "command", None, 50, 50)
+        compare.summarise(described, pairs, tmp_path / name, beam, "command", None, 50, 50)
         return json.loads((tmp_path / name / "compare.json").read_text())
 
-    from_runs = report(runs, "from_runs")
-    shutil.move(runs, tmp_path / "gone")  # another machine: the records alone
-    assert report(records, "from_records") == from_runs and (tmp_path / "from_records" / "attention.png").is_file()
+    assert report([records / "bahdanau"], "from_records") == report([later], "from_runs")
+    assert (tmp_path / "from_records" / "attention.png").is_file()
+    with pytest.raises(UserError, match="holds the output of beam 2, and the report asks for beam 5"):
+        report([records], "other_beam", beam=5)
+    report([records], "all")
     monkeypatch.setattr(results, "RESULTS", tmp_path / "results")  # make results' export, from the records alone
-    load_script("results").export(tmp_path / "from_records", "main", records)
+    load_script("results").export(tmp_path / "all", "main", records)
     exported = json.loads((tmp_path / "results" / "main.json").read_text())
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    assert exported["finished"] == {"bahdanau": [1], "sutskever": [1, 2]}
+    assert exported["finished"] == {"bahdanau": [1, 2], "sutskever": [1, 2]}
     assert all(r["provenance"]["commits"][0].startswith(head) for v in exported["variants"].values() for r in v["runs"])
-    assert "| 3 of 12 runs |" in results.render("parts", tmp_path / "results")
+    assert "| 4 of 12 runs |" in results.render("parts", tmp_path / "results")
 
 
 def test_benchmark_table_reports_flops_against_the_measured_peak():

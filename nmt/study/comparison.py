@@ -30,7 +30,7 @@ from nmt.plot import legend_beside, lines_figure, panels_figure
 from nmt.resume import BUDGET, changes
 from nmt.study.claims import BASELINE, check_claims
 from nmt.study.significance import MIN_SEEDS, Evidence, Scored, detectable, p_value, pooled_sd, seeded_tests
-from nmt.study.sweep import saved_settings
+from nmt.study.sweep import recorded, saved_settings, sweep
 
 # The variants of `scripts/compare.py --train`, in the order they train: configs/variant/<name>.yaml, each a few
 # train.py overrides.
@@ -166,6 +166,7 @@ def describe(run: Path, test_cache: dict, beam: int) -> dict:
         "alignment_map": shape[0] if shape else None,
         "attention": shape[1] if shape else None,
         "panel": attention_panel(translator, shape[0], pairs) if shape else None,
+        "beam": beam if beam_output else 1,  # the headline output's
         "scored": Scored.of(scored, references),  # what the significance tests compare
     }
 
@@ -191,6 +192,34 @@ def save_record(run: dict, path: Path) -> None:
     record = {k: v for k, v in run.items() if k != "scored"} | {"statistics": run["scored"].statistics}
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text(path, json.dumps(record, separators=(",", ":"), default=float) + "\n")
+
+
+def record_runs(folder: Path, records: Path, beam: int) -> list[Path]:
+    """A record (records/<variant>/seed<N>.record.json) of every run finished under the sweep `folder` that has none:
+    what the report needs of it, made once, so that the run's folder (checkpoints) need not be kept or committed.
+    Returns every record of a run under `folder`."""
+    cache: dict = {}
+    made = []
+    for result in sorted(folder.glob("*/seed*/results.json")):
+        path = records / result.parent.parent.name / f"{result.parent.name}{RECORD_SUFFIX}"
+        if not path.is_file():
+            save_record(describe(result.parent, cache, beam), path)
+            print(f"recorded {result.parent} in {path}", flush=True)
+        made.append(path)
+    return made
+
+
+def recorded_sweep(variants: list[str], seeds: list[int], overrides: list[str], folder: Path, records: Path,
+                   beam: int, launcher: str = "basic", jobs: int = 1) -> list[Path]:  # fmt: skip
+    """`sweep` into `folder` of the runs that have no record in `records`, each finished run recorded there (beam
+    `beam` as the headline output), as a record made on another machine is kept. Returns every run's record."""
+    record_runs(folder, records, beam)  # what an interrupted invocation finished here
+    done = recorded(records, variants, seeds, overrides)
+    if done:
+        print(f"kept from {records}: {', '.join(f'{v} seed {s}' for v, s in sorted(done))}", flush=True)
+    sweep(variants, seeds, overrides, folder, launcher, jobs, done)
+    record_runs(folder, records, beam)
+    return [records / variant / f"seed{seed}{RECORD_SUFFIX}" for seed in seeds for variant in variants]
 
 
 def load_record(path: Path) -> dict:
@@ -657,6 +686,9 @@ def describe_runs(run_dirs: list[Path], beam: int) -> tuple[list[dict], list[tup
     cache: dict = {}
     runs = [records[run] if run in records else describe(run, cache, beam) for run in run_dirs]
     for path, record in records.items():
+        if record["beam"] != (beam if beam > 1 else 1):
+            raise UserError(f"{path}: the record holds the output of beam {record['beam']}, and the report asks "
+                            f"for beam {beam}; report with --beam {record['beam']}")  # fmt: skip
         pairs = test_pairs(record["config"]["data"], cache)
         if len(record["scored"]) != len(pairs):
             raise UserError(f"{path}: scores {len(record['scored'])} test sentences, and its corpus has "
