@@ -9,13 +9,16 @@ configs differ only in the seed are seeds of one variant, named from the config 
 from __future__ import annotations
 
 import json
+import logging
 import statistics
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 import sacrebleu
-from omegaconf import OmegaConf
+from hydra.core.utils import JobReturn, JobStatus
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch.utils.tensorboard import SummaryWriter
 
@@ -199,27 +202,55 @@ def record_runs(folder: Path, records: Path, beam: int) -> list[Path]:
     what the report needs of it, made once, so that the run's folder (checkpoints) need not be kept or committed.
     Returns every record of a run under `folder`."""
     cache: dict = {}
-    made = []
-    for result in sorted(folder.glob("*/seed*/results.json")):
-        path = records / result.parent.parent.name / f"{result.parent.name}{RECORD_SUFFIX}"
-        if not path.is_file():
-            save_record(describe(result.parent, cache, beam), path)
-            print(f"recorded {result.parent} in {path}", flush=True)
-        made.append(path)
-    return made
+    return [record_one(result.parent, records, beam, cache) for result in sorted(folder.glob("*/seed*/results.json"))]
 
 
 def recorded_sweep(variants: list[str], seeds: list[int], overrides: list[str], folder: Path, records: Path,
                    beam: int, launcher: str = "basic", jobs: int = 1) -> list[Path]:  # fmt: skip
     """`sweep` into `folder` of the runs that have no record in `records`, each finished run recorded there (beam
-    `beam` as the headline output), as a record made on another machine is kept. Returns every run's record."""
+    `beam` as the headline output) by its own job as it ends (`RecordRun`), and a record made on another machine
+    kept. Returns every run's record."""
     record_runs(folder, records, beam)  # what an interrupted invocation finished here
     done = recorded(records, variants, seeds, overrides)
     if done:
         print(f"kept from {records}: {', '.join(f'{v} seed {s}' for v, s in sorted(done))}", flush=True)
-    sweep(variants, seeds, overrides, folder, launcher, jobs, done)
-    record_runs(folder, records, beam)
+    sweep(variants, seeds, overrides, folder, launcher, jobs, done, record_callback(records, beam))
+    record_runs(folder, records, beam)  # any run its job's callback could not record
     return [records / variant / f"seed{seed}{RECORD_SUFFIX}" for seed in seeds for variant in variants]
+
+
+def record_one(run: Path, records: Path, beam: int, cache: dict | None = None) -> Path:
+    """The record of the finished run in `run` (<variant>/seed<N>), written to records/<variant>/seed<N>.record.json
+    unless it is there."""
+    path = records / run.parent.name / f"{run.name}{RECORD_SUFFIX}"
+    if not path.is_file():
+        save_record(describe(run, {} if cache is None else cache, beam), path)
+        print(f"recorded {run} in {path}", flush=True)
+    return path
+
+
+class RecordRun(Callback):
+    """A Hydra callback that `recorded_sweep` gives its `train.py -m`: each job, as it ends, records its finished run
+    (`record_one`) in its own process, so that a run finished on a machine is kept in `records` even if the sweep
+    never ends there. A run it cannot record is left to the sweep's end (`record_runs`), with a warning."""
+
+    def __init__(self, records: str, beam: int):
+        self.records, self.beam = Path(records), beam
+
+    def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs) -> None:
+        run = Path(config.hydra.runtime.output_dir)
+        if job_return.status != JobStatus.COMPLETED or not (run / "results.json").is_file():
+            return
+        try:
+            record_one(run, self.records, self.beam)
+        except Exception as error:  # the run itself is safe; the sweep's end tries again  # noqa: BLE001
+            logging.getLogger(__name__).warning("%s: not recorded yet (%s)", run, error)
+
+
+def record_callback(records: Path, beam: int) -> list[str]:
+    """The Hydra options that give a `train.py -m` the `RecordRun` callback."""
+    return ["+hydra.callbacks.record._target_=nmt.study.comparison.RecordRun",
+            f"+hydra.callbacks.record.records={records.resolve()}", f"+hydra.callbacks.record.beam={beam}"]  # fmt: skip
 
 
 def load_record(path: Path) -> dict:

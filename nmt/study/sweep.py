@@ -93,11 +93,12 @@ def check_finished(runs: list[tuple[str, list[str], Path]]) -> None:
 
 
 def sweep(variants: list[str], seeds: list[int], overrides: list[str], folder: Path, launcher: str = "basic",
-          jobs: int = 1, done: set[tuple[str, int]] = frozenset()) -> list[Path]:  # fmt: skip
+          jobs: int = 1, done: set[tuple[str, int]] = frozenset(), hydra: list[str] = ()) -> list[Path]:  # fmt: skip
     """Train every variant (configs/variant/<name>.yaml) with every seed, seed by seed, as one `train.py -m` into
     folder/<variant>/seed<N>, through Hydra's `launcher`: `basic` (one after another), `joblib` (`jobs` at once on
     this machine, each with cores / jobs torch threads) or `slurm`; the (variant, seed) runs of `done` (kept
-    elsewhere: `recorded`) are not trained. Returns the run directories trained."""
+    elsewhere: `recorded`) are not trained; `hydra`: more of Hydra's own options (a callback). Returns the run
+    directories trained."""
     runs = [(f"{variant} seed {seed}", [f"variant={variant}", *overrides, f"seed={seed}"],
              folder / variant / f"seed{seed}") for seed in seeds for variant in variants
             if (variant, seed) not in done]  # fmt: skip
@@ -110,7 +111,7 @@ def sweep(variants: list[str], seeds: list[int], overrides: list[str], folder: P
     for needed, grid_seeds in grid.items():  # one `train.py -m` per rectangle of the grid
         command = [sys.executable, str(ROOT / "train.py"), "-m", f"seed={','.join(map(str, grid_seeds))}",
                    f"variant={','.join(needed)}", *overrides, "trainer.resume=auto", "trainer.progress=false",
-                   f"hydra.sweep.dir={folder}", f"hydra.sweep.subdir={subdir}"]  # fmt: skip
+                   f"hydra.sweep.dir={folder}", f"hydra.sweep.subdir={subdir}", *hydra]  # fmt: skip
         if launcher == "joblib":
             threads = max(1, (os.cpu_count() or 1) // jobs)
             command += ["hydra/launcher=joblib", f"hydra.launcher.n_jobs={jobs}", f"trainer.threads={threads}"]
