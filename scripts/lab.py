@@ -13,7 +13,9 @@ test set of length buckets up to 80 words. The report (OUTPUT/report.md with its
 figures in TensorBoard under OUTPUT/tensorboard) holds the AER table beside the paper's figures, BLEU by length and
 valid AER during training; OUTPUT/comparison/report.md compares the same runs as `make compare` does (seeds,
 significance on the sample test split, the papers' claims, with the lab's AER and length figures).
-Rerunning continues where it stopped: finished runs are kept, an interrupted one resumes.
+Rerunning continues where it stopped: finished runs are kept, an interrupted one resumes. Each run, as it finishes, is
+measured and recorded (--records, default OUTPUT/records: <variant>/seed<N>.lab.json and .record.json), and the
+report is made from the records, so a lab spread over machines that are not kept needs only its records.
 """
 
 from __future__ import annotations
@@ -25,26 +27,21 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-import sacrebleu
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch.utils.tensorboard import SummaryWriter
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from nmt import UserError, checkpoint  # noqa: E402
-from nmt.alignment import attention_report, read_gold  # noqa: E402
-from nmt.config import GrammarOptions  # noqa: E402
+from nmt import UserError  # noqa: E402
 from nmt.corpus import read_parallel  # noqa: E402
-from nmt.decoding import Translator  # noqa: E402
-from nmt.evaluate import alignment_map_of, corpus_of  # noqa: E402
+from nmt.evaluate import corpus_of  # noqa: E402
 from nmt.paths import output_folder  # noqa: E402
 from nmt.plot import legend_beside, lines_figure  # noqa: E402
-from nmt.sample import generate_aligned, write_aligned  # noqa: E402
 from nmt.study.claims import Claim, gap_grows_with_length, local_aligns_better  # noqa: E402
-from nmt.study.comparison import describe_runs, summarise, variant_name  # noqa: E402
+from nmt.study.comparison import describe_runs, recorded_sweep, summarise, variant_name  # noqa: E402
 from nmt.study.lab import BUCKETS, tables  # noqa: E402
+from nmt.study.lab_measure import LAB_SUFFIX, length_test_set, measure_callback, measure_one  # noqa: E402
 from nmt.study.significance import RESAMPLES, Evidence  # noqa: E402
-from nmt.study.sweep import chosen, launcher_options, settings, sweep  # noqa: E402
+from nmt.study.sweep import chosen, launcher_options, settings  # noqa: E402
 
 # What Bahdanau's lab model trained in two minutes alone on a 2-core CPU with native bf16: 432 updates, 9.1e12 FLOPs
 FLOPS = 9e12
@@ -56,56 +53,6 @@ FLOPS = 9e12
 VARIANTS = ["sutskever", "bahdanau", "transformer", "luong", "luong_feeding", "luong_paper", "luong_dot",
             "luong_concat", "luong_location", "luong_local_m", "luong_local_p", "bahdanau_sparsemax",
             "bahdanau_entmax15", "bahdanau_reinforce", "bahdanau_gumbel", "transformer_window"]  # fmt: skip
-
-
-def length_test_set(folder: Path, per_bucket: int, train: set[str], seed: int) -> tuple[Path, Path, Path]:
-    """Sentences of every length bucket, none of them in the training split, with their gold links."""
-    paths = folder / "long.de", folder / "long.en", folder / "long.align"
-    if all(p.is_file() for p in paths):
-        return paths
-    pairs, gold = [], []
-    for number, (low, high) in enumerate(BUCKETS):
-        options = GrammarOptions(clauses=12, phrases=1, min_words=low, max_words=high)
-        splits, links = generate_aligned(0, 0, per_bucket + len(train) // 50, seed + number, options)
-        kept = [(pair, g) for pair, g in zip(splits.test, links["test"]) if pair[0] not in train][:per_bucket]
-        pairs += [pair for pair, _ in kept]
-        gold += [g for _, g in kept]
-    write_aligned(paths, pairs, gold)
-    return paths
-
-
-def valid_aer_curve(run_dir: Path) -> list[tuple[int, float]]:
-    events = EventAccumulator(str(run_dir))
-    events.Reload()
-    if "valid/aer" not in events.Tags()["scalars"]:
-        return []
-    return [(s.step, s.value) for s in events.Scalars("valid/aer")]
-
-
-def measure(name: str, run_dir: Path, long_set: tuple[Path, Path, Path]) -> dict:
-    """BLEU by length on the length test set, AER on the sample test split and on the length test set."""
-    translator = Translator.load(run_dir / "best.pt", beam=1, device="cpu")
-    splits = corpus_of(translator.config, None)
-    pairs = read_parallel(long_set[0], long_set[1])
-    gold = read_gold(long_set[2], pairs)
-    hypotheses = translator.translate([s for s, _ in pairs])
-    by_length = {}
-    for low, high in BUCKETS:
-        chosen = [i for i, (s, _) in enumerate(pairs) if low <= len(s.split()) <= high]
-        if chosen:
-            bleu = sacrebleu.corpus_bleu([hypotheses[i] for i in chosen], [[pairs[i][1] for i in chosen]])
-            by_length[f"{low}-{high}"] = {"bleu": bleu.score, "sentences": len(chosen)}
-    result = {"name": name, "run": str(run_dir), "by_length": by_length, "valid_aer": valid_aer_curve(run_dir),
-              "test_bleu": json.loads((run_dir / "results.json").read_text())["test/bleu"],
-              "seed": translator.config.get("seed"), "long_hypotheses": hypotheses}  # fmt: skip
-    chosen_map = alignment_map_of(translator, None, None)
-    if chosen_map is not None:
-        test = attention_report(translator.model, translator.vocabulary, splits.test, translator.device,
-                                translator.dtype, splits.alignments["test"], counts=True)[chosen_map]  # fmt: skip
-        long = attention_report(translator.model, translator.vocabulary, pairs, translator.device,
-                                translator.dtype, gold)[chosen_map]  # fmt: skip
-        result.update(alignment_map=chosen_map, test_alignment=test, long_alignment=long)
-    return result
 
 
 def figures(results: list[dict], output: Path) -> None:
@@ -202,6 +149,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=1234, help="the first seed")
     parser.add_argument("--seeds", type=int, default=1, help="seeds per variant (the report gives their mean)")
     parser.add_argument("--extra", nargs="*", default=[], help="more train.py overrides for every variant")
+    parser.add_argument(
+        "--records",
+        type=Path,
+        default=None,
+        help="where each finished run's records go "
+        "(default: OUTPUT/records); runs with records are not trained again; the report reads them",
+    )
     launcher_options(parser)
     parser.add_argument("--samples", type=int, default=RESAMPLES, help="bootstrap resamples (claims, comparison)")
     parser.add_argument("--trials", type=int, default=10000, help="approximate randomization trials (the comparison)")
@@ -223,22 +177,23 @@ def main(argv: list[str] | None = None) -> None:
     seeds = range(args.seed, args.seed + args.seeds)
     names = {key: variant_name(settings(["experiment=lab", f"variant=lab_{key}"])["model"]) for key in keys}
     folders = {key: f"lab_{key}" for key in keys}  # OUTPUT/runs/lab_<name>/seed<N>, as train.py -m names them
-    sweep([folders[key] for key in keys], list(seeds), ["experiment=lab", *budget], output / "runs", args.launcher,
-          args.jobs)  # fmt: skip
-    config = checkpoint.load(output / "runs" / folders[keys[0]] / f"seed{args.seed}" / "best.pt")["config"]
+    config = settings(["experiment=lab", f"variant=lab_{keys[0]}", *budget])  # the corpus every variant reads
     train_pairs = corpus_of(config, None).train
     long_set = length_test_set(output / "data", args.per_bucket, {s for s, _ in train_pairs}, args.seed + 1)
-    measured = {key: [measure(names[key], output / "runs" / folders[key] / f"seed{seed}", long_set) for seed in seeds]
-                for key in keys}  # fmt: skip
+    records = (args.records or output / "records").resolve()
+    recorded = recorded_sweep([folders[key] for key in keys], list(seeds), ["experiment=lab", *budget], output / "runs",
+                              records, 1, args.launcher, args.jobs, measure_callback(records, long_set))  # fmt: skip
+    for run in sorted((output / "runs").glob("*/seed*/results.json")):  # what a job's callback did not measure
+        measure_one(run.parent, records, long_set)
+    measured = {key: [{**json.loads((records / folders[key] / f"seed{seed}{LAB_SUFFIX}").read_text(encoding="utf-8")),
+                       "name": names[key]} for seed in seeds] for key in keys}  # fmt: skip
     claims = lab_claims(measured, names, long_set, config["data"]["grammar"]["max_words"], args.samples)
     results = [aggregate(names[key], measured[key]) for key in keys]
     figures(results, output)
     command = ("python scripts/lab.py " + " ".join(argv if argv is not None else sys.argv[1:])).strip()
     print(report(results, output, command, config["data"]["grammar"]["max_words"], claims))
     # The same runs as a comparison on the sample test split: seeds, significance and the papers' claims.
-    runs, pairs = describe_runs(
-        [output / "runs" / folders[key] / f"seed{seed}" for seed in seeds for key in keys], beam=1
-    )
+    runs, pairs = describe_runs(recorded, beam=1)
     lab = json.loads((output / "lab.json").read_text(encoding="utf-8"))
     comparison = output_folder(output / "comparison", "--output")
     print(summarise(runs, pairs, comparison, 1, command, lab, args.samples, args.trials))

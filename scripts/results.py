@@ -10,7 +10,7 @@ The parts, in this order (each resumable: a rerun keeps finished runs with today
           report over every variant trained so far (results/compare.json)
   main    the four families' defaults, as `python train.py model=X` trains them (5e14 FLOPs each), greedy and beam 5
           (results/main.json)
-  lab     the alignment lab, `scripts/lab.py` (results/lab.json)
+  lab     the alignment lab, `scripts/lab.py` (results/lab.json; its runs' records in results/runs/lab)
   others  the comparison's other variants (Luong's other scores and the paper's model, sparse, hard, the window),
           then the comparison's report again
 Runs go to RUNS/compare/runs/<variant>/seed<N>, RUNS/main/runs/<model>/seed<N> and RUNS/lab/runs/...; with
@@ -100,7 +100,8 @@ def export_lab(folder: Path) -> None:
     commits = set()
     for result in record["results"]:
         for run in result["seeds"]:
-            commits.update(c[:7] for c in read_provenance(Path(run["run"]))["commits"])
+            provenance = run.get("provenance") or read_provenance(Path(run["run"]))  # a record's, or its folder's
+            commits.update(c[:7] for c in provenance["commits"])
             run["run"] = shown(relative(Path(run["run"])), folder)
     record.update(commits=sorted(commits), torch=torch.__version__)
     write("lab", record)
@@ -171,7 +172,8 @@ def main(argv: list[str] | None = None) -> None:
                 results.copy_figures(runs / "main", "main")
         else:
             load_script("lab").main(["--output", str(runs / "lab"), "--seeds", str(args.seeds), "--launcher",
-                                     args.launcher, "--jobs", str(args.jobs),
+                                     args.launcher, "--jobs", str(args.jobs), "--records",
+                                     str(results.RECORDS / "lab"),
                                      *(["--extra", *args.extra] if args.extra else [])])  # fmt: skip
             export_lab(runs / "lab")
         render()

@@ -553,7 +553,7 @@ def test_the_lab_trains_scores_alignment_and_length_and_resumes_where_it_stopped
     results = lab.json.loads((tmp_path / "lab" / "lab.json").read_text())["results"]
     luong = next(r for r in results if r["name"].startswith("luong"))
     assert 0 <= luong["test_alignment"]["aer"] <= 1 and [step for step, _ in luong["valid_aer"]] == [3, 6]
-    assert len(lab.read_gold(tmp_path / "lab" / "data" / "long.align")) == 60  # 10 per bucket
+    assert len((tmp_path / "lab" / "data" / "long.align").read_text().splitlines()) == 60  # 10 per bucket
     comparison = (tmp_path / "lab" / "comparison" / "report.md").read_text()  # the same runs, compared
     record = json.loads((tmp_path / "lab" / "comparison" / "compare.json").read_text())
     claims = {c["claim"]: c for c in record["claims"]}
@@ -561,5 +561,13 @@ def test_the_lab_trains_scores_alignment_and_length_and_resumes_where_it_stopped
     assert claims["The gap grows with sentence length"]["evidence"].startswith("the lab: lead over sutskever on 61-80")
     assert f"| {local_m} | 1 |" in comparison and "| Δ sutskever | Δ best |" in comparison
     capfd.readouterr()
-    lab.main(small)  # a second run keeps the finished runs
-    assert capfd.readouterr().out.count("holds this run, finished with these settings: kept") == 2
+    records = tmp_path / "lab" / "records"
+    assert sorted(p.relative_to(records).as_posix() for p in records.rglob("*.json")) == [
+        "lab_luong_local_m/seed1234.lab.json", "lab_luong_local_m/seed1234.record.json",
+        "lab_sutskever/seed1234.lab.json", "lab_sutskever/seed1234.record.json"]  # fmt: skip
+    lab.main(small)  # a second run trains nothing: its runs are recorded
+    assert f"kept from {records}: lab_luong_local_m seed 1234, lab_sutskever seed 1234" in capfd.readouterr().out
+    (tmp_path / "lab" / "runs").rename(tmp_path / "gone")  # another machine: the lab's report from its records
+    lab.main(small)
+    assert "train.py " not in capfd.readouterr().out  # nothing trained
+    assert len(json.loads((tmp_path / "lab" / "lab.json").read_text())["results"]) == 2

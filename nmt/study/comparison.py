@@ -206,15 +206,15 @@ def record_runs(folder: Path, records: Path, beam: int) -> list[Path]:
 
 
 def recorded_sweep(variants: list[str], seeds: list[int], overrides: list[str], folder: Path, records: Path,
-                   beam: int, launcher: str = "basic", jobs: int = 1) -> list[Path]:  # fmt: skip
+                   beam: int, launcher: str = "basic", jobs: int = 1, hydra: list[str] = ()) -> list[Path]:  # fmt: skip
     """`sweep` into `folder` of the runs that have no record in `records`, each finished run recorded there (beam
     `beam` as the headline output) by its own job as it ends (`RecordRun`), and a record made on another machine
-    kept. Returns every run's record."""
+    kept; `hydra`: more of Hydra's options for the sweep (another callback). Returns every run's record."""
     record_runs(folder, records, beam)  # what an interrupted invocation finished here
     done = recorded(records, variants, seeds, overrides)
     if done:
         print(f"kept from {records}: {', '.join(f'{v} seed {s}' for v, s in sorted(done))}", flush=True)
-    sweep(variants, seeds, overrides, folder, launcher, jobs, done, record_callback(records, beam))
+    sweep(variants, seeds, overrides, folder, launcher, jobs, done, [*record_callback(records, beam), *hydra])
     record_runs(folder, records, beam)  # any run its job's callback could not record
     return [records / variant / f"seed{seed}{RECORD_SUFFIX}" for seed in seeds for variant in variants]
 
@@ -250,7 +250,8 @@ class RecordRun(Callback):
 def record_callback(records: Path, beam: int) -> list[str]:
     """The Hydra options that give a `train.py -m` the `RecordRun` callback."""
     return ["+hydra.callbacks.record._target_=nmt.study.comparison.RecordRun",
-            f"+hydra.callbacks.record.records={records.resolve()}", f"+hydra.callbacks.record.beam={beam}"]  # fmt: skip
+            f"+hydra.callbacks.record.records='{records.resolve()}'",
+            f"+hydra.callbacks.record.beam={beam}"]  # fmt: skip
 
 
 def load_record(path: Path) -> dict:

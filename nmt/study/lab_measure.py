@@ -1,0 +1,125 @@
+"""The alignment lab's measurement of one finished run (scripts/lab.py): BLEU by length on a test set of sentences up to
+80 words, AER against the sample grammar's gold links, the valid AER curve; kept as the run's lab record beside its
+comparison record (`nmt.study.comparison.save_record`), so that the lab's report is made from records alone.
+
+Each job of the lab's sweep measures its own run as it ends (`MeasureRun`, a Hydra callback), as `RecordRun` records
+it: a lab spread over several machines keeps every run finished on each. The sentences are the sample grammar's, which
+are ours, so a lab record keeps the translations of the length test set.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import sacrebleu
+from hydra.core.utils import JobReturn, JobStatus
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+from nmt.alignment import attention_report, read_gold
+from nmt.config import GrammarOptions
+from nmt.corpus import read_parallel
+from nmt.decoding import Translator
+from nmt.evaluate import alignment_map_of, corpus_of
+from nmt.experiment import read_provenance
+from nmt.paths import write_text
+from nmt.sample import generate_aligned, write_aligned
+from nmt.study.lab import BUCKETS
+
+LAB_SUFFIX = ".lab.json"
+
+
+def length_test_set(folder: Path, per_bucket: int, train: set[str], seed: int) -> tuple[Path, Path, Path]:
+    """Sentences of every length bucket, none of them in the training split, with their gold links."""
+    paths = folder / "long.de", folder / "long.en", folder / "long.align"
+    if all(p.is_file() for p in paths):
+        return paths
+    pairs, gold = [], []
+    for number, (low, high) in enumerate(BUCKETS):
+        options = GrammarOptions(clauses=12, phrases=1, min_words=low, max_words=high)
+        splits, links = generate_aligned(0, 0, per_bucket + len(train) // 50, seed + number, options)
+        kept = [(pair, g) for pair, g in zip(splits.test, links["test"]) if pair[0] not in train][:per_bucket]
+        pairs += [pair for pair, _ in kept]
+        gold += [g for _, g in kept]
+    folder.mkdir(parents=True, exist_ok=True)
+    write_aligned(paths, pairs, gold)
+    return paths
+
+
+def valid_aer_curve(run_dir: Path) -> list[tuple[int, float]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run_dir))
+    events.Reload()
+    if "valid/aer" not in events.Tags()["scalars"]:
+        return []
+    return [(s.step, s.value) for s in events.Scalars("valid/aer")]
+
+
+def measure(run_dir: Path, long_set: tuple[Path, Path, Path]) -> dict:
+    """BLEU by length on the length test set, AER on the sample test split and on the length test set."""
+    translator = Translator.load(run_dir / "best.pt", beam=1, device="cpu")
+    splits = corpus_of(translator.config, None)
+    pairs = read_parallel(long_set[0], long_set[1])
+    gold = read_gold(long_set[2], pairs)
+    hypotheses = translator.translate([s for s, _ in pairs])
+    by_length = {}
+    for low, high in BUCKETS:
+        chosen = [i for i, (s, _) in enumerate(pairs) if low <= len(s.split()) <= high]
+        if chosen:
+            bleu = sacrebleu.corpus_bleu([hypotheses[i] for i in chosen], [[pairs[i][1] for i in chosen]])
+            by_length[f"{low}-{high}"] = {"bleu": bleu.score, "sentences": len(chosen)}
+    result = {"run": str(run_dir), "provenance": read_provenance(run_dir), "by_length": by_length,
+              "valid_aer": valid_aer_curve(run_dir),
+              "test_bleu": json.loads((run_dir / "results.json").read_text())["test/bleu"],
+              "seed": translator.config.get("seed"), "long_hypotheses": hypotheses}  # fmt: skip
+    chosen_map = alignment_map_of(translator, None, None)
+    if chosen_map is not None:
+        test = attention_report(translator.model, translator.vocabulary, splits.test, translator.device,
+                                translator.dtype, splits.alignments["test"], counts=True)[chosen_map]  # fmt: skip
+        long = attention_report(translator.model, translator.vocabulary, pairs, translator.device,
+                                translator.dtype, gold)[chosen_map]  # fmt: skip
+        result.update(alignment_map=chosen_map, test_alignment=test, long_alignment=long)
+    return result
+
+
+def lab_record_path(records: Path, run: Path) -> Path:
+    """records/<variant>/seed<N>.lab.json for the run in <variant>/seed<N>."""
+    return records / run.parent.name / f"{run.name}{LAB_SUFFIX}"
+
+
+def measure_one(run: Path, records: Path, long_set: tuple[Path, Path, Path]) -> Path:
+    """The lab record of the finished run in `run`, measured and written unless it is there."""
+    path = lab_record_path(records, run)
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text(path, json.dumps(measure(run, long_set), default=float) + "\n")
+        print(f"measured {run} in {path}", flush=True)
+    return path
+
+
+class MeasureRun(Callback):
+    """A Hydra callback that the lab's `train.py -m` gets: each job, as it ends, measures its finished run
+    (`measure_one`) in its own process. A run it cannot measure is left to the lab's end, with a warning."""
+
+    def __init__(self, records: str, long_set: list[str]):
+        self.records, self.long_set = Path(records), tuple(Path(p) for p in long_set)
+
+    def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs) -> None:
+        run = Path(config.hydra.runtime.output_dir)
+        if job_return.status != JobStatus.COMPLETED or not (run / "results.json").is_file():
+            return
+        try:
+            measure_one(run, self.records, self.long_set)
+        except Exception as error:  # the run itself is safe; the lab's end tries again
+            logging.getLogger(__name__).warning("%s: not measured yet (%s)", run, error)
+
+
+def measure_callback(records: Path, long_set: tuple[Path, Path, Path]) -> list[str]:
+    """The Hydra options that give the lab's `train.py -m` the `MeasureRun` callback."""
+    paths = ",".join(f"'{p.resolve()}'" for p in long_set)
+    return ["+hydra.callbacks.measure._target_=nmt.study.lab_measure.MeasureRun",
+            f"+hydra.callbacks.measure.records='{records.resolve()}'",
+            f"+hydra.callbacks.measure.long_set=[{paths}]"]  # fmt: skip
