@@ -406,6 +406,7 @@ def test_make_results_records_each_finished_run_and_reports_from_the_records_alo
         return json.loads((tmp_path / name / "compare.json").read_text())
 
     assert report([records / "bahdanau"], "from_records") == report([later], "from_runs")
+    assert (tmp_path / "from_records" / "report.md").read_text() == (tmp_path / "from_runs" / "report.md").read_text()
     assert (tmp_path / "from_records" / "attention.png").is_file()
     with pytest.raises(UserError, match="holds the output of beam 2, and the report asks for beam 5"):
         report([records], "other_beam", beam=5)
