@@ -1,6 +1,7 @@
 """Train a model: python train.py model=bahdanau data=multi30k trainer.max_minutes=30 ..."""
 
 import logging
+import signal
 import sys
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from nmt import Interrupted, UserError, distributed
 from nmt.config import register
-from nmt.experiment import FAILED, train
+from nmt.experiment import FAILED, SweepStop, train
 from nmt.paths import write_text
 
 log = logging.getLogger("nmt")
@@ -22,16 +23,22 @@ register()  # the dataclasses of nmt/config.py, which configs/*.yaml fill in
 @hydra.main(config_path="configs", config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> float:
     output_dir = HydraConfig.get().runtime.output_dir
+    sweep = HydraConfig.get().mode == RunMode.MULTIRUN
+    if sweep and SweepStop.signal_number:  # the sweep was stopped: no job starts after that
+        stopped_by = signal.Signals(SweepStop.signal_number).name
+        return failed_job(output_dir, f"not started: the sweep was stopped by {stopped_by}")
     try:
         results = train(cfg, output_dir)
     except (UserError, OmegaConfBaseException) as error:
         log.error("%s", error)
-        if HydraConfig.get().mode == RunMode.MULTIRUN:  # the sweep's other jobs go on; FailedJobs names this one
-            write_text(Path(output_dir) / FAILED, f"{error}\n")  # at the end and exits non-zero
-            return float("nan")  # what a sweeper that optimises (Optuna) counts as a failed trial
+        if sweep:  # the sweep's other jobs go on; FailedJobs names this one at the end and exits non-zero
+            return failed_job(output_dir, str(error))
         sys.exit(f"error: {error}")
     except Interrupted as stop:
         log.warning("%s", stop)
+        if sweep:  # returns, so a joblib worker lives and its siblings save too (nmt.experiment.SweepStop)
+            SweepStop.signal_number = stop.signal_number
+            return failed_job(output_dir, str(stop))
         print(f"stopped: {stop}", file=sys.stderr)
         sys.exit(128 + stop.signal_number)
     except KeyboardInterrupt:  # a second Ctrl-C, or one outside the training loop
@@ -41,6 +48,12 @@ def main(cfg: DictConfig) -> float:
         distributed.teardown()
     (Path(output_dir) / FAILED).unlink(missing_ok=True)  # a job that failed before and finishes now
     return results.get("valid/best_bleu", 0.0)  # what a Hydra sweeper (e.g. Optuna) maximises
+
+
+def failed_job(output_dir: str, reason: str) -> float:
+    """A sweep's job that did not finish: its reason in its folder's failed.txt (FailedJobs lists them at the end)."""
+    write_text(Path(output_dir) / FAILED, f"{reason}\n")
+    return float("nan")  # what a sweeper that optimises (Optuna) counts as a failed trial
 
 
 if __name__ == "__main__":

@@ -9,7 +9,10 @@ import datetime
 import json
 import logging
 import platform
+import signal
 import subprocess
+import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -74,8 +77,9 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
         record_provenance(run_dir, where)
     if trainer.train() == "interrupted":
         trainer.log.close()
+        how = "the sweep's command again" if in_sweep() else f"trainer.resume=true hydra.run.dir={run_dir}"
         raise Interrupted(f"interrupted at step {trainer.step}; {run_dir / 'last.pt'} holds the run. Continue it with "
-                          f"trainer.resume=true hydra.run.dir={run_dir}", trainer.stop_signal)  # fmt: skip
+                          f"{how}", trainer.stop_signal)  # fmt: skip
     if not replicas_agree(trainer):
         return {}
     results = summary(trainer)
@@ -164,20 +168,47 @@ def failure(run_dir: Path) -> str | None:
     return path.read_text(encoding="utf-8").strip() if path.is_file() else None
 
 
+class SweepStop:
+    """The signal that stopped this process's sweep (0: none). A job of `train.py -m` that a signal interrupts
+    saves its run and returns to Hydra instead of exiting, and sets it; a job that starts after it does not train.
+    A joblib worker that exited would have its siblings killed, maybe inside a checkpoint's write."""
+
+    signal_number = 0
+
+
 class FailedJobs(Callback):
     """A Hydra callback (configs/train.yaml) that ends a `train.py -m` sweep by naming each job that failed in it, with
     the reason its `failed.txt` keeps, and exits non-zero; a failed job returns to Hydra instead of raising, so the
-    other jobs run and no traceback is printed. Only jobs failed since this sweep started count."""
+    other jobs run and no traceback is printed. Only jobs failed since this sweep started count.
+
+    A stop signal (Ctrl-C, a scheduler's SIGTERM) to the sweep's process group stops the sweep: each running job saves
+    its run at its current update and returns, no job starts after it (`SweepStop`), and the sweep exits with 128 +
+    the signal's number, saying how to continue. The sweep's own process only notes the signal, so that a joblib
+    launcher waits for its workers to save instead of killing them; a second Ctrl-C stops at once."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         self.started = datetime.datetime.now().timestamp()
+        self.handlers = {}
+        if threading.current_thread() is threading.main_thread():  # signals reach the main thread only
+            self.handlers = {number: signal.signal(number, self.stop) for number in (signal.SIGINT, signal.SIGTERM)}
+
+    def stop(self, signal_number: int, frame) -> None:
+        SweepStop.signal_number = signal_number
+        signal.signal(signal.SIGINT, self.handlers[signal.SIGINT])
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
+        for number, handler in self.handlers.items():
+            signal.signal(number, handler)
         sweep_dir = Path(config.hydra.sweep.dir)
         failed = sorted(path for path in sweep_dir.rglob(FAILED) if path.stat().st_mtime >= self.started - 1)
+        reasons = "".join(f"  {path.parent}: {failure(path.parent)}\n" for path in failed)
+        if SweepStop.signal_number:
+            print(f"stopped by {signal.Signals(SweepStop.signal_number).name}: the jobs that were running saved their "
+                  f"runs, the others did not start:\n{reasons}Rerun the same command with trainer.resume=auto to "
+                  "continue: finished jobs are kept, interrupted ones resume.", file=sys.stderr)  # fmt: skip
+            raise SystemExit(128 + SweepStop.signal_number)
         if not failed:
             return
-        reasons = "".join(f"  {path.parent}: {failure(path.parent)}\n" for path in failed)
         jobs = "1 job" if len(failed) == 1 else f"{len(failed)} jobs"
         raise SystemExit(f"error: {jobs} of this sweep failed (the reason stays in each folder's {FAILED}):\n{reasons}"
                          "Fix the cause and rerun the same command with trainer.resume=auto: the finished jobs are "

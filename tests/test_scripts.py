@@ -342,6 +342,39 @@ def test_a_failing_job_of_a_sweep_lets_the_others_run_and_is_named_with_its_reas
     assert "trainer.resume=auto, or give the new run its own directory (hydra.sweep.dir=... or .subdir=...)" in failed
 
 
+def test_ctrl_c_stops_a_joblib_sweep_and_every_running_job_saves_its_last_update(tmp_path):
+    """Ctrl-C reaches the sweep's process and its workers at once: each running job saves its run at the update it was
+    at (none killed inside a checkpoint's write by a sibling's exit), no job starts after, the sweep says so."""
+    import os
+    import signal
+    import time
+
+    overrides = ["data=sample", "data.sizes.train=300", "data.sizes.valid=10", "data.sizes.test=10",
+                 "model.embedding_size=16", "model.hidden_size=24", "trainer.max_flops=0", "trainer.max_steps=100000",
+                 "trainer.max_minutes=0", "trainer.validations=0", "trainer.valid_every=0", "trainer.patience=0",
+                 "trainer.progress=false", f"data.spm_cache={tmp_path / 'spm'}"]  # fmt: skip
+    sweep = tmp_path / "sweep"
+    process = subprocess.Popen([sys.executable, "train.py", "-m", "variant=sutskever", "seed=1,2,3", *overrides,
+                                "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "trainer.threads=1",
+                                "trainer.resume=auto", f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=seed${seed}"],
+                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)  # its own process group, as a terminal's job  # fmt: skip
+    logs = [sweep / f"seed{seed}" / "train.log" for seed in (1, 2)]
+    deadline = time.monotonic() + 120
+    while not all(log.is_file() and "validation at step" in log.read_text() for log in logs):  # both training
+        assert time.monotonic() < deadline and process.poll() is None, process.communicate()
+        time.sleep(0.2)
+    os.killpg(process.pid, signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130 and "stopped by SIGINT: the jobs that were running saved their runs" in stderr
+    for log in logs:
+        step = int(re.search(r"interrupted at step (\d+);", log.read_text()).group(1))
+        assert checkpoint.load(log.parent / "last.pt")["progress"]["step"] == step  # its last update, saved
+        assert not list(log.parent.glob(".*.tmp"))
+    assert "seed3: not started: the sweep was stopped by SIGINT" in stderr
+    assert not (sweep / "seed3" / "provenance.json").exists()
+
+
 def test_a_finished_run_is_kept_only_with_the_settings_asked_for_today(tmp_path):
     """After a default changes, `make compare` must not report a run finished before as if it had today's settings
     (beside seeds that do): it names the run and the option instead, before anything trains."""
