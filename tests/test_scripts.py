@@ -345,6 +345,7 @@ def test_a_failing_job_of_a_sweep_lets_the_others_run_and_is_named_with_its_reas
 def test_ctrl_c_stops_a_joblib_sweep_and_every_running_job_saves_its_last_update(tmp_path):
     """Ctrl-C reaches the sweep's process and its workers at once: each running job saves its run at the update it was
     at (none killed inside a checkpoint's write by a sibling's exit), no job starts after, the sweep says so."""
+    import contextlib
     import os
     import signal
     import time
@@ -354,25 +355,38 @@ def test_ctrl_c_stops_a_joblib_sweep_and_every_running_job_saves_its_last_update
                  "trainer.max_minutes=0", "trainer.validations=0", "trainer.valid_every=0", "trainer.patience=0",
                  "trainer.progress=false", f"data.spm_cache={tmp_path / 'spm'}"]  # fmt: skip
     sweep = tmp_path / "sweep"
-    process = subprocess.Popen([sys.executable, "train.py", "-m", "variant=sutskever", "seed=1,2,3", *overrides,
-                                "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "trainer.threads=1",
-                                "trainer.resume=auto", f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=seed${seed}"],
-                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True)  # its own process group, as a terminal's job  # fmt: skip
-    logs = [sweep / f"seed{seed}" / "train.log" for seed in (1, 2)]
-    deadline = time.monotonic() + 120
-    while not all(log.is_file() and "validation at step" in log.read_text() for log in logs):  # both training
-        assert time.monotonic() < deadline and process.poll() is None, process.communicate()
-        time.sleep(0.2)
-    os.killpg(process.pid, signal.SIGINT)
-    _, stderr = process.communicate(timeout=120)
-    assert process.returncode == 130 and "stopped by SIGINT: the jobs that were running saved their runs" in stderr
+    script = (
+        "import sys\nfrom nmt import UserError\nfrom nmt.study.sweep import sweep\ntry:\n"
+        f"    sweep(['sutskever'], [1, 2, 3], {overrides!r}, __import__('pathlib').Path({str(sweep)!r}), "
+        "'joblib', 2)\nexcept UserError as error:\n    sys.exit(f'error: {error}')\n"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )  # as a shell's job
+    logs = [sweep / "sutskever" / f"seed{seed}" / "train.log" for seed in (1, 2)]
+    try:
+        deadline = time.monotonic() + 120
+        while not all(log.is_file() and "validation at step" in log.read_text() for log in logs):  # both training
+            assert time.monotonic() < deadline and process.poll() is None, process.communicate()
+            time.sleep(0.2)
+        os.killpg(process.pid, signal.SIGINT)
+        _, stderr = process.communicate(timeout=120)
+    finally:  # nothing left training if the sweep did not stop
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+    assert "stopped by SIGINT: the jobs that were running saved their runs" in stderr, stderr
+    assert process.returncode == 1 and "3 of 3 runs of the sweep did not finish" in stderr
     for log in logs:
         step = int(re.search(r"interrupted at step (\d+);", log.read_text()).group(1))
         assert checkpoint.load(log.parent / "last.pt")["progress"]["step"] == step  # its last update, saved
         assert not list(log.parent.glob(".*.tmp"))
     assert "seed3: not started: the sweep was stopped by SIGINT" in stderr
-    assert not (sweep / "seed3" / "provenance.json").exists()
+    assert not (sweep / "sutskever" / "seed3" / "provenance.json").exists()
 
 
 def test_a_finished_run_is_kept_only_with_the_settings_asked_for_today(tmp_path):

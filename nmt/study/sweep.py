@@ -12,8 +12,10 @@ as if it had today's, beside seeds that do (`check_finished` refuses it, naming 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -118,9 +120,22 @@ def sweep(variants: list[str], seeds: list[int], overrides: list[str], folder: P
         elif launcher == "slurm":
             command += ["hydra/launcher=slurm"]
         print("train.py " + " ".join(command[3:]), flush=True)
-        if subprocess.run(command, cwd=ROOT).returncode != 0:
+        if waited(command) != 0:
             raise UserError(failures(runs, folder))
     return [run_dir for _, _, run_dir in runs]
+
+
+def waited(command: list[str]) -> int:
+    """Run `command` to its end and return its exit status. Ctrl-C reaches it and this process at once; this process
+    waits for it to save and stop (`nmt.experiment.FailedJobs`) instead of killing it, as `subprocess.run` would."""
+    process = subprocess.Popen(command, cwd=ROOT)
+    main = threading.current_thread() is threading.main_thread()  # signals reach the main thread only
+    previous = signal.signal(signal.SIGINT, lambda *_: None) if main else None  # not SIG_IGN: the child inherits that
+    try:
+        return process.wait()
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, previous)
 
 
 def recorded(records: Path, variants: list[str], seeds: list[int], overrides: list[str]) -> set[tuple[str, int]]:
