@@ -188,13 +188,15 @@ class FailedJobs(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         self.started = datetime.datetime.now().timestamp()
-        self.handlers = {}
+        SweepStop.signal_number, self.handlers = 0, {}
         if threading.current_thread() is threading.main_thread():  # signals reach the main thread only
             self.handlers = {number: signal.signal(number, self.stop) for number in (signal.SIGINT, signal.SIGTERM)}
 
     def stop(self, signal_number: int, frame) -> None:
         SweepStop.signal_number = signal_number
         signal.signal(signal.SIGINT, self.handlers[signal.SIGINT])
+        print(f"{signal.Signals(signal_number).name}: the running jobs save their runs and stop, no other job starts "
+              "(Ctrl-C again stops at once)", file=sys.stderr, flush=True)  # fmt: skip
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         for number, handler in self.handlers.items():

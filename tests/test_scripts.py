@@ -379,6 +379,7 @@ def test_ctrl_c_stops_a_joblib_sweep_and_every_running_job_saves_its_last_update
     finally:  # nothing left training if the sweep did not stop
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
+    assert "SIGINT: the running jobs save their runs and stop, no other job starts" in stderr  # said at once
     assert "stopped by SIGINT: the jobs that were running saved their runs" in stderr, stderr
     assert process.returncode == 1 and "3 of 3 runs of the sweep did not finish" in stderr
     for log in logs:
