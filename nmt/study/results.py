@@ -69,7 +69,8 @@ def runs_line(record: dict) -> str:
     machines = sorted({m for r in runs for m in r["provenance"]["machines"]})
     first, last = (d[:16].replace("T", " ") for d in (dates[0], dates[-1])) if dates else ("", "")
     span = f"{first} to {last} UTC" if dates else "at dates not recorded"
-    return (f"{len(runs)} runs, `{record['command']}`, trained {span} at commit{'s' * (len(commits) != 1)} "
+    return (f"{len(runs)} run{'s' * (len(runs) != 1)}, `{record['command']}`, trained {span} at "
+            f"commit{'s' * (len(commits) != 1)} "
             f"{', '.join(c[:7] for c in commits) or 'not recorded'} "
             f"on {'; '.join(machines) or 'a machine not recorded'}, torch {record['torch']}, sacreBLEU "
             f"`{record['signatures'].get('BLEU', '')}`.")  # fmt: skip
