@@ -229,22 +229,36 @@ def record_one(run: Path, records: Path, beam: int, cache: dict | None = None) -
     return path
 
 
-class RecordRun(Callback):
-    """A Hydra callback that `recorded_sweep` gives its `train.py -m`: each job, as it ends, records its finished run
-    (`record_one`) in its own process, so that a run finished on a machine is kept in `records` even if the sweep
-    never ends there. A run it cannot record is left to the sweep's end (`record_runs`), with a warning."""
+class OnFinishedRun(Callback):
+    """A Hydra callback that keeps something of each job's finished run (`keep`), in the job's own process, as the job
+    ends: what it cannot keep is left to the sweep's end, with a warning (the run itself is safe)."""
 
-    def __init__(self, records: str, beam: int):
-        self.records, self.beam = Path(records), beam
+    done = "kept"  # for the warning
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs) -> None:
         run = Path(config.hydra.runtime.output_dir)
         if job_return.status != JobStatus.COMPLETED or not (run / "results.json").is_file():
             return
         try:
-            record_one(run, self.records, self.beam)
-        except Exception as error:  # the run itself is safe; the sweep's end tries again  # noqa: BLE001
-            logging.getLogger(__name__).warning("%s: not recorded yet (%s)", run, error)
+            self.keep(run)
+        except Exception as error:  # noqa: BLE001
+            logging.getLogger(__name__).warning("%s: not %s yet (%s)", run, self.done, error)
+
+    def keep(self, run: Path) -> None:
+        raise NotImplementedError
+
+
+class RecordRun(OnFinishedRun):
+    """The callback `recorded_sweep` gives its `train.py -m`: each job records its finished run (`record_one`), so
+    that a run finished on a machine is kept in `records` even if the sweep never ends there."""
+
+    done = "recorded"
+
+    def __init__(self, records: str, beam: int):
+        self.records, self.beam = Path(records), beam
+
+    def keep(self, run: Path) -> None:
+        record_one(run, self.records, self.beam)
 
 
 def record_callback(records: Path, beam: int) -> list[str]:

@@ -10,13 +10,9 @@ are ours, so a lab record keeps the translations of the length test set.
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 
 import sacrebleu
-from hydra.core.utils import JobReturn, JobStatus
-from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
 
 from nmt.alignment import attention_report, read_gold
 from nmt.config import GrammarOptions
@@ -26,6 +22,7 @@ from nmt.evaluate import alignment_map_of, corpus_of
 from nmt.experiment import read_provenance
 from nmt.paths import write_text
 from nmt.sample import generate_aligned, write_aligned
+from nmt.study.comparison import OnFinishedRun
 from nmt.study.lab import BUCKETS
 
 LAB_SUFFIX = ".lab.json"
@@ -100,21 +97,16 @@ def measure_one(run: Path, records: Path, long_set: tuple[Path, Path, Path]) -> 
     return path
 
 
-class MeasureRun(Callback):
-    """A Hydra callback that the lab's `train.py -m` gets: each job, as it ends, measures its finished run
-    (`measure_one`) in its own process. A run it cannot measure is left to the lab's end, with a warning."""
+class MeasureRun(OnFinishedRun):
+    """The callback the lab's `train.py -m` gets: each job measures its finished run (`measure_one`) as it ends."""
+
+    done = "measured"
 
     def __init__(self, records: str, long_set: list[str]):
         self.records, self.long_set = Path(records), tuple(Path(p) for p in long_set)
 
-    def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs) -> None:
-        run = Path(config.hydra.runtime.output_dir)
-        if job_return.status != JobStatus.COMPLETED or not (run / "results.json").is_file():
-            return
-        try:
-            measure_one(run, self.records, self.long_set)
-        except Exception as error:  # the run itself is safe; the lab's end tries again
-            logging.getLogger(__name__).warning("%s: not measured yet (%s)", run, error)
+    def keep(self, run: Path) -> None:
+        measure_one(run, self.records, self.long_set)
 
 
 def measure_callback(records: Path, long_set: tuple[Path, Path, Path]) -> list[str]:
