@@ -46,8 +46,10 @@ lab: install
 
 # What README.md and docs/results.md report, 3 seeds each, from one commit: the claims' variants, the four families at
 # README's budget, the lab, the other variants (scripts/results.py; about 20 hours on 2 cores; rerunning continues).
-# Then results/*.json and the tables between markers in README.md and docs/results.md (tests/test_results.py checks
-# them). PARTS=main runs one part; `make results-tables` only renders the tables again from results/*.json.
+# Each run is recorded in results/runs/ as it finishes (commit them: a later `make results`, on any machine, trains
+# only the runs without a record). Then results/*.json and the tables between markers in README.md and
+# docs/results.md (tests/test_results.py checks them). PARTS=main runs one part; `make results-tables` only renders
+# the tables again from results/*.json.
 PARTS ?= claims,main,lab,others
 results: install
 	$(BIN)/python scripts/results.py --parts $(PARTS) --seeds 3 $(if $(DATA_DIR),--extra data.dir=$(abspath $(DATA_DIR)),)
