@@ -15,6 +15,7 @@ from nmt import Interrupted, UserError, distributed
 from nmt.config import register
 from nmt.experiment import FAILED, SweepStop, train
 from nmt.paths import write_text
+from nmt.study.sweep import skip_recorded
 
 log = logging.getLogger("nmt")
 register()  # the dataclasses of nmt/config.py, which configs/*.yaml fill in
@@ -27,6 +28,9 @@ def main(cfg: DictConfig) -> float:
     if sweep and SweepStop.signal_number:  # the sweep was stopped: no job starts after that
         stopped_by = signal.Signals(SweepStop.signal_number).name
         return failed_job(output_dir, f"not started: the sweep was stopped by {stopped_by}")
+    if sweep and (record := skip_recorded(HydraConfig.get(), output_dir)):
+        log.info("%s: recorded already in %s; not trained again", output_dir, record)
+        return float("nan")
     try:
         results = train(cfg, output_dir)
     except (UserError, OmegaConfBaseException) as error:

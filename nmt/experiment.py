@@ -74,7 +74,7 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
         if "trainer.lr" in changes:
             set_lr(trainer.optimizer, trainer.schedule, settings.trainer.lr)
     if distributed.is_main():  # every check passed: this invocation trains
-        record_provenance(run_dir, where)
+        record_provenance(run_dir, where, trainer.precision.name)
     if trainer.train() == "interrupted":
         trainer.log.close()
         how = "the sweep's command again" if in_sweep() else f"trainer.resume=true hydra.run.dir={run_dir}"
@@ -248,14 +248,15 @@ def code_version(root: Path = REPOSITORY) -> dict:
 LOADED = code_version()  # the commit of the code this process loaded (at import: see the model imports above)
 
 
-def record_provenance(run_dir: Path, where: torch.device) -> None:
-    """Append this invocation (commit, time, machine, torch) to run_dir/provenance.json: a resumed run lists each.
+def record_provenance(run_dir: Path, where: torch.device, precision: str = "") -> None:
+    """Append this invocation (commit, time, machine, torch, the precision it trained in) to run_dir/provenance.json:
+    a resumed run lists each.
     The commit is the one checked out when this process loaded the code, not when the run starts."""
     path = run_dir / "provenance.json"
     machine = torch.cuda.get_device_name(where) if where.type == "cuda" else cpu_name()
     entry = {**LOADED, "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
              "machine": machine, "platform": platform.platform(), "torch": torch.__version__,
-             "threads": torch.get_num_threads()}  # fmt: skip
+             "threads": torch.get_num_threads(), "precision": precision}  # fmt: skip
     history = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
     temporary = path.with_name(".provenance.json.tmp")
     temporary.write_text(json.dumps([*history, entry], indent=1) + "\n", encoding="utf-8")
@@ -272,7 +273,8 @@ def read_provenance(run_dir: Path) -> dict:
         return {"commits": sorted({e["commit"] + ("+changes" if e["uncommitted_changes"] else "")
                                    for e in entries if e["commit"]}),
                 "dates": [e["started"] for e in entries],
-                "machines": sorted({e["machine"] for e in entries})}  # fmt: skip
+                "machines": sorted({e["machine"] + (f" ({e['precision']})" if e.get("precision") else "")
+                                    for e in entries})}  # fmt: skip
     records = sorted(p.name for p in run_dir.glob(".hydra/*") if p.is_dir())  # .hydra/<%Y-%m-%d_%H-%M-%S>
     dates = [f"{day}T{time.replace('-', ':')}" for day, time in (r.split("_") for r in records)]
     return {"commits": [], "dates": dates, "machines": []}  # the commit was not recorded

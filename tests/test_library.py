@@ -99,8 +99,9 @@ def test_a_process_loads_every_model_at_once_and_records_the_commit_it_loaded(tm
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     assert experiment.LOADED["commit"] == (head or None)
     monkeypatch.setattr(experiment, "code_version", lambda: {"commit": "checked out later"})
-    experiment.record_provenance(tmp_path, torch.device("cpu"))
+    experiment.record_provenance(tmp_path, torch.device("cpu"), "bf16")
     assert json.loads((tmp_path / "provenance.json").read_text())[0]["commit"] == experiment.LOADED["commit"]
+    assert experiment.read_provenance(tmp_path)["machines"] == [f"{experiment.cpu_name()} (bf16)"]  # its precision
 
 
 def test_the_code_version_counts_changes_to_code_not_to_results_or_their_markdown(tmp_path):

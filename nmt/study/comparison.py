@@ -33,7 +33,7 @@ from nmt.plot import legend_beside, lines_figure, panels_figure
 from nmt.resume import BUDGET, changes
 from nmt.study.claims import BASELINE, check_claims
 from nmt.study.significance import MIN_SEEDS, Evidence, Scored, detectable, p_value, pooled_sd, seeded_tests
-from nmt.study.sweep import recorded, saved_settings, sweep
+from nmt.study.sweep import RECORD_SUFFIX, record_path, recorded, saved_settings, sweep
 
 # The variants of `scripts/compare.py --train`, in the order they train: configs/variant/<name>.yaml, each a few
 # train.py overrides.
@@ -184,10 +184,9 @@ def attention_panel(translator: Translator, alignment_map: str, pairs: list[tupl
     return {"source": source.split(), "target": target.split(), "weights": matrices[key][0].tolist()}
 
 
-# A finished run's record: what `describe` says of it, with its test output as sufficient statistics per sentence
-# (no text of the corpus), its attention on the figure's sentence and where it was trained. make results keeps the
-# records under results/runs/, so that a part's report is made again on a machine that holds none of its runs.
-RECORD_SUFFIX = ".record.json"
+# A finished run's record (RECORD_SUFFIX): what `describe` says of it, with its test output as sufficient statistics
+# per sentence (no text of the corpus), its attention on the figure's sentence and where it was trained. make results
+# keeps the records under results/runs/, so that a part's report is made again on a machine that holds none of its runs.
 
 
 def save_record(run: dict, path: Path) -> None:
@@ -214,7 +213,7 @@ def recorded_sweep(variants: list[str], seeds: list[int], overrides: list[str], 
     done = recorded(records, variants, seeds, overrides)
     if done:
         print(f"kept from {records}: {', '.join(f'{v} seed {s}' for v, s in sorted(done))}", flush=True)
-    sweep(variants, seeds, overrides, folder, launcher, jobs, done, [*record_callback(records, beam), *hydra])
+    sweep(variants, seeds, overrides, folder, launcher, jobs, done, [*record_callback(records, beam), *hydra], records)
     record_runs(folder, records, beam)  # any run its job's callback could not record
     return [records / variant / f"seed{seed}{RECORD_SUFFIX}" for seed in seeds for variant in variants]
 
@@ -222,7 +221,7 @@ def recorded_sweep(variants: list[str], seeds: list[int], overrides: list[str], 
 def record_one(run: Path, records: Path, beam: int, cache: dict | None = None) -> Path:
     """The record of the finished run in `run` (<variant>/seed<N>), written to records/<variant>/seed<N>.record.json
     unless it is there."""
-    path = records / run.parent.name / f"{run.name}{RECORD_SUFFIX}"
+    path = record_path(records, run)
     if not path.is_file():
         save_record(describe(run, {} if cache is None else cache, beam), path)
         print(f"recorded {run} in {path}", flush=True)

@@ -95,12 +95,19 @@ def check_finished(runs: list[tuple[str, list[str], Path]]) -> None:
 
 
 def sweep(variants: list[str], seeds: list[int], overrides: list[str], folder: Path, launcher: str = "basic",
-          jobs: int = 1, done: set[tuple[str, int]] = frozenset(), hydra: list[str] = ()) -> list[Path]:  # fmt: skip
+          jobs: int = 1, done: set[tuple[str, int]] = frozenset(), hydra: list[str] = (),
+          records: Path | None = None) -> list[Path]:  # fmt: skip
     """Train every variant (configs/variant/<name>.yaml) with every seed, seed by seed, as one `train.py -m` into
     folder/<variant>/seed<N>, through Hydra's `launcher`: `basic` (one after another), `joblib` (`jobs` at once on
     this machine, each with cores / jobs torch threads) or `slurm`; the (variant, seed) runs of `done` (kept
     elsewhere: `recorded`) are not trained; `hydra`: more of Hydra's own options (a callback). Returns the run
-    directories trained."""
+    directories trained.
+
+    A `train.py -m` sweeps a rectangle (variants x seeds), and the runs still to train after some were recorded may
+    not be one: each rectangle is then its own `train.py -m`, one after another. With the joblib launcher that would
+    leave cores idle (a rectangle of one run trains alone), so when `done` are the runs recorded in `records` (whose
+    callback `hydra` passes, `record_callback`), one `train.py -m` sweeps the rectangle around every run to train and
+    the job of a run recorded already returns at once (`skip_recorded`)."""
     runs = [(f"{variant} seed {seed}", [f"variant={variant}", *overrides, f"seed={seed}"],
              folder / variant / f"seed{seed}") for seed in seeds for variant in variants
             if (variant, seed) not in done]  # fmt: skip
@@ -109,6 +116,9 @@ def sweep(variants: list[str], seeds: list[int], overrides: list[str], folder: P
     for seed in seeds:
         if needed := tuple(v for v in variants if (v, seed) not in done):
             grid.setdefault(needed, []).append(seed)
+    if launcher == "joblib" and records is not None and len(grid) > 1:  # one rectangle: no core waits for another
+        needed = tuple(v for v in variants if any(v in rectangle for rectangle in grid))
+        grid = {needed: sorted(seed for rectangle_seeds in grid.values() for seed in rectangle_seeds)}
     subdir = "${hydra:runtime.choices.variant}/seed${seed}"  # resolved by Hydra for each job
     for needed, grid_seeds in grid.items():  # one `train.py -m` per rectangle of the grid
         command = [sys.executable, str(ROOT / "train.py"), "-m", f"seed={','.join(map(str, grid_seeds))}",
@@ -116,7 +126,12 @@ def sweep(variants: list[str], seeds: list[int], overrides: list[str], folder: P
                    f"hydra.sweep.dir={folder}", f"hydra.sweep.subdir={subdir}", *hydra]  # fmt: skip
         if launcher == "joblib":
             threads = max(1, (os.cpu_count() or 1) // jobs)
-            command += ["hydra/launcher=joblib", f"hydra.launcher.n_jobs={jobs}", f"trainer.threads={threads}"]
+            command += [
+                "hydra/launcher=joblib",
+                f"hydra.launcher.n_jobs={jobs}",
+                f"trainer.threads={threads}",
+                "hydra.launcher.batch_size=1",
+            ]  # joblib's auto batching would queue runs behind skipped jobs
         elif launcher == "slurm":
             command += ["hydra/launcher=slurm"]
         print("train.py " + " ".join(command[3:]), flush=True)
@@ -138,6 +153,25 @@ def waited(command: list[str]) -> int:
             signal.signal(signal.SIGINT, previous)
 
 
+# A finished run's record (nmt.study.comparison.save_record): records/<variant>/seed<N>.record.json
+RECORD_SUFFIX = ".record.json"
+
+
+def record_path(records: Path, run_dir: Path) -> Path:
+    """Where the run trained in `run_dir` (<variant>/seed<N>) is recorded under `records`."""
+    return records / run_dir.parent.name / f"{run_dir.name}{RECORD_SUFFIX}"
+
+
+def skip_recorded(hydra_config: DictConfig, output_dir: str) -> Path | None:
+    """The record of a sweep job's run when the sweep records its runs (`RecordRun`, under `records`) and has it
+    already (`sweep`'s rectangle around the runs to train): train.py then does not train it again."""
+    options = hydra_config.get("callbacks", {}).get("record")
+    if not options or "records" not in options:
+        return None
+    path = record_path(Path(options.records), Path(output_dir))
+    return path if path.is_file() else None
+
+
 def recorded(records: Path, variants: list[str], seeds: list[int], overrides: list[str]) -> set[tuple[str, int]]:
     """The (variant, seed) runs that have a record under `records` (<variant>/seed<N>.record.json, written by
     `nmt.study.comparison.save_record` when the run finished, wherever that was); a record of a run trained with
@@ -147,7 +181,7 @@ def recorded(records: Path, variants: list[str], seeds: list[int], overrides: li
     found, reasons = set(), []
     for variant in variants:
         for seed in seeds:
-            path = records / variant / f"seed{seed}.record.json"
+            path = records / variant / f"seed{seed}{RECORD_SUFFIX}"
             if path.is_file():
                 saved = upgrade(json.loads(path.read_text(encoding="utf-8"))["config"])
                 reasons.append(stale(f"{variant} seed {seed} ({path})", [f"variant={variant}", *overrides,
