@@ -265,19 +265,23 @@ def record_provenance(run_dir: Path, where: torch.device, precision: str = "") -
 
 def read_provenance(run_dir: Path) -> dict:
     """The commits, start times and machines of a run's invocations (run_dir/provenance.json, which train.py
-    appends to). A run started before train.py recorded them has its dates from Hydra's records and no commit: the
-    commit checked out at that time need not be the code a long-lived worker process had loaded."""
+    appends to), and when it finished (its results.json written). A run started before train.py recorded them has
+    its dates from Hydra's records and no commit: the commit checked out at that time need not be the code a
+    long-lived worker process had loaded."""
     path = run_dir / "provenance.json"
+    results = run_dir / "results.json"
+    finished = {"finished": datetime.datetime.fromtimestamp(results.stat().st_mtime, datetime.timezone.utc)
+                .isoformat(timespec="seconds")} if results.is_file() else {}  # fmt: skip
     if path.is_file():
         entries = json.loads(path.read_text(encoding="utf-8"))
-        return {"commits": sorted({e["commit"] + ("+changes" if e["uncommitted_changes"] else "")
-                                   for e in entries if e["commit"]}),
+        return finished | {"commits": sorted({e["commit"] + ("+changes" if e["uncommitted_changes"] else "")
+                                              for e in entries if e["commit"]}),
                 "dates": [e["started"] for e in entries],
                 "machines": sorted({e["machine"] + (f" ({e['precision']})" if e.get("precision") else "")
                                     for e in entries})}  # fmt: skip
     records = sorted(p.name for p in run_dir.glob(".hydra/*") if p.is_dir())  # .hydra/<%Y-%m-%d_%H-%M-%S>
     dates = [f"{day}T{time.replace('-', ':')}" for day, time in (r.split("_") for r in records)]
-    return {"commits": [], "dates": dates, "machines": []}  # the commit was not recorded
+    return finished | {"commits": [], "dates": dates, "machines": []}  # the commit was not recorded
 
 
 def set_seed(seed: int) -> None:

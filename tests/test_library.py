@@ -102,6 +102,10 @@ def test_a_process_loads_every_model_at_once_and_records_the_commit_it_loaded(tm
     experiment.record_provenance(tmp_path, torch.device("cpu"), "bf16")
     assert json.loads((tmp_path / "provenance.json").read_text())[0]["commit"] == experiment.LOADED["commit"]
     assert experiment.read_provenance(tmp_path)["machines"] == [f"{experiment.cpu_name()} (bf16)"]  # its precision
+    assert "finished" not in experiment.read_provenance(tmp_path)
+    (tmp_path / "results.json").write_text("{}")
+    finished = experiment.read_provenance(tmp_path)["finished"]  # when the run ended, for the tables' dates
+    assert finished >= json.loads((tmp_path / "provenance.json").read_text())[0]["started"]
 
 
 def test_the_code_version_counts_changes_to_code_not_to_results_or_their_markdown(tmp_path):

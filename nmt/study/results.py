@@ -62,10 +62,11 @@ def spread(values: list[float], digits: int = 2) -> str:
 
 
 def runs_line(record: dict) -> str:
-    """Where the figures come from: the command, the runs' commits and dates, the machine."""
+    """Where the figures come from: the command, the runs' commits and dates (from the first start to the last end,
+    where the runs recorded when they ended), the machine."""
     runs = [r for v in record["variants"].values() for r in v["runs"]]
     commits = sorted({c for r in runs for c in r["provenance"]["commits"]})
-    dates = sorted(d for r in runs for d in r["provenance"]["dates"])
+    dates = sorted(d for r in runs for d in [*r["provenance"]["dates"], r["provenance"].get("finished")] if d)
     machines = sorted({m for r in runs for m in r["provenance"]["machines"]})
     first, last = (d[:16].replace("T", " ") for d in (dates[0], dates[-1])) if dates else ("", "")
     span = f"{first} to {last} UTC" if dates else "at dates not recorded"
