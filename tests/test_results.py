@@ -28,9 +28,9 @@ def record(variants: dict[str, list[float]]) -> dict:
     """A compare.json of made-up runs: {name: each seed's test BLEU}."""
     runs = {name: [{"seed": 1234 + k, "valid_bleu": b - 1, "test_bleu": b - 0.5, "test_bleu_beam": b,
                     "test_chrf": b + 20, "updates": 100, "parameters": 1000, "budget": "1e+14 FLOPs",
-                    "compute_curve": [[0.1, 2.5, b - 1]],
+                    "compute_curve": [[0.1, 2.5, b - 1]], "petaflops": 0.1, "config": {"trainer": {"patience": 5}},
                     "provenance": {"commits": ["abcdef1234"], "dates": ["2026-11-24T10:00:00"],
-                                   "machines": ["a CPU"]}}
+                                   "finished": "2026-11-24T11:30:00", "machines": ["a CPU (fp32)"]}}
                    for k, b in enumerate(bleus)] for name, bleus in variants.items()}  # fmt: skip
     return {"command": "python scripts/compare.py x", "torch": "2.13.0", "signatures": {"BLEU": "nrefs:1|tok:13a"},
             "power": "Test BLEU moves by 1.00 from one seed to the next.", "best": "bahdanau (additive)",
@@ -49,13 +49,24 @@ def test_tables_render_from_the_json_and_say_where_the_runs_come_from(tmp_path):
     main = results.main_table(tmp_path)
     rows = [line for line in main.splitlines() if line.startswith("| ") and "seeds" not in line]
     assert rows[0].startswith("| bahdanau (additive) | 3 | 1,000 | 30.00 ± 1.00 | 30.50 ± 1.00 | 31.00 ± 1.00 |")
-    assert "at commit abcdef1 on a CPU, torch 2.13.0" in main and "2026-11-24 10:00 to 2026-11-24 10:00 UTC" in main
-    assert "| 2.5 ± 0.0 | 100 |" in rows[0]
+    assert "at commit abcdef1 on a CPU (fp32), torch 2.13.0" in main
+    assert "trained 2026-11-24 10:00 to 2026-11-24 11:30 UTC" in main  # from the first start to the last end
+    assert "| 2.5 ± 0.0 | 100 | 0.10 ± 0.00 |" in rows[0]
+    assert "1e+14 FLOPs each, or less where valid BLEU did not improve in 5 validations in a row" in main
     compare = results.compare_table(tmp_path)
     assert "| +10.00 [+9.00, +11.00] 0.0002 |" in compare and "Best on valid: bahdanau (additive)" in compare
     claims = results.claims_table(tmp_path)
     assert "| **supported** | +10.00 BLEU |" in claims and claims.count("Test BLEU moves by 1.00") == 1
     assert "| **supported** | +10.00 BLEU |" in results.render("claims_short", tmp_path)  # no comparisons: as is
+    interval = {"delta": 2.0, "low": 1.0, "high": 3.0}
+    two = {"claim": "c", "comparisons": [interval, {**interval, "delta": -1.0, "low": -2.5}]}
+    assert results.brief(two) == "2 comparisons, BLEU: +2.00 [+1.00, +3.00], -1.00 [-2.50, +3.00]"
+    three = {**two, "comparisons": [*two["comparisons"], {"delta": 4.0, "low": 3.5, "high": 4.5}]}
+    assert results.brief(three) == "3 comparisons, BLEU: -1.00 to +4.00, their 95% intervals within [-2.50, +4.50]"
+    above = {**three, "comparisons": [c | {"low": c["delta"] - 0.5} for c in three["comparisons"][::2]] * 2}
+    assert results.brief(above).endswith("+2.00 to +4.00, every 95% interval above 0 (the lowest bound +1.50)")
+    below = {**three, "comparisons": [{"delta": -d, "low": -d - 1, "high": -d + 0.5} for d in (2.0, 3.0, 4.0)]}
+    assert results.brief(below).endswith("-4.00 to -2.00, every 95% interval below 0 (the highest bound -1.50)")
     assert "Not run yet: `make results` writes results/lab.json" in results.lab_table(tmp_path)
 
 

@@ -136,7 +136,7 @@ def main_table(folder: Path = RESULTS) -> str:
     if record is None:
         return missing("main")
     lines = ["| model | seeds | parameters | valid BLEU | test BLEU greedy | test BLEU beam 5 | chrF (beam 5) | "
-             "epochs | updates |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+             "epochs | updates | PFLOP trained |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     ranked = sorted(record["variants"].items(), key=lambda item: -item[1]["mean_valid_bleu"])
     for name, variant in ranked:
         runs = variant["runs"]
@@ -145,20 +145,36 @@ def main_table(folder: Path = RESULTS) -> str:
             f"| {name} | {len(runs)} | {runs[0]['parameters']:,} | {spread([r['valid_bleu'] for r in runs])} | "
             f"{spread([r['test_bleu'] for r in runs])} | {spread([r['test_bleu_beam'] for r in runs])} | "
             f"{spread([r['test_chrf'] for r in runs])} | {spread(epochs, 1) if epochs else '-'} | "
-            f"{statistics.mean(r['updates'] for r in runs):,.0f} |"
+            f"{statistics.mean(r['updates'] for r in runs):,.0f} | {spread([r['petaflops'] for r in runs])} |"
         )
-    budget = sorted({r["budget"] for v in record["variants"].values() for r in v["runs"]})
-    return "\n".join([*lines, "", f"Budget: {'; '.join(budget)} each; rows in order of valid BLEU; mean ± standard "
-                      f"deviation over seeds. {runs_line(record)}", ""])  # fmt: skip
+    every = [r for v in record["variants"].values() for r in v["runs"]]
+    budget = sorted({r["budget"] for r in every})
+    patience = sorted({r["config"]["trainer"]["patience"] for r in every})
+    early = (f", or less where valid BLEU did not improve in {' or '.join(map(str, patience))} validations in a row "
+             "(`trainer.patience`)") if any(patience) else ""  # fmt: skip
+    return "\n".join([*lines, "", f"Budget: {'; '.join(budget)} each{early}; rows in order of valid BLEU; mean ± "
+                      f"standard deviation over seeds. {runs_line(record)}", ""])  # fmt: skip
 
 
 def brief(claim: dict) -> str:
-    """A claim's differences with their intervals, without the variants' names (docs/results.md has those)."""
+    """A claim's differences with their intervals, without the variants' names (docs/results.md has those); of more
+    than two, their range and the range their intervals span."""
     if not claim.get("comparisons"):
         return claim["evidence"]
     unit = "AER" if "AER" in claim["claim"] else "BLEU"
-    count = len(claim["comparisons"])
-    differences = ", ".join(f"{c['delta']:+.2f} [{c['low']:+.2f}, {c['high']:+.2f}]" for c in claim["comparisons"])
+    comparisons = claim["comparisons"]
+    count = len(comparisons)
+    if count > 2:
+        deltas = sorted(c["delta"] for c in comparisons)
+        lows, highs = [c["low"] for c in comparisons], [c["high"] for c in comparisons]
+        if min(lows) > 0:
+            intervals = f"every 95% interval above 0 (the lowest bound {min(lows):+.2f})"
+        elif max(highs) < 0:
+            intervals = f"every 95% interval below 0 (the highest bound {max(highs):+.2f})"
+        else:
+            intervals = f"their 95% intervals within [{min(lows):+.2f}, {max(highs):+.2f}]"
+        return f"{count} comparisons, {unit}: {deltas[0]:+.2f} to {deltas[-1]:+.2f}, {intervals}"
+    differences = ", ".join(f"{c['delta']:+.2f} [{c['low']:+.2f}, {c['high']:+.2f}]" for c in comparisons)
     return f"{count} comparison{'s' * (count != 1)}, {unit}: {differences}"
 
 
