@@ -168,6 +168,12 @@ def test_the_parts_table_says_which_parts_of_make_results_are_complete(tmp_path)
     every = {variant: [1234, 1235, 1236, 1237] for variant in results.CLAIM_VARIANTS}  # a 4th seed counts as 3
     (tmp_path / "compare.json").write_text(json.dumps({"finished": every}))
     assert "| claims | 7 variants, 1e14 FLOPs each | **complete**: 21 runs |" in results.render("parts", tmp_path)
+    lab = "| lab | the attention variants on the sample grammar |"
+    assert f"{lab} no runs yet; its table is written when all its runs end |" in results.render("parts", tmp_path)
+    for variant, seed in (("lab_bahdanau", 1234), ("lab_bahdanau", 1235), ("lab_sutskever", 1234)):
+        (runs / "lab" / variant).mkdir(parents=True, exist_ok=True)
+        (runs / "lab" / variant / f"seed{seed}.record.json").write_text("{}")  # the lab's records so far
+    assert f"{lab} 3 of 48 runs; its table is written when all its runs end |" in results.render("parts", tmp_path)
 
 
 def test_readme_shows_the_main_runs_figures_once_made_and_the_claims_parts_until_then(tmp_path):

@@ -92,7 +92,7 @@ def finished(runs: Path) -> dict[str, list[int]]:
     return {variant: sorted(seeds) for variant, seeds in sorted(found.items())}
 
 
-UNFINISHED = "not finished (its table is written when all its runs end)"
+UNFINISHED = "its table is written when all its runs end"
 
 
 def complete(finished: dict[str, list[int]], wanted: list[str]) -> bool:
@@ -118,11 +118,14 @@ def parts_table(folder: Path = RESULTS) -> str:
     compared = {variant: len(seeds) for variant, seeds in (compare or {}).get("finished", {}).items()}
     families = {family: len(seeds) for family, seeds in (main or {}).get("finished", {}).items()}
     lab_runs = {r["name"]: len(r["seeds"]) for r in (lab or {}).get("results", [])}
+    lab_variants = sorted(p.stem for p in (ROOT / "configs" / "variant").glob("lab_*.yaml"))
+    recorded = {variant: len(seeds) for variant, seeds in finished(folder / "runs" / "lab").items()}  # so far
     others = [v for v in VARIANTS if v not in CLAIM_VARIANTS]
     rows = [("claims", f"{len(CLAIM_VARIANTS)} variants, 1e14 FLOPs each", part_state(CLAIM_VARIANTS, compared)),
             ("main", f"the {len(FAMILIES)} families' defaults, 5e14 FLOPs each", part_state(FAMILIES, families)),
             ("lab", "the attention variants on the sample grammar",
-             part_state(list(lab_runs), lab_runs) if lab_runs else UNFINISHED),
+             part_state(list(lab_runs), lab_runs) if lab_runs else
+             f"{part_state(lab_variants, recorded)}; {UNFINISHED}"),
             ("others", f"{len(others)} more variants, 1e14 FLOPs each", part_state(others, compared))]  # fmt: skip
     lines = ["| part of `make results` | what | state |", "|---|---|---|"]
     lines += [f"| {part} | {what} | {state} |" for part, what, state in rows]
