@@ -45,7 +45,8 @@ lab: install
 	$(BIN)/python scripts/lab.py --output multirun/lab --seeds $(SEEDS) --launcher joblib --jobs $(COMPARE_JOBS)
 
 # What README.md and docs/results.md report, 3 seeds each, from one commit: the claims' variants, the four families at
-# README's budget, the lab, the other variants (scripts/results.py; about 20 hours on 2 cores; rerunning continues).
+# README's budget, the lab, the other variants (scripts/results.py; about 20 hours on 2 cores with native bf16, several
+# times that in fp32 on a CPU without it; rerunning continues).
 # Each run is recorded in results/runs/ as it finishes (commit them: a later `make results`, on any machine, trains
 # only the runs without a record). Then results/*.json and the tables between markers in README.md and
 # docs/results.md (tests/test_results.py checks them). PARTS=main runs one part; `make results-tables` only renders

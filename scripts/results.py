@@ -15,10 +15,10 @@ The parts, in this order (each resumable: a rerun keeps finished runs with today
           then the comparison's report again
 Runs go to RUNS/compare/runs/<variant>/seed<N>, RUNS/main/runs/<model>/seed<N> and RUNS/lab/runs/...; with
 NMT_DATA_DIR (or --extra data.dir=...) pointing at the Multi30k files on an offline machine. The main part's runs
-take longer than a machine may be kept (about 6 hours on 2 cores): each one that finishes is recorded in
-results/runs/main/<model>/seed<N>.record.json (its figures, curves, attention on our own sentence, provenance, and its
-test output as sacreBLEU's statistics per sentence), which is committed; a later invocation, on any machine, trains
-only the runs without a record and makes the report from the records.
+take longer than a machine may be kept (about 6 hours on 2 cores with native bf16, far longer in fp32): each one that
+finishes is recorded in results/runs/main/<model>/seed<N>.record.json (its figures, curves, attention on our own
+sentence, provenance, and its test output as sacreBLEU's statistics per sentence), which is committed; a later
+invocation, on any machine, trains only the runs without a record and makes the report from the records.
 """
 
 from __future__ import annotations
