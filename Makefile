@@ -63,8 +63,9 @@ results-tables: install
 bench: install
 	$(BIN)/python scripts/benchmark.py $(if $(DATA_DIR),--data-dir $(abspath $(DATA_DIR)),)
 
+# One pytest worker per core (at most 4): most tests start a train.py or decode in a process of its own.
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --maxprocesses 4 --dist worksteal
 
 tensorboard: install
 	$(BIN)/tensorboard --logdir outputs

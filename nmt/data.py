@@ -20,6 +20,7 @@ import torch
 from nmt import UserError
 from nmt.corpus import Pairs
 from nmt.flops import Shape
+from nmt.paths import write_text
 
 log = logging.getLogger(__name__)
 
@@ -116,9 +117,7 @@ def build_vocabulary(
     if paths:
         paths[0].parent.mkdir(parents=True, exist_ok=True)
         for path, model in zip(paths, (source_model, target_model)):
-            temporary = path.with_suffix(".tmp")
-            temporary.write_bytes(model)
-            temporary.replace(path)
+            write_text(path, model)  # jobs that start together may train and write the same models: each whole
     return Vocabulary(source_model, target_model)
 
 

@@ -35,6 +35,7 @@ from nmt.device import capability, cpu_name
 from nmt.device import choose as choose_precision
 from nmt.device import device as find_device
 from nmt.optim import set_lr
+from nmt.paths import write_text
 from nmt.resume import check_changes, checkpoint_to_resume, finished_run
 from nmt.trainer import Trainer
 
@@ -258,9 +259,7 @@ def record_provenance(run_dir: Path, where: torch.device, precision: str = "") -
              "machine": machine, "platform": platform.platform(), "torch": torch.__version__,
              "threads": torch.get_num_threads(), "precision": precision}  # fmt: skip
     history = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
-    temporary = path.with_name(".provenance.json.tmp")
-    temporary.write_text(json.dumps([*history, entry], indent=1) + "\n", encoding="utf-8")
-    temporary.replace(path)
+    write_text(path, json.dumps([*history, entry], indent=1) + "\n")
 
 
 def read_provenance(run_dir: Path) -> dict:

@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import tempfile
 from pathlib import Path
 
 from nmt import UserError
+
+UMASK = os.umask(0o022)
+os.umask(UMASK)  # the process's umask, read once (reading it means setting it)
 
 # A folder holds a training run when it has one of these (or a step<N>.pt); then RUN_FILES name the run's own files.
 RUN_MARKS = ("last.pt", "previous.pt", "best.pt", "results.json")
@@ -71,15 +75,22 @@ def output_file(path: str | Path, option: str, inputs: tuple = (), overwrite: bo
     return path
 
 
-def write_text(path: Path, text: str) -> None:
-    """Write `text` to `path` atomically (a temporary file in the same folder, then a rename), naming the path when
+def write_text(path: Path, text: str | bytes) -> None:
+    """Write `text` (or bytes) to `path` atomically: a temporary file of this writer's own in the same folder, then a
+    rename, so two processes writing one path (two jobs filling one cache) each replace it whole. Names the path when
     the disk refuses."""
-    temporary = path.with_name(f".{path.name}.tmp")
+    data = text.encode("utf-8") if isinstance(text, str) else text
     try:
-        temporary.write_text(text, encoding="utf-8")
-        temporary.replace(path)
+        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as error:
-        temporary.unlink(missing_ok=True)
+        raise UserError(f"{path}: could not write ({error.strerror or error})") from None
+    try:
+        with os.fdopen(handle, "wb") as file:
+            file.write(data)
+        os.chmod(temporary, 0o666 & ~UMASK)  # mkstemp makes it private; the file gets the mode open() would give
+        os.replace(temporary, path)
+    except OSError as error:
+        Path(temporary).unlink(missing_ok=True)
         raise UserError(f"{path}: could not write ({error.strerror or error})") from None
 
 

@@ -38,21 +38,13 @@ from nmt.paths import output_folder  # noqa: E402
 from nmt.plot import legend_beside, lines_figure  # noqa: E402
 from nmt.study.claims import Claim, gap_grows_with_length, local_aligns_better  # noqa: E402
 from nmt.study.comparison import describe_runs, recorded_sweep, summarise, variant_name  # noqa: E402
-from nmt.study.lab import BUCKETS, tables  # noqa: E402
+from nmt.study.lab import BUCKETS, VARIANTS, tables  # noqa: E402
 from nmt.study.lab_measure import LAB_SUFFIX, length_test_set, measure_callback, measure_one  # noqa: E402
 from nmt.study.significance import RESAMPLES, Evidence  # noqa: E402
 from nmt.study.sweep import chosen, launcher_options, settings  # noqa: E402
 
 # What Bahdanau's lab model trained in two minutes alone on a 2-core CPU with native bf16: 432 updates, 9.1e12 FLOPs
 FLOPS = 9e12
-# The variants, in the order they train: configs/variant/lab_<name>.yaml, each the comparison's variant <name> at the
-# lab's size of its family (configs/lab/<family>.yaml); each is named from its config, as `scripts/compare.py` names
-# runs. Luong's defaults (a bidirectional encoder, no input feeding: configs/model/luong.yaml), then the paper's
-# model; the rest of the attention family (docs/attention.md): sparse and hard attention in Bahdanau's model, and the
-# Transformer's sliding window, which the lab's long sentences put to the test.
-VARIANTS = ["sutskever", "bahdanau", "transformer", "luong", "luong_feeding", "luong_paper", "luong_dot",
-            "luong_concat", "luong_location", "luong_local_m", "luong_local_p", "bahdanau_sparsemax",
-            "bahdanau_entmax15", "bahdanau_reinforce", "bahdanau_gumbel", "transformer_window"]  # fmt: skip
 
 
 def figures(results: list[dict], output: Path) -> None:

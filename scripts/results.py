@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from nmt import UserError  # noqa: E402
 from nmt.experiment import read_provenance  # noqa: E402
+from nmt.paths import write_text  # noqa: E402
 from nmt.study import results  # noqa: E402
 from nmt.study.comparison import VARIANTS, record_runs, recorded_sweep  # noqa: E402
 from nmt.study.results import CLAIM_VARIANTS, FAMILIES, PARTS  # noqa: E402
@@ -122,9 +123,7 @@ def relative(path: Path) -> str:
 def write(name: str, record: dict) -> None:
     results.RESULTS.mkdir(exist_ok=True)
     path = results.RESULTS / f"{name}.json"
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(json.dumps(record, indent=1, default=float) + "\n", encoding="utf-8")
-    temporary.replace(path)
+    write_text(path, json.dumps(record, indent=1, default=float) + "\n")
     print(f"wrote {path}", flush=True)
 
 

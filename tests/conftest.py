@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -15,13 +16,15 @@ from nmt.sample import generate
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
-MULTI30K = Path(__import__("os").environ.get("NMT_DATA_DIR") or ROOT.parent / "shared" / "data" / "multi30k")
+MULTI30K = Path(os.environ.get("NMT_DATA_DIR") or ROOT.parent / "shared" / "data" / "multi30k")
 
 MODELS = sorted(p.stem for p in (CONFIGS / "model").glob("*.yaml"))
 ATTENTIONS = sorted(p.stem for p in (CONFIGS / "model" / "attention").glob("*.yaml"))
 
 register()
 torch.set_num_threads(1)  # tiny models: one thread is as fast, and never oversubscribes
+# and so for the train.py and evaluate.py processes tests start: pytest runs one worker per core (make test)
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def compose_config(*overrides: str, config_name: str = "train") -> DictConfig:

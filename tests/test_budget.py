@@ -58,7 +58,8 @@ def test_the_same_seed_and_compute_budget_gives_bit_identical_weights_alone_and_
     command = ["train.py", "data=sample", "model=bahdanau", "data.sizes.train=300", "data.sizes.valid=10",
                "data.sizes.test=10", "model.embedding_size=32", "model.hidden_size=48", "model.readout_size=32",
                "model.attention.attention_size=32", "trainer.max_minutes=0", "trainer.max_flops=4e9",
-               "trainer.validations=2", "trainer.progress=false", f"data.spm_cache={tmp_path / 'spm'}"]  # fmt: skip
+               "trainer.validations=2", "trainer.progress=false", "trainer.num_plots=0",
+               f"data.spm_cache={tmp_path / 'spm'}"]  # fmt: skip
     environment = {**os.environ, "HYDRA_FULL_ERROR": "0"}
     alone = subprocess.run([sys.executable, *command, f"hydra.run.dir={tmp_path / 'alone'}"], cwd=ROOT, text=True,
                            capture_output=True, env=environment)  # fmt: skip

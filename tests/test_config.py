@@ -81,6 +81,7 @@ def test_optuna_sweep_runs_trials_and_reports_the_best(tmp_path):
         [sys.executable, "train.py", "-m", "hydra/sweeper=lr_dropout", "hydra.sweeper.n_trials=2",
          "experiment=demo", "data.sizes.train=300", "data.sizes.valid=10", "data.sizes.test=10", "trainer=debug",
          "trainer.max_steps=2", "trainer.max_minutes=0", "trainer.progress=false", "trainer.test_at_end=false",
+         "trainer.num_plots=0",
          f"data.spm_cache={tmp_path / 'spm'}", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
         cwd=ROOT, capture_output=True, text=True,
     )  # fmt: skip
@@ -126,8 +127,11 @@ def test_every_lab_variant_is_its_comparison_variant_at_the_lab_size_of_its_fami
     which win over the lab recipe's (the Transformer's learning rate)."""
     from omegaconf import OmegaConf
 
+    from nmt.study.lab import VARIANTS as LAB_VARIANTS
+
     variants = sorted(p.stem for p in (CONFIGS / "variant").glob("*.yaml") if not p.stem.startswith("lab_"))
     assert sorted(p.stem[4:] for p in (CONFIGS / "variant").glob("lab_*.yaml")) == variants
+    assert sorted(LAB_VARIANTS) == variants  # the lab trains each, and make results counts each
     for name in variants:
         lab = compose_config("experiment=lab", f"variant=lab_{name}")
         plain = compose_config("experiment=lab", f"variant={name}")

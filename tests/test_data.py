@@ -124,6 +124,27 @@ def test_a_damaged_vocabulary_cache_is_named_and_trained_again(tmp_path, sample_
     assert f"the cached sentencepiece models {cached}" in caplog.text and "training them again" in caplog.text
 
 
+def test_jobs_that_fill_one_vocabulary_cache_at_once_each_write_it_whole(tmp_path):
+    """Two jobs of a sweep start together and train the same sentencepiece models: each writes the cached file
+    through a temporary file of its own, so neither fails nor leaves a mix of the two."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from nmt.paths import write_text
+
+    path = tmp_path / "cache" / "key.src.model"
+    path.parent.mkdir()
+    contents = [bytes([i]) * 200_000 for i in range(8)]
+
+    def fill(content: bytes) -> None:
+        for _ in range(20):
+            write_text(path, content)
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(fill, contents))  # a shared temporary name fails here: a rename of a file another moved away
+    assert path.read_bytes() in contents and [p.name for p in path.parent.iterdir()] == ["key.src.model"]
+    assert path.stat().st_mode & 0o777 == 0o666 & ~__import__("nmt.paths").paths.UMASK
+
+
 def test_batches_respect_the_token_bound_and_masks(sample_splits, sample_vocabulary):
     dataset = ParallelDataset(sample_splits.train, sample_vocabulary)
     sampler = TokenBatchSampler(dataset, max_tokens=300, shuffle=True, seed=3, max_len=30)

@@ -19,7 +19,8 @@ from nmt.rnn import BahdanauSeq2Seq
 from nmt.trainer import Trainer
 
 SMALL = ["experiment=demo", "data.sizes.train=300", "data.sizes.valid=10", "data.sizes.test=10", "trainer=debug",
-         "trainer.max_steps=4", "trainer.valid_every=2", "trainer.progress=false", "model.hidden_size=32",
+         "trainer.max_steps=4", "trainer.valid_every=2", "trainer.progress=false", "trainer.num_plots=0",
+         "model.hidden_size=32",
          "model.embedding_size=16", "model.readout_size=16", "model.attention.attention_size=16"]  # fmt: skip
 
 

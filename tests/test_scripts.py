@@ -232,7 +232,7 @@ def test_the_comparison_trains_seeds_tests_significance_and_resumes(tmp_path, ca
     small = ["--train", "--variants", "sutskever,luong", "--seeds", "2", "--flops", "1.2e9", "--validations", "2",
              "--beam", "2", "--samples", "50", "--trials", "50", "--output", str(tmp_path / "compare"), "--extra",
              "data=sample", "data.sizes.train=300", "data.sizes.valid=10", "data.sizes.test=12",
-             "model.embedding_size=16", "model.hidden_size=24",
+             "model.embedding_size=16", "model.hidden_size=24", "trainer.num_plots=0",
              f"data.spm_cache={tmp_path / 'spm'}"]  # fmt: skip
     script.main(small)
     output = tmp_path / "compare"
@@ -304,7 +304,8 @@ def test_the_joblib_launcher_runs_two_jobs_at_once_and_gives_the_basic_launchers
 
     overrides = ["data=sample", "data.sizes.train=300", "data.sizes.valid=10", "data.sizes.test=10",
                  "model.embedding_size=16", "model.hidden_size=24", "trainer.max_minutes=0", "trainer.max_flops=8e8",
-                 "trainer.validations=2", "trainer.threads=1", f"data.spm_cache={tmp_path / 'spm'}"]  # fmt: skip
+                 "trainer.validations=2", "trainer.threads=1", "trainer.num_plots=0",
+                 f"data.spm_cache={tmp_path / 'spm'}"]  # fmt: skip
     basic = sweep(["sutskever"], [1, 2], overrides, tmp_path / "basic")
     joblib = sweep(["sutskever"], [1, 2], overrides, tmp_path / "joblib", launcher="joblib", jobs=2)
     launched = (tmp_path / "joblib" / "multirun.yaml").read_text()
@@ -321,7 +322,7 @@ def test_a_failing_job_of_a_sweep_lets_the_others_run_and_is_named_with_its_reas
 
     overrides = ["data=sample", "data.sizes.train=300", "data.sizes.valid=10", "data.sizes.test=10",
                  "model.embedding_size=16", "model.hidden_size=25", "trainer.max_flops=4e8", "trainer.validations=1",
-                 f"data.spm_cache={tmp_path / 'spm'}"]  # fmt: skip
+                 "trainer.num_plots=0", f"data.spm_cache={tmp_path / 'spm'}"]  # fmt: skip
     for _ in range(2):  # Luong's bidirectional encoder needs an even size: its job fails, the others finish
         with pytest.raises(UserError) as error:
             sweep(["luong", "sutskever"], [1, 2], overrides, tmp_path / "sweep")
@@ -445,7 +446,7 @@ def test_make_results_records_each_finished_run_and_reports_from_the_records_alo
 
     overrides = ["data=sample", "data.sizes.train=300", "data.sizes.valid=10", "data.sizes.test=12",
                  "model.embedding_size=16", "model.hidden_size=24", "trainer.max_flops=4e8", "trainer.validations=1",
-                 "trainer.progress=false", f"data.spm_cache={tmp_path / 'spm'}"]  # fmt: skip
+                 "trainer.progress=false", "trainer.num_plots=0", f"data.spm_cache={tmp_path / 'spm'}"]  # fmt: skip
     records = tmp_path / "records"
     with monkeypatch.context() as patched:
         patched.setattr(compare, "record_runs", lambda *args: [])  # the job records its run itself, as it ends
@@ -637,7 +638,8 @@ def test_the_lab_trains_scores_alignment_and_length_and_resumes_where_it_stopped
     small = ["--variants", "sutskever,luong_local_m", "--steps", "6", "--minutes", "0", "--per-bucket", "10",
              "--samples", "50", "--trials", "50", "--output", str(tmp_path / "lab"), "--extra",
              "data.sizes.train=300", "data.sizes.valid=10", "data.sizes.test=10", "trainer.valid_every=3",
-             "model.embedding_size=16", "model.hidden_size=24", f"data.spm_cache={tmp_path / 'spm'}"]  # fmt: skip
+             "model.embedding_size=16", "model.hidden_size=24", "trainer.num_plots=0",
+             f"data.spm_cache={tmp_path / 'spm'}"]  # fmt: skip
     lab.main(small)
     report = (tmp_path / "lab" / "report.md").read_text()
     local_m = "luong (general, local_m, no feeding, bidirectional)"  # named from its config

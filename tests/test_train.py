@@ -219,6 +219,7 @@ def test_train_and_evaluate_command_lines_end_to_end(tmp_path, monkeypatch):
     events = EventAccumulator(str(run_dir))
     events.Reload()
     assert {"valid/aer", "valid/entropy/alignment", "valid/diagonality/alignment"} <= set(events.Tags()["scalars"])
+    assert {"valid/attention/alignment/0", "valid/attention/alignment/2"} <= set(events.Tags()["images"])  # 3 plots
     searched = []
     monkeypatch.setattr(nmt.decoding, "beam_search", lambda *a, **k: searched.append(a[3]) or beam_search(*a, **k))
     evaluate_checkpoint(str(run_dir / "best.pt"), split="valid", beam=3, device="cpu")
@@ -276,8 +277,9 @@ def test_averaged_checkpoint_holds_the_mean_of_the_weights(tmp_path):
 def test_torchrun_trains_two_cpu_processes_with_identical_replicas(tmp_path):
     run_dir = tmp_path / "run"
     small_demo = ["experiment=demo", "data.sizes.train=300", "data.sizes.valid=20", "data.sizes.test=20",
-                  "trainer=debug", "trainer.valid_every=3", "trainer.progress=false", "trainer.max_steps=4",
-                  "trainer.device=cpu", f"data.spm_cache={tmp_path / 'spm'}", f"hydra.run.dir={run_dir}"]  # fmt: skip
+                  "trainer=debug", "trainer.valid_every=3", "trainer.progress=false", "trainer.num_plots=0",
+                  "trainer.max_steps=4", "trainer.device=cpu", f"data.spm_cache={tmp_path / 'spm'}",
+                  f"hydra.run.dir={run_dir}"]  # fmt: skip
     launched = run("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "train.py", *small_demo)
     assert launched.returncode == 0, launched.stderr[-3000:]
     assert "all 2 replicas hold the same weights" in launched.stdout + launched.stderr
@@ -290,8 +292,8 @@ def test_kill_9_then_resume_ends_bit_for_bit_where_an_uninterrupted_run_ends(tmp
     def command(run_dir, *extra):
         return ["train.py", "experiment=demo", "data.sizes.train=300", "data.sizes.valid=20", "data.sizes.test=20",
                 "trainer=debug", "trainer.max_steps=30", "trainer.max_minutes=0", "trainer.valid_every=5",
-                "trainer.progress=false", "trainer.device=cpu", f"data.spm_cache={tmp_path / 'spm'}",
-                f"hydra.run.dir={run_dir}", *extra]  # fmt: skip
+                "trainer.progress=false", "trainer.num_plots=0", "trainer.device=cpu",
+                f"data.spm_cache={tmp_path / 'spm'}", f"hydra.run.dir={run_dir}", *extra]  # fmt: skip
 
     straight = run(*command(tmp_path / "straight"))
     assert straight.returncode == 0, straight.stderr
@@ -373,8 +375,8 @@ def test_user_errors_exit_nonzero_with_a_message_not_a_traceback(tmp_path, args,
 def test_ctrl_c_or_sigterm_saves_last_checkpoint_and_exits_with_the_signal(tmp_path, stop):
     command = [sys.executable, "train.py", "experiment=demo", "data.sizes.train=300", "data.sizes.valid=10",
                "data.sizes.test=10", "trainer.max_minutes=0", "trainer.max_steps=100000", "trainer.valid_every=2",
-               "trainer.precision=fp32", "trainer.progress=false", f"data.spm_cache={tmp_path / 'spm'}",
-               f"hydra.run.dir={tmp_path}"]  # fmt: skip
+               "trainer.precision=fp32", "trainer.progress=false", "trainer.num_plots=0",
+               f"data.spm_cache={tmp_path / 'spm'}", f"hydra.run.dir={tmp_path}"]  # fmt: skip
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while not (tmp_path / "last.pt").exists() and time.monotonic() < deadline and process.poll() is None:

@@ -10,6 +10,14 @@ from __future__ import annotations
 
 from nmt.study.claims import luong_details
 
+# The variants, in the order they train: configs/variant/lab_<name>.yaml, each the comparison's variant <name> at the
+# lab's size of its family (configs/lab/<family>.yaml); each is named from its config, as `scripts/compare.py` names
+# runs. Luong's defaults (a bidirectional encoder, no input feeding: configs/model/luong.yaml), then the paper's
+# model; the rest of the attention family (docs/attention.md): sparse and hard attention in Bahdanau's model, and the
+# Transformer's sliding window, which the lab's long sentences put to the test.
+VARIANTS = ["sutskever", "bahdanau", "transformer", "luong", "luong_feeding", "luong_paper", "luong_dot",
+            "luong_concat", "luong_location", "luong_local_m", "luong_local_p", "bahdanau_sparsemax",
+            "bahdanau_entmax15", "bahdanau_reinforce", "bahdanau_gumbel", "transformer_window"]  # fmt: skip
 BUCKETS = [(1, 10), (11, 20), (21, 30), (31, 40), (41, 60), (61, 80)]  # source words of the length test set
 # Luong et al. 2015, Table 6: AER on the RWTH German-English gold alignments (different data, same measure), by score
 # and alignment (the paper's model; ours may differ in encoder and feeding, which the name says).

@@ -113,12 +113,13 @@ def part_state(wanted: list[str], seeds: dict[str, int]) -> str:
 def parts_table(folder: Path = RESULTS) -> str:
     """Which of make results' parts the committed results hold, and which are still to run."""
     from nmt.study.comparison import VARIANTS
+    from nmt.study.lab import VARIANTS as LAB_VARIANTS
 
     compare, main, lab = (load(part, folder) for part in ("compare", "main", "lab"))
     compared = {variant: len(seeds) for variant, seeds in (compare or {}).get("finished", {}).items()}
     families = {family: len(seeds) for family, seeds in (main or {}).get("finished", {}).items()}
     lab_runs = {r["name"]: len(r["seeds"]) for r in (lab or {}).get("results", [])}
-    lab_variants = sorted(p.stem for p in (ROOT / "configs" / "variant").glob("lab_*.yaml"))
+    lab_variants = [f"lab_{variant}" for variant in LAB_VARIANTS]
     recorded = {variant: len(seeds) for variant, seeds in finished(folder / "runs" / "lab").items()}  # so far
     others = [v for v in VARIANTS if v not in CLAIM_VARIANTS]
     rows = [("claims", f"{len(CLAIM_VARIANTS)} variants, 1e14 FLOPs each", part_state(CLAIM_VARIANTS, compared)),

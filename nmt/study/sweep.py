@@ -181,7 +181,7 @@ def recorded(records: Path, variants: list[str], seeds: list[int], overrides: li
     found, reasons = set(), []
     for variant in variants:
         for seed in seeds:
-            path = records / variant / f"seed{seed}{RECORD_SUFFIX}"
+            path = record_path(records, Path(variant, f"seed{seed}"))
             if path.is_file():
                 saved = upgrade(json.loads(path.read_text(encoding="utf-8"))["config"])
                 reasons.append(stale(f"{variant} seed {seed} ({path})", [f"variant={variant}", *overrides,
