@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime
 import json
 import logging
+import os
 import platform
 import signal
 import subprocess
@@ -232,8 +233,9 @@ REPOSITORY = Path(__file__).resolve().parents[1]
 
 def code_version(root: Path = REPOSITORY) -> dict:
     """The commit of the code that runs (and whether tracked files other than the results and their Markdown differ
-    from it), where it is a git checkout. `make results` rewrites results/ and the tables of README.md and docs/ in
-    its own checkout between its parts; that changes no code a later part runs."""
+    from it), where it is a git checkout; elsewhere (a copy of the tree on a GPU machine: scripts/device_check.sh)
+    the commit the variable NMT_COMMIT names. `make results` rewrites results/ and the tables of README.md and docs/
+    in its own checkout between its parts; that changes no code a later part runs."""
 
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=30).stdout.strip()
@@ -243,6 +245,7 @@ def code_version(root: Path = REPOSITORY) -> dict:
         changed = bool(git("status", "--porcelain", "--untracked-files=no", "--", ".", *NOT_CODE))
     except (OSError, subprocess.SubprocessError):
         commit, changed = "", False
+    commit = commit or os.environ.get("NMT_COMMIT", "")
     return {"commit": commit or None, "uncommitted_changes": changed}
 
 

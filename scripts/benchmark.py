@@ -2,7 +2,8 @@
 
 python scripts/benchmark.py [--models "sutskever;bahdanau;luong;transformer"] [--checkpoints outputs/runs]
                             [--precision auto] [--threads 2] [--device auto] [--steps 8] [--windows 5]
-                            [--train-only] [--profile N] [--output bench] [--record [benchmark|benchmark_fp32]]
+                            [--train-only] [--profile N] [--output bench]
+                            [--record [benchmark|benchmark_fp32|benchmark_cuda]]
 
 --record also saves the table as results/measured/<name>.json, from which docs/speed.md's tables are rendered
 (nmt/study/results.py); run it alone on the machine. `--checkpoints` may name the model's folder with `{model}`:
@@ -249,7 +250,8 @@ def main() -> None:
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="also profile N training updates: <output>/profile_<model>.txt")  # fmt: skip
     parser.add_argument("--output", default="bench", help="folder for benchmark.md and benchmark.json")
-    parser.add_argument("--record", nargs="?", const="benchmark", choices=("benchmark", "benchmark_fp32"),
+    parser.add_argument("--record", nargs="?", const="benchmark",
+                        choices=("benchmark", "benchmark_fp32", "benchmark_cuda"),
                         help="also save the table as results/measured/<name>.json for docs/speed.md")  # fmt: skip
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: measure this model in this process
     args = parser.parse_args()

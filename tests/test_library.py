@@ -129,3 +129,15 @@ def test_the_code_version_counts_changes_to_code_not_to_results_or_their_markdow
     assert len(version["commit"]) == 40 and version["uncommitted_changes"] is False
     (tmp_path / "nmt" / "model.py").write_text("after\n")
     assert experiment.code_version(tmp_path)["uncommitted_changes"] is True
+
+
+def test_a_copy_of_the_tree_without_git_takes_its_commit_from_nmt_commit(tmp_path, monkeypatch):
+    """scripts/device_check.sh runs a copy of the tree on a GPU machine, where there may be no .git: the figures it
+    records name the commit that `prepare` read here."""
+    from nmt import experiment
+
+    monkeypatch.delenv("NMT_COMMIT", raising=False)
+    assert experiment.code_version(tmp_path) == {"commit": None, "uncommitted_changes": False}
+    monkeypatch.setenv("NMT_COMMIT", "a" * 40)
+    assert experiment.code_version(tmp_path)["commit"] == "a" * 40
+    assert experiment.code_version()["commit"] != "a" * 40  # a checkout's own commit wins

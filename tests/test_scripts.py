@@ -516,6 +516,16 @@ def test_a_joblib_sweep_around_recorded_runs_keeps_every_core_busy_and_skips_the
     assert "recorded already in" in (run / "train.log").read_text() and not (run / "provenance.json").exists()
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: the script would run its checks")
+def test_the_device_check_stops_where_there_is_no_gpu_before_it_writes_anything(tmp_path):
+    """scripts/device_check.sh is for a lent GPU machine; anywhere else it says so and leaves $OUT empty."""
+    environment = {**__import__("os").environ, "OUT": str(tmp_path), "PYTHON": sys.executable}
+    done = subprocess.run(["bash", str(ROOT / "scripts" / "device_check.sh")], cwd=ROOT, capture_output=True,
+                          text=True, env=environment)  # fmt: skip
+    assert done.returncode != 0 and "error: no CUDA device here" in done.stderr and "Traceback" not in done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_benchmark_table_reports_flops_against_the_measured_peak():
     benchmark = load_script("benchmark")
     result = {"model": "transformer", "parameters": 1_000_000, "train_tokens_per_second": 2000.0,

@@ -43,6 +43,8 @@ MEASUREMENTS = {
     "--checkpoints 'multirun/results/compare/runs/{model}/seed1234'",
     "benchmark_fp32": f"{HELD_TO_AVX2} python scripts/benchmark.py --record benchmark_fp32 --train-only "
     "--data-dir ../shared/data/multi30k",
+    "benchmark_cuda": "bash scripts/device_check.sh (on a GPU machine: scripts/benchmark.py --record benchmark_cuda "
+    "--train-only --device cuda)",
     "joeynmt": "python scripts/joeynmt.py --record (after TRAIN_SECONDS=300 TP_SECONDS=60 RNN_VALID=100000 "
     "TF_VALID=100000 bash ../shared/peers/joeynmt/run.sh)",
     "joeynmt_fp32": f"python scripts/joeynmt.py --record joeynmt_fp32 (after {HELD_TO_AVX2} TRAIN_SECONDS=300 "

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The checks that need a GPU (tests/test_cuda.py and the benchmark on CUDA), as one short run on a lent GPU machine
+# whose python3 holds a CUDA build of torch and which can fetch nothing.
+#
+#   bash scripts/device_check.sh prepare   here, on a clean checkout: puts in .gpu/ (ignored by git) the wheels that
+#                                          machine lacks, Multi30k's files and the commit the tree is at
+#   bash scripts/device_check.sh           there, with .gpu carried: the CUDA tests, then the benchmark's training
+#                                          figures; logs and results/measured/benchmark_cuda.json go to $OUT
+#
+# Back here, copy $OUT's benchmark_cuda.json into results/measured/ and run `python scripts/results.py --render`:
+# docs/speed.md's GPU table is rendered from it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+GPU=.gpu
+PYTHON="${PYTHON:-python3}"  # there, the python3 that holds CUDA torch
+# Pure-Python packages nmt needs that the GPU image does not hold (its torch, sacrebleu, sentencepiece, tensorboard,
+# matplotlib and statsmodels are used as they are)
+MISSING=(hydra-core omegaconf antlr4-python3-runtime entmax)
+
+if [[ "${1:-}" == "prepare" ]]; then
+    if [[ -n "$(git status --porcelain --untracked-files=no)" ]]; then
+        echo "error: the checkout has uncommitted changes; commit them first, so that the figures name the code" >&2
+        exit 1
+    fi
+    data="${NMT_DATA_DIR:-../shared/data/multi30k}"
+    [[ -f "$data/train.de.gz" ]] || { echo "error: no Multi30k files in $data: set NMT_DATA_DIR" >&2; exit 1; }
+    rm -rf "$GPU" && mkdir -p "$GPU/wheels" "$GPU/multi30k"
+    pins=()
+    for name in "${MISSING[@]}"; do
+        pins+=("$name==$(.venv/bin/python -m pip show "$name" | sed -n 's/^Version: //p')")
+    done
+    .venv/bin/python -m pip wheel --quiet --no-deps --wheel-dir "$GPU/wheels" "${pins[@]}"
+    cp "$data"/*.gz "$GPU/multi30k/"
+    git rev-parse HEAD > "$GPU/commit"
+    echo "prepared $GPU: ${pins[*]}, Multi30k, commit $(cut -c1-7 "$GPU/commit"); run with carry=[\"$GPU\"]"
+    exit 0
+fi
+
+OUT="${OUT:?OUT: the folder whose files come back (set by the device tool)}"
+"$PYTHON" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 'error: no CUDA device here')"
+[[ -f "$GPU/commit" ]] || { echo "error: $GPU/commit missing: run 'bash scripts/device_check.sh prepare' first" >&2; exit 1; }
+"$PYTHON" -m pip install --quiet --no-index --no-deps --no-compile --target /tmp/site "$GPU"/wheels/*.whl
+export PYTHONPATH="/tmp/site:$PWD" NMT_DATA_DIR="$PWD/$GPU/multi30k" NMT_COMMIT="$(cat "$GPU/commit")"
+export PYTHONUNBUFFERED=1
+nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || true
+status=0
+timeout 300 "$PYTHON" -m pytest tests/test_cuda.py -rs -p no:cacheprovider -o addopts="" 2>&1 | tee "$OUT/cuda_tests.log" \
+    || status=1
+timeout 240 "$PYTHON" scripts/benchmark.py --record benchmark_cuda --train-only --device cuda \
+    --data-dir "$NMT_DATA_DIR" --output "$OUT/bench" 2>&1 | tee "$OUT/benchmark.log" || status=1
+cp results/measured/benchmark_cuda.json "$OUT/" 2>/dev/null || status=1
+exit $status
