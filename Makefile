@@ -49,11 +49,12 @@ lab: install
 # times that in fp32 on a CPU without it; rerunning continues).
 # Each run is recorded in results/runs/ as it finishes (commit them: a later `make results`, on any machine, trains
 # only the runs without a record). Then results/*.json and the tables between markers in README.md and
-# docs/results.md (tests/test_results.py checks them). PARTS=main runs one part; `make results-tables` only renders
-# the tables again from results/*.json.
+# docs/results.md (tests/test_results.py checks them). PARTS=main runs one part; ONLY=luong,transformer trains only
+# those variants (a share of the runs for one machine); `make results-tables` only renders the tables again from
+# results/*.json.
 PARTS ?= claims,main,lab,others
 results: install
-	$(BIN)/python scripts/results.py --parts $(PARTS) --seeds 3 $(if $(DATA_DIR),--extra data.dir=$(abspath $(DATA_DIR)),)
+	$(BIN)/python scripts/results.py --parts $(PARTS) --seeds 3 $(if $(ONLY),--only $(ONLY),) $(if $(DATA_DIR),--extra data.dir=$(abspath $(DATA_DIR)),)
 
 results-tables: install
 	$(BIN)/python scripts/results.py --render

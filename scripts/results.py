@@ -4,6 +4,7 @@ figure, with the commit, config, seed and machine of each run) and the tables be
 python scripts/results.py [--parts claims,main,lab,others] [--seeds 3] [--jobs 2] [--runs multirun/results]
 python scripts/results.py --render      # only the tables again, from the committed results/*.json
 python scripts/results.py --parts main --record   # no training: record the runs finished so far, then the tables
+python scripts/results.py --parts main --only luong,transformer   # train only these (share the runs out over machines)
 
 The parts, in this order (each resumable: a rerun keeps finished runs with today's settings and continues the rest):
   claims  the variants the papers' claims need, at `make compare`'s budget (1e14 FLOPs each), then the comparison's
@@ -54,6 +55,28 @@ def load_script(name: str):
     return module
 
 
+def part_variants(part: str) -> list[str]:
+    """What `part` (claims, main or others; the lab's are scripts/lab.py's) trains, each with 3 seeds."""
+    return {"claims": CLAIM_VARIANTS, "main": FAMILIES,
+            "others": [v for v in VARIANTS if v not in CLAIM_VARIANTS]}[part]  # fmt: skip
+
+
+def only(given: str | None, parts: list[str]) -> dict[str, list[str]]:
+    """`--only`: the variants each chosen part trains (all of them without it). A machine may train a share of a part
+    (its records are committed; the report, made after each share, covers every record so far); the lab's report needs
+    all its variants at once, so `--only` leaves it out."""
+    if given is None:
+        return {part: (part_variants(part) if part != "lab" else []) for part in parts}
+    if "lab" in parts:
+        raise UserError(
+            "--only: the lab trains and reports on all its variants together; leave lab out of --parts, "
+            "or share the lab out with `scripts/lab.py --variants ... --records results/runs/lab`"
+        )
+    known = sorted({v for part in parts for v in part_variants(part)})
+    names = chosen("--only", given, known)
+    return {part: [v for v in part_variants(part) if v in names] for part in parts}
+
+
 def train_comparison(variants: list[str], args: argparse.Namespace, runs: Path) -> None:
     """`variants` trained as `make compare` does, each finished run recorded in results/runs/compare (those with a
     record are not trained again), then the report on every variant recorded so far."""
@@ -65,12 +88,12 @@ def train_comparison(variants: list[str], args: argparse.Namespace, runs: Path) 
     compare.main([records, "--output", str(runs / "compare")])
 
 
-def train_main(args: argparse.Namespace, runs: Path) -> None:
-    """The defaults of each family, nothing else but the seed (and threads, which sum in another order). The runs
+def train_main(families: list[str], args: argparse.Namespace, runs: Path) -> None:
+    """The defaults of the `families`, nothing else but the seed (and threads, which sum in another order). The runs
     recorded in results/runs/main (committed, from any machine) are not trained again; each run that finishes here is
     recorded there, and the report is made from the records."""
     seeds = list(range(1234, 1234 + args.seeds))
-    recorded_sweep(FAMILIES, seeds, ["trainer.progress=false", *args.extra], runs / "main" / "runs",
+    recorded_sweep(families, seeds, ["trainer.progress=false", *args.extra], runs / "main" / "runs",
                    results.RECORDS / "main", MAIN_BEAM, args.launcher, args.jobs)  # fmt: skip
     report_main(runs)
 
@@ -140,6 +163,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=Path, default=ROOT / "multirun" / "results", help="where the runs go")
     launcher_options(parser, "joblib", 2)
     parser.add_argument("--extra", nargs="*", default=[], help="more train.py overrides (data.dir=...)")
+    parser.add_argument("--only", default=None, help="train only these of the parts' variants (claims, main, others: "
+                        "a share of the runs for this machine); the reports cover every record")  # fmt: skip
     parser.add_argument("--render", action="store_true", help="only render the tables from results/*.json")
     parser.add_argument("--record", action="store_true", help="no training: record the main part's runs finished "
                         "so far (results/runs/main), then its report and tables from every record")  # fmt: skip
@@ -150,22 +175,25 @@ def main(argv: list[str] | None = None) -> None:
     if args.seeds < 1 or args.jobs < 1:
         raise UserError("--seeds and --jobs must be at least 1")
     runs = args.runs.resolve()
+    trained = only(args.only, parts)
     for part in (p for p in PARTS if p in parts):
+        if args.only is not None and not trained[part] and not (part == "main" and args.record):
+            print(f"== make results: {part}: none of --only {args.only}", flush=True)
+            continue
         print(f"== make results: {part}", flush=True)
         if part == "claims":
-            train_comparison(CLAIM_VARIANTS, args, runs)
+            train_comparison(trained[part], args, runs)
             export(runs / "compare", "compare", results.RECORDS / "compare")
             results.copy_figures(runs / "compare", "compare")
         elif part == "others":
-            others = [v for v in VARIANTS if v not in CLAIM_VARIANTS]
-            train_comparison(others, args, runs)
+            train_comparison(trained[part], args, runs)
             export(runs / "compare", "compare", results.RECORDS / "compare")
         elif part == "main":
             if args.record:  # no training: the records so far, and the report on them
                 record_runs(runs / "main" / "runs", results.RECORDS / "main", MAIN_BEAM)
                 report_main(runs)
             else:
-                train_main(args, runs)
+                train_main(trained[part], args, runs)
             export(runs / "main", "main", results.RECORDS / "main")
             if results.complete(results.load("main")["finished"], FAMILIES):  # README's figures: all seeds or none
                 results.copy_figures(runs / "main", "main")

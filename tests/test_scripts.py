@@ -488,6 +488,31 @@ def test_make_results_records_each_finished_run_and_reports_from_the_records_alo
     assert "| 2 of 12 runs |" in results.render("parts", tmp_path / "results")
 
 
+def test_make_results_only_trains_the_named_share_of_each_part_and_reports_on_every_record(tmp_path, monkeypatch):
+    """`--only` shares a part's runs out over machines: each part trains the named variants it has (a part with none
+    is left alone), the report still reads every record, and the lab (reported on all at once) or a name no part
+    trains is refused, naming the option."""
+    script = load_script("results")
+    trained, reported = [], []
+    monkeypatch.setattr(script, "recorded_sweep", lambda variants, *args: trained.append(("main", variants)))
+    monkeypatch.setattr(script, "report_main", lambda runs: reported.append("main"))
+    monkeypatch.setattr(script, "train_comparison", lambda variants, args, runs: trained.append(("compare", variants)))
+    monkeypatch.setattr(script, "export", lambda *args: None)
+    monkeypatch.setattr(script, "render", lambda: None)
+    monkeypatch.setattr(results, "copy_figures", lambda *args: None)
+    script.main(["--parts", "claims,main,others", "--only", "transformer,luong_dot", "--runs", str(tmp_path)])
+    assert trained == [("compare", ["transformer"]), ("main", ["transformer"]), ("compare", ["luong_dot"])]
+    assert reported == ["main"]
+    trained.clear()
+    script.main(["--parts", "claims,main", "--only", "luong_local_p", "--runs", str(tmp_path)])
+    assert trained == [("compare", ["luong_local_p"])]  # main has no local-p: it trains and reports nothing
+    assert script.only(None, ["main", "lab"]) == {"main": results.FAMILIES, "lab": []}
+    with pytest.raises(UserError, match="--only: luong_dot unknown; use any of bahdanau, luong, sutskever"):
+        script.only("luong_dot", ["main"])
+    with pytest.raises(UserError, match="--only: the lab trains and reports on all its variants together"):
+        script.only("luong", ["main", "lab"])
+
+
 def test_a_joblib_sweep_around_recorded_runs_keeps_every_core_busy_and_skips_them_in_their_job(tmp_path, monkeypatch):
     """Runs left to train after some were recorded are no rectangle (variants x seeds): the joblib launcher gets the
     rectangle around them in one `train.py -m`, so no run waits for another while a core idles, and the job of a run
