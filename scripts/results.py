@@ -77,6 +77,19 @@ def only(given: str | None, parts: list[str]) -> dict[str, list[str]]:
     return {part: [v for v in part_variants(part) if v in names] for part in parts}
 
 
+def check_claims_recorded(seeds: int) -> None:
+    """The others part's report (results/compare.json, the claims table's source) is made from the records in
+    results/runs/compare, the claims' variants among them: without their records it would replace the claims' figures
+    with a report that lacks them. Refuses before any training, naming the runs and what to run instead."""
+    have = results.finished(results.RECORDS / "compare")
+    missing = [f"{v} seed{'s' if len(m) > 1 else ''} {', '.join(map(str, m))}" for v in CLAIM_VARIANTS
+               if (m := [s for s in range(1234, 1234 + seeds) if s not in have.get(v, [])])]  # fmt: skip
+    if missing:
+        raise UserError(f"--parts others: {results.RECORDS / 'compare'} has no record of {'; '.join(missing)}; the "
+                        "comparison's report (results/compare.json) covers the claims' variants too, so train them "
+                        "first: add claims to --parts (--parts claims,others)")  # fmt: skip
+
+
 def train_comparison(variants: list[str], args: argparse.Namespace, runs: Path) -> None:
     """`variants` trained as `make compare` does, each finished run recorded in results/runs/compare (those with a
     record are not trained again), then the report on every variant recorded so far."""
@@ -176,6 +189,8 @@ def main(argv: list[str] | None = None) -> None:
         raise UserError("--seeds and --jobs must be at least 1")
     runs = args.runs.resolve()
     trained = only(args.only, parts)
+    if "others" in parts and "claims" not in parts:
+        check_claims_recorded(args.seeds)
     for part in (p for p in PARTS if p in parts):
         if args.only is not None and not trained[part] and not (part == "main" and args.record):
             print(f"== make results: {part}: none of --only {args.only}", flush=True)

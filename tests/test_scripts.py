@@ -511,6 +511,19 @@ def test_make_results_only_trains_the_named_share_of_each_part_and_reports_on_ev
         script.only("luong_dot", ["main"])
     with pytest.raises(UserError, match="--only: the lab trains and reports on all its variants together"):
         script.only("luong", ["main", "lab"])
+    monkeypatch.setattr(results, "RECORDS", tmp_path / "records")  # no claims recorded: others would replace them
+    with pytest.raises(
+        UserError,
+        match=r"--parts others: .* has no record of sutskever seeds 1234, 1235, 1236; bahdanau .*claims,others",
+    ):
+        script.main(["--parts", "others", "--runs", str(tmp_path)])
+    assert trained == [("compare", ["luong_local_p"])]  # refused before training anything
+    for variant in results.CLAIM_VARIANTS:
+        for seed in (1234, 1235, 1236):
+            (tmp_path / "records" / "compare" / variant).mkdir(parents=True, exist_ok=True)
+            (tmp_path / "records" / "compare" / variant / f"seed{seed}.record.json").write_text("{}")
+    script.main(["--parts", "others", "--only", "luong_dot", "--runs", str(tmp_path)])
+    assert trained[-1] == ("compare", ["luong_dot"])
 
 
 def test_a_joblib_sweep_around_recorded_runs_keeps_every_core_busy_and_skips_them_in_their_job(tmp_path, monkeypatch):
