@@ -44,6 +44,10 @@ def record(variants: dict[str, list[float]]) -> dict:
 
 def test_tables_render_from_the_json_and_say_where_the_runs_come_from(tmp_path):
     made = record({"sutskever": [10.0, 12.0, 11.0], "bahdanau (additive)": [30.0, 31.0, 32.0]})
+    made["intervals"]["best"] = {"sutskever": {"BLEU": {"delta": -20.0, "low": -21.0, "high": -19.0, "p": 0.0002,
+                                                        "seeds": 3}}}  # fmt: skip
+    made["claims"].append({"claim": "Input feeding helps", "source": "Luong", "verdict": "not measured",
+                           "evidence": "needs two Luong variants that differ only in input feeding"})  # fmt: skip
     (tmp_path / "main.json").write_text(json.dumps(made))
     (tmp_path / "compare.json").write_text(json.dumps(made))
     main = results.main_table(tmp_path)
@@ -53,6 +57,14 @@ def test_tables_render_from_the_json_and_say_where_the_runs_come_from(tmp_path):
     assert "trained 2026-11-24 10:00 to 2026-11-24 11:30 UTC" in main  # from the first start to the last end
     assert "| 2.5 ± 0.0 | 100 | 0.10 ± 0.00 |" in rows[0]
     assert "1e+14 FLOPs each, or less where valid BLEU did not improve in 5 validations in a row" in main
+    assert rows[0].split(" | ")[7] == "-" and "| -20.00 [-21.00, -19.00] 0.0002 | 2.5" in rows[1]  # Δ the best
+    assert "minus that of the model with the best valid BLEU (bahdanau (additive))" in main
+    main_claims = results.render("main_claims", tmp_path)  # the claims four families can test, not the others
+    assert "| **supported** | +10.00 BLEU |" in main_claims and "Input feeding" not in main_claims
+    assert "Input feeding helps | Luong | **not measured**" in results.claims_table(tmp_path)
+    made["intervals"]["best"]["sutskever"]["BLEU"]["seeds"] = 1  # under 3 seeds: the sentences' variance alone
+    (tmp_path / "main.json").write_text(json.dumps(made))
+    assert "| -20.00 [-21.00, -19.00] 0.0002, 1 seed | 2.5" in results.main_table(tmp_path)
     compare = results.compare_table(tmp_path)
     assert "| +10.00 [+9.00, +11.00] 0.0002 |" in compare and "Best on valid: bahdanau (additive)" in compare
     claims = results.claims_table(tmp_path)

@@ -12,6 +12,7 @@ import json
 import re
 import statistics
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from nmt import UserError
@@ -142,7 +143,8 @@ def main_table(folder: Path = RESULTS) -> str:
     if record is None:
         return missing("main")
     lines = ["| model | seeds | parameters | valid BLEU | test BLEU greedy | test BLEU beam 5 | chrF (beam 5) | "
-             "epochs | updates | PFLOP trained |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+             "Δ best [95%] p | epochs | updates | PFLOP trained |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     ranked = sorted(record["variants"].items(), key=lambda item: -item[1]["mean_valid_bleu"])
     for name, variant in ranked:
         runs = variant["runs"]
@@ -150,7 +152,8 @@ def main_table(folder: Path = RESULTS) -> str:
         lines.append(
             f"| {name} | {len(runs)} | {runs[0]['parameters']:,} | {spread([r['valid_bleu'] for r in runs])} | "
             f"{spread([r['test_bleu'] for r in runs])} | {spread([r['test_bleu_beam'] for r in runs])} | "
-            f"{spread([r['test_chrf'] for r in runs])} | {spread(epochs, 1) if epochs else '-'} | "
+            f"{spread([r['test_chrf'] for r in runs])} | {interval(record, 'best', name)} | "
+            f"{spread(epochs, 1) if epochs else '-'} | "
             f"{statistics.mean(r['updates'] for r in runs):,.0f} | {spread([r['petaflops'] for r in runs])} |"
         )
     every = [r for v in record["variants"].values() for r in v["runs"]]
@@ -159,7 +162,9 @@ def main_table(folder: Path = RESULTS) -> str:
     early = (f", or less where valid BLEU did not improve in {' or '.join(map(str, patience))} validations in a row "
              "(`trainer.patience`)") if any(patience) else ""  # fmt: skip
     return "\n".join([*lines, "", f"Budget: {'; '.join(budget)} each{early}; rows in order of valid BLEU; mean ± "
-                      f"standard deviation over seeds. {runs_line(record)}", ""])  # fmt: skip
+                      "standard deviation over seeds; Δ best: test BLEU (beam 5) minus that of the model with the best "
+                      f"valid BLEU ({record['best']}), its 95% interval over seeds and sentences, and its p-value. "
+                      f"{runs_line(record)}", ""])  # fmt: skip
 
 
 def brief(claim: dict) -> str:
@@ -184,21 +189,34 @@ def brief(claim: dict) -> str:
     return f"{count} comparison{'s' * (count != 1)}, {unit}: {differences}"
 
 
-def claims_table(folder: Path = RESULTS, short: bool = False) -> str:
-    """The papers' claims with their verdicts over seeds (the comparison's); `short`: each claim's differences and
-    intervals alone, for README."""
-    record = load("compare", folder)
+def claims_table(folder: Path = RESULTS, short: bool = False, part: str = "compare") -> str:
+    """The papers' claims with their verdicts over seeds (the comparison's, or the `part` main's: the claims its four
+    families can test); `short`: each claim's differences and intervals alone, for README."""
+    record = load(part, folder)
     if record is None:
-        return missing("compare")
+        return missing(part)
     seeds = min(len(v["runs"]) for v in record["variants"].values())
+    claims = [c for c in record["claims"] if part == "compare" or c["verdict"] != "not measured"]
     lines = ["| claim | paper | verdict | evidence |", "|---|---|---|---|"]
     lines += [f"| {c['claim']} | {c['source']} | **{c['verdict']}** | {brief(c) if short else c['evidence']} |"
-              for c in record["claims"]]  # fmt: skip
+              for c in claims]  # fmt: skip
     note = ""
     if seeds < MIN_SEEDS:
         note = (f" Some variants have {seeds} seed{'s' * (seeds != 1)} so far: their claims read \"needs {MIN_SEEDS} "
                 "seeds\" until `make results` ends.")  # fmt: skip
     return "\n".join([*lines, "", f"{record['power']}{note} {runs_line(record)}", ""])
+
+
+def interval(record: dict, against: str, name: str) -> str:
+    """A table cell: test BLEU of `name` minus that of the `against` variant (baseline or best) of a comparison's
+    record, its 95% interval over seeds and sentences, and its p-value; `-` for the variant itself. Under 3 seeds it
+    says how many: the interval then holds the sentences' variance alone, not the seeds', and no verdict rests on it."""
+    found = record["intervals"].get(against, {}).get(name, {}).get("BLEU")
+    if not found:
+        return "-"
+    seeds = found.get("seeds", MIN_SEEDS)
+    few = f", {seeds} seed{'s' * (seeds != 1)}" if seeds < MIN_SEEDS else ""
+    return f"{found['delta']:+.2f} [{found['low']:+.2f}, {found['high']:+.2f}] {p_value(found['p'])}{few}"
 
 
 def compare_table(folder: Path = RESULTS) -> str:
@@ -209,13 +227,7 @@ def compare_table(folder: Path = RESULTS) -> str:
     best = record["best"]
     lines = ["| variant | seeds | valid BLEU | test BLEU (beam 5) | chrF | Δ sutskever [95%] p | Δ best [95%] p | "
              "updates |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
-
-    def cell(against: str, name: str) -> str:
-        found = record["intervals"].get(against, {}).get(name, {}).get("BLEU")
-        if not found:
-            return "-"
-        return f"{found['delta']:+.2f} [{found['low']:+.2f}, {found['high']:+.2f}] {p_value(found['p'])}"
-
+    cell = partial(interval, record)
     for name, variant in sorted(record["variants"].items(), key=lambda item: -item[1]["mean_valid_bleu"]):
         runs = variant["runs"]
         lines.append(
@@ -372,8 +384,13 @@ def claims_short(folder: Path = RESULTS) -> str:
     return claims_table(folder, short=True)
 
 
+def main_claims(folder: Path = RESULTS) -> str:
+    return claims_table(folder, part="main")
+
+
 TABLES: dict[str, Callable[[Path], str]] = {
-    "main": main_table, "claims": claims_table, "claims_short": claims_short, "compare": compare_table,
+    "main": main_table, "main_claims": main_claims, "claims": claims_table, "claims_short": claims_short,
+    "compare": compare_table,
     "lab": lab_table, "lab_family": lab_family_table, "figures": figures_block, "parts": parts_table,
     "versus_joeynmt": versus_joeynmt, "versus_joeynmt_fp32": versus_joeynmt_fp32,
 }  # fmt: skip
