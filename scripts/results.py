@@ -4,6 +4,7 @@ figure, with the commit, config, seed and machine of each run) and the tables be
 python scripts/results.py [--parts claims,main,lab,others] [--seeds 3] [--jobs 2] [--runs multirun/results]
 python scripts/results.py --render      # only the tables again, from the committed results/*.json
 python scripts/results.py --parts main --record   # no training: record the runs finished so far, then the tables
+python scripts/results.py --parts lab --record    # the lab's tables on the seeds every variant has so far
 python scripts/results.py --parts main --only luong,transformer   # train only these (share the runs out over machines)
 
 The parts, in this order (each resumable: a rerun keeps finished runs with today's settings and continues the rest):
@@ -44,6 +45,7 @@ from nmt.study.results import CLAIM_VARIANTS, FAMILIES, PARTS  # noqa: E402
 from nmt.study.sweep import ROOT, chosen, launcher_options  # noqa: E402
 
 MAIN_BEAM = 5  # the main table's beam: its test BLEU beam 5 beside greedy
+COMPARE_BEAM = 5  # the comparison's headline beam (scripts/compare.py's default)
 
 
 def load_script(name: str):
@@ -78,16 +80,17 @@ def only(given: str | None, parts: list[str]) -> dict[str, list[str]]:
 
 
 def check_claims_recorded(seeds: int) -> None:
-    """The others part's report (results/compare.json, the claims table's source) is made from the records in
-    results/runs/compare, the claims' variants among them: without their records it would replace the claims' figures
-    with a report that lacks them. Refuses before any training, naming the runs and what to run instead."""
+    """The comparison's report (results/compare.json, the claims table's source), made by the others part or by
+    --record, is made from the records in results/runs/compare, the claims' variants among them: without their
+    records it would replace the claims' figures with a report that lacks them. Refuses before any training or
+    report, naming the runs and what to run instead."""
     have = results.finished(results.RECORDS / "compare")
     missing = [f"{v} seed{'s' if len(m) > 1 else ''} {', '.join(map(str, m))}" for v in CLAIM_VARIANTS
                if (m := [s for s in range(1234, 1234 + seeds) if s not in have.get(v, [])])]  # fmt: skip
     if missing:
-        raise UserError(f"--parts others: {results.RECORDS / 'compare'} has no record of {'; '.join(missing)}; the "
-                        "comparison's report (results/compare.json) covers the claims' variants too, so train them "
-                        "first: add claims to --parts (--parts claims,others)")  # fmt: skip
+        raise UserError(f"{results.RECORDS / 'compare'} has no record of {'; '.join(missing)}; the comparison's "
+                        "report (results/compare.json) covers the claims' variants, so train them first: --parts "
+                        "claims (with others: --parts claims,others), without --record")  # fmt: skip
 
 
 def train_comparison(variants: list[str], args: argparse.Namespace, runs: Path) -> None:
@@ -98,7 +101,31 @@ def train_comparison(variants: list[str], args: argparse.Namespace, runs: Path) 
     compare.main(["--train", "--output", str(runs / "compare"), "--variants", ",".join(variants), "--seeds",
                   str(args.seeds), "--launcher", args.launcher, "--jobs", str(args.jobs), "--no-report",
                   "--records", records, "--extra", *args.extra])  # fmt: skip
-    compare.main([records, "--output", str(runs / "compare")])
+    report_comparison(runs)
+
+
+def report_comparison(runs: Path) -> None:
+    """The comparison's report (RUNS/compare: report.md, compare.json, figures) on every run in its records."""
+    load_script("compare").main([str(results.RECORDS / "compare"), "--output", str(runs / "compare"), "--beam",
+                                 str(COMPARE_BEAM)])  # fmt: skip
+
+
+def lab_seeds_recorded() -> int:
+    """How many seeds (1234, 1235, ...) every lab variant has recorded: what the lab's report covers without
+    training (--record); refuses where a variant has none."""
+    from nmt.study.lab import VARIANTS as LAB_VARIANTS
+
+    have = results.finished(results.RECORDS / "lab")
+    counts = []
+    for variant in LAB_VARIANTS:
+        seeds = set(have.get(f"lab_{variant}", []))
+        counts.append(next(n for n in range(len(seeds) + 1) if 1234 + n not in seeds))
+    if min(counts) == 0:
+        lacking = [v for v, n in zip(LAB_VARIANTS, counts) if n == 0]
+        raise UserError(f"--parts lab --record: {results.RECORDS / 'lab'} has no record of seed 1234 of "
+                        f"{', '.join(lacking)}; the lab's report needs every variant: train them first "
+                        "(without --record)")  # fmt: skip
+    return min(counts)
 
 
 def train_main(families: list[str], args: argparse.Namespace, runs: Path) -> None:
@@ -179,8 +206,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--only", default=None, help="train only these of the parts' variants (claims, main, others: "
                         "a share of the runs for this machine); the reports cover every record")  # fmt: skip
     parser.add_argument("--render", action="store_true", help="only render the tables from results/*.json")
-    parser.add_argument("--record", action="store_true", help="no training: record the main part's runs finished "
-                        "so far (results/runs/main), then its report and tables from every record")  # fmt: skip
+    parser.add_argument("--record", action="store_true", help="no training: record each part's runs finished here "
+                        "(results/runs/<part>), then its report and tables from every record; the lab's on the "
+                        "seeds every variant has")  # fmt: skip
     args = parser.parse_args(argv)
     if args.render:
         return render()
@@ -192,17 +220,20 @@ def main(argv: list[str] | None = None) -> None:
     if "others" in parts and "claims" not in parts:
         check_claims_recorded(args.seeds)
     for part in (p for p in PARTS if p in parts):
-        if args.only is not None and not trained[part] and not (part == "main" and args.record):
+        if args.only is not None and not args.record and not trained[part]:
             print(f"== make results: {part}: none of --only {args.only}", flush=True)
             continue
         print(f"== make results: {part}", flush=True)
-        if part == "claims":
-            train_comparison(trained[part], args, runs)
+        if part in ("claims", "others"):
+            if args.record:  # no training: the runs finished here recorded, then the report on every record
+                record_runs(runs / "compare" / "runs", results.RECORDS / "compare", COMPARE_BEAM)
+                check_claims_recorded(args.seeds)
+                report_comparison(runs)
+            else:
+                train_comparison(trained[part], args, runs)
             export(runs / "compare", "compare", results.RECORDS / "compare")
-            results.copy_figures(runs / "compare", "compare")
-        elif part == "others":
-            train_comparison(trained[part], args, runs)
-            export(runs / "compare", "compare", results.RECORDS / "compare")
+            if part == "claims":
+                results.copy_figures(runs / "compare", "compare")
         elif part == "main":
             if args.record:  # no training: the records so far, and the report on them
                 record_runs(runs / "main" / "runs", results.RECORDS / "main", MAIN_BEAM)
@@ -213,7 +244,8 @@ def main(argv: list[str] | None = None) -> None:
             if results.complete(results.load("main")["finished"], FAMILIES):  # README's figures: all seeds or none
                 results.copy_figures(runs / "main", "main")
         else:
-            load_script("lab").main(["--output", str(runs / "lab"), "--seeds", str(args.seeds), "--launcher",
+            seeds = lab_seeds_recorded() if args.record else args.seeds  # --record: the seeds every variant has
+            load_script("lab").main(["--output", str(runs / "lab"), "--seeds", str(seeds), "--launcher",
                                      args.launcher, "--jobs", str(args.jobs), "--records",
                                      str(results.RECORDS / "lab"),
                                      *(["--extra", *args.extra] if args.extra else [])])  # fmt: skip

@@ -514,7 +514,7 @@ def test_make_results_only_trains_the_named_share_of_each_part_and_reports_on_ev
     monkeypatch.setattr(results, "RECORDS", tmp_path / "records")  # no claims recorded: others would replace them
     with pytest.raises(
         UserError,
-        match=r"--parts others: .* has no record of sutskever seeds 1234, 1235, 1236; bahdanau .*claims,others",
+        match=r"compare has no record of sutskever seeds 1234, 1235, 1236; bahdanau .*--parts claims,others",
     ):
         script.main(["--parts", "others", "--runs", str(tmp_path)])
     assert trained == [("compare", ["luong_local_p"])]  # refused before training anything
@@ -524,6 +524,40 @@ def test_make_results_only_trains_the_named_share_of_each_part_and_reports_on_ev
             (tmp_path / "records" / "compare" / variant / f"seed{seed}.record.json").write_text("{}")
     script.main(["--parts", "others", "--only", "luong_dot", "--runs", str(tmp_path)])
     assert trained[-1] == ("compare", ["luong_dot"])
+
+
+def test_make_results_record_reports_on_what_is_recorded_without_training(tmp_path, monkeypatch):
+    """--record trains nothing: the lab's report covers the seeds every lab variant has recorded (from 1234 on,
+    none skipped), and a variant without seed 1234 is named; the comparison's report needs the claims' records."""
+    from types import SimpleNamespace
+
+    from nmt.study.lab import VARIANTS as LAB_VARIANTS
+
+    script = load_script("results")
+    monkeypatch.setattr(results, "RECORDS", tmp_path / "records")
+    calls = []
+    monkeypatch.setattr(script, "load_script", lambda name: SimpleNamespace(main=lambda argv: calls.append(argv)))
+    monkeypatch.setattr(script, "export_lab", lambda folder: None)
+    monkeypatch.setattr(script, "render", lambda: None)
+
+    def recorded(variant: str, *seeds: int) -> None:
+        (tmp_path / "records" / "lab" / f"lab_{variant}").mkdir(parents=True, exist_ok=True)
+        for seed in seeds:
+            (tmp_path / "records" / "lab" / f"lab_{variant}" / f"seed{seed}.record.json").write_text("{}")
+
+    for variant in LAB_VARIANTS[1:]:
+        recorded(variant, 1234, 1235, 1236)
+    with pytest.raises(UserError, match=f"has no record of seed 1234 of {LAB_VARIANTS[0]}; the lab's report needs"):
+        script.main(["--parts", "lab", "--record", "--runs", str(tmp_path)])
+    recorded(LAB_VARIANTS[0], 1234, 1236)  # 1235 missing: the report covers seed 1234 alone
+    script.main(["--parts", "lab", "--record", "--runs", str(tmp_path)])
+    assert calls[-1][calls[-1].index("--seeds") + 1] == "1"
+    recorded(LAB_VARIANTS[0], 1235)
+    assert script.lab_seeds_recorded() == 3
+    monkeypatch.setattr(script, "record_runs", lambda *args: calls.append("recorded"))
+    with pytest.raises(UserError, match="has no record of sutskever seeds 1234, 1235, 1236;"):
+        script.main(["--parts", "claims", "--record", "--runs", str(tmp_path)])
+    assert calls[-1] == "recorded"  # the runs finished here recorded first, then refused: nothing reported
 
 
 def test_a_joblib_sweep_around_recorded_runs_keeps_every_core_busy_and_skips_them_in_their_job(tmp_path, monkeypatch):

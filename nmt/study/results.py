@@ -121,20 +121,30 @@ def parts_table(folder: Path = RESULTS) -> str:
     compare, main, lab = (load(part, folder) for part in ("compare", "main", "lab"))
     compared = {variant: len(seeds) for variant, seeds in (compare or {}).get("finished", {}).items()}
     families = {family: len(seeds) for family, seeds in (main or {}).get("finished", {}).items()}
-    lab_runs = {r["name"]: len(r["seeds"]) for r in (lab or {}).get("results", [])}
     lab_variants = [f"lab_{variant}" for variant in LAB_VARIANTS]
-    recorded = {variant: len(seeds) for variant, seeds in finished(folder / "runs" / "lab").items()}  # so far
+    recorded = {variant: len(seeds) for variant, seeds in finished(folder / "runs" / "lab").items()}
+    shown = sorted({len(r["seeds"]) for r in (lab or {}).get("results", [])})  # what results/lab.json covers
     others = [v for v in VARIANTS if v not in CLAIM_VARIANTS]
     rows = [("claims", f"{len(CLAIM_VARIANTS)} variants, 1e14 FLOPs each", part_state(CLAIM_VARIANTS, compared)),
             ("main", f"the {len(FAMILIES)} families' defaults, 5e14 FLOPs each", part_state(FAMILIES, families)),
-            ("lab", "the attention variants on the sample grammar",
-             part_state(list(lab_runs), lab_runs) if lab_runs else
-             f"{part_state(lab_variants, recorded)}; {UNFINISHED}"),
+            ("lab", "the attention variants on the sample grammar", lab_state(lab_variants, recorded, shown)),
             ("others", f"{len(others)} more variants, 1e14 FLOPs each", part_state(others, compared))]  # fmt: skip
     lines = ["| part of `make results` | what | state |", "|---|---|---|"]
     lines += [f"| {part} | {what} | {state} |" for part, what, state in rows]
     return "\n".join([*lines, "", f"{MIN_SEEDS} seeds each; a table below whose part is not complete shows the runs "
                       "finished so far.", ""])  # fmt: skip
+
+
+def lab_state(variants: list[str], recorded: dict[str, int], shown: list[int]) -> str:
+    """The lab's runs recorded so far (results/runs/lab), and the seeds its tables show (results/lab.json, made from
+    the seeds every variant has: `scripts/results.py --parts lab --record`)."""
+    state = part_state(variants, recorded)
+    if state.startswith("**complete**") and shown == [MIN_SEEDS]:
+        return state
+    if not shown:
+        return f"{state}; {UNFINISHED}"
+    seeds = "/".join(map(str, shown))
+    return f"{state}; its tables show the {seeds} seed{'s' * (shown != [1])} every variant has so far"
 
 
 def main_table(folder: Path = RESULTS) -> str:
