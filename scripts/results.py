@@ -167,6 +167,7 @@ def export_lab(folder: Path) -> None:
             provenance = run.get("provenance") or read_provenance(Path(run["run"]))  # a record's, or its folder's
             commits.update(c[:7] for c in provenance["commits"])
             run["run"] = shown(relative(Path(run["run"])), folder)
+    record["command"] = shown(shown(record["command"], folder), results.RECORDS)
     record.update(commits=sorted(commits), torch=torch.__version__)
     write("lab", record)
 

@@ -156,6 +156,13 @@ def test_the_lab_is_rendered_from_its_json_as_the_lab_writes_its_report(tmp_path
     assert table.rstrip().endswith("`python scripts/lab.py --seeds 3`; commits abc1234.")
     family = results.render("lab_family", tmp_path)  # docs/attention.md's: Bahdanau's and the Transformer's variants
     assert "sutskever" not in family and local_m not in family and family.rstrip().endswith("commits abc1234.")
+    provenance = {"commits": ["abc1234ff+changes"], "dates": ["2026-11-25T17:33:34"], "machines": ["a CPU (fp32)"],
+                  "finished": "2026-11-25T17:37:31"}  # fmt: skip
+    for result in lab["results"]:  # the lab.json of today's make results keeps each run's provenance
+        result["seeds"] = [{"provenance": {**provenance, "finished": f"2026-11-2{5 + k}T1{k}:00"}} for k in range(3)]
+    (tmp_path / "lab.json").write_text(json.dumps({**lab, "torch": "2.13.0"}))
+    line = "9 runs, `python scripts/lab.py --seeds 3`, trained 2026-11-25 10:00 to 2026-11-27 12:00 UTC at commit "
+    assert results.render("lab", tmp_path).rstrip().endswith(f"{line}abc1234 on a CPU (fp32), torch 2.13.0.")
 
 
 def test_the_parts_table_says_which_parts_of_make_results_are_complete(tmp_path):

@@ -64,20 +64,25 @@ def spread(values: list[float], digits: int = 2) -> str:
     return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
 
 
-def runs_line(record: dict) -> str:
-    """Where the figures come from: the command, the runs' commits and dates (from the first start to the last end,
-    where the runs recorded when they ended), the machine."""
-    runs = [r for v in record["variants"].values() for r in v["runs"]]
-    commits = sorted({c for r in runs for c in r["provenance"]["commits"]})
-    dates = sorted(d for r in runs for d in [*r["provenance"]["dates"], r["provenance"].get("finished")] if d)
-    machines = sorted({m for r in runs for m in r["provenance"]["machines"]})
+def trained(provenances: list[dict]) -> str:
+    """When, at which commits and on which machines runs were trained (from the first start to the last end, where
+    the runs recorded when they ended), from their provenance."""
+    commits = sorted({c for p in provenances for c in p["commits"]})
+    dates = sorted(d for p in provenances for d in [*p["dates"], p.get("finished")] if d)
+    machines = sorted({m for p in provenances for m in p["machines"]})
     first, last = (d[:16].replace("T", " ") for d in (dates[0], dates[-1])) if dates else ("", "")
     span = f"{first} to {last} UTC" if dates else "at dates not recorded"
-    return (f"{len(runs)} run{'s' * (len(runs) != 1)}, `{record['command']}`, trained {span} at "
-            f"commit{'s' * (len(commits) != 1)} "
+    return (f"trained {span} at commit{'s' * (len(commits) != 1)} "
             f"{', '.join(c[:7] for c in commits) or 'not recorded'} "
-            f"on {'; '.join(machines) or 'a machine not recorded'}, torch {record['torch']}, sacreBLEU "
-            f"`{record['signatures'].get('BLEU', '')}`.")  # fmt: skip
+            f"on {'; '.join(machines) or 'a machine not recorded'}")  # fmt: skip
+
+
+def runs_line(record: dict) -> str:
+    """Where the figures come from: the command, the runs' commits and dates, the machine."""
+    runs = [r for v in record["variants"].values() for r in v["runs"]]
+    when = trained([r["provenance"] for r in runs])
+    return (f"{len(runs)} run{'s' * (len(runs) != 1)}, `{record['command']}`, {when}, torch {record['torch']}, "
+            f"sacreBLEU `{record['signatures'].get('BLEU', '')}`.")  # fmt: skip
 
 
 def missing(part: str) -> str:
@@ -251,7 +256,13 @@ def compare_table(folder: Path = RESULTS) -> str:
 
 
 def lab_source(record: dict) -> str:
-    return f"`{record['command']}`; commits {', '.join(record.get('commits', [])) or '-'}."
+    runs = [run for result in record["results"] for run in result.get("seeds", [])]
+    if not all("provenance" in run for run in runs):  # a lab.json from before the runs' provenance was kept
+        return f"`{record['command']}`; commits {', '.join(record.get('commits', [])) or '-'}."
+    return (
+        f"{len(runs)} runs, `{record['command']}`, {trained([run['provenance'] for run in runs])}, "
+        f"torch {record['torch']}."
+    )
 
 
 def lab_table(folder: Path = RESULTS) -> str:
