@@ -2,6 +2,7 @@
 every link moved by -3..+3 source words, against the gold alignments of the sample corpus it was trained on.
 
 python scripts/alignment_offset.py RUN_DIR [RUN_DIR ...] [--shifts 3]
+python scripts/alignment_offset.py --record RUN_DIR ...   # docs/alignment.md's table (results/measured/)
 
 Luong's model with the reversed source of its paper attends one word early (docs/alignment.md): its AER is lowest
 at shift +1. A model that aligns where the words are is lowest at shift 0.
@@ -19,10 +20,15 @@ from nmt import UserError  # noqa: E402
 from nmt.alignment import alignment_error, choose_map, map_names, parse_key, shifted_links, word_attention  # noqa: E402
 from nmt.decoding import Translator  # noqa: E402
 from nmt.evaluate import corpus_of  # noqa: E402
+from nmt.study import results  # noqa: E402
+from nmt.study.comparison import variant_name  # noqa: E402
 
 
-def offsets(run: Path, shifts: int) -> dict[int, float]:
-    """{shift: test AER} for the run's alignment map (the RNNs' attention, the Transformer's last layer)."""
+def offsets(run: Path, shifts: int) -> tuple[str, dict[int, float]]:
+    """The run's model's name and seed, and {shift: test AER} for its alignment map (the RNNs' attention, the
+    Transformer's last layer)."""
+    if not (run / "best.pt").is_file():
+        raise UserError(f"{run}: no best.pt; name the folder of a run trained on the sample corpus")
     translator = Translator.load(run / "best.pt", device="cpu")
     splits = corpus_of(translator.config, None)
     if splits.alignments is None:
@@ -34,21 +40,32 @@ def offsets(run: Path, shifts: int) -> dict[int, float]:
     matrices = word_attention(translator.model, translator.vocabulary, splits.test, translator.device,
                               translator.dtype, [key[0]], (key[1],))[key]  # fmt: skip
     gold = splits.alignments["test"]
-    return {k: alignment_error(shifted_links(matrices, k), gold).aer for k in range(-shifts, shifts + 1)}
+    name = variant_name(translator.config["model"])
+    seed = translator.config.get("seed")
+    label = f"{name}, seed {seed}" if seed is not None else f"{name} (`{run}`)"
+    return label, {k: alignment_error(shifted_links(matrices, k), gold).aer for k in range(-shifts, shifts + 1)}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", type=Path)
     parser.add_argument("--shifts", type=int, default=3)
-    args = parser.parse_args()
-    print("| run | " + " | ".join(f"{k:+d}" for k in range(-args.shifts, args.shifts + 1)) + " |")
-    print("|---|" + "---|" * (2 * args.shifts + 1))
+    parser.add_argument("--record", action="store_true", help="save the table as "
+                        "results/measured/alignment_offset.json (docs/alignment.md renders it)")  # fmt: skip
+    args = parser.parse_args(argv)
+    columns = ["run", *(f"{k:+d}" for k in range(-args.shifts, args.shifts + 1))]
+    rows = []
     for run in args.runs:
-        aer = offsets(run, args.shifts)
+        label, aer = offsets(run, args.shifts)
         best = min(aer, key=aer.get)
-        cells = [f"**{v:.3f}**" if k == best else f"{v:.3f}" for k, v in aer.items()]
-        print(f"| `{run}` | " + " | ".join(cells) + " |")
+        rows.append([label, *(f"**{v:.3f}**" if k == best else f"{v:.3f}" for k, v in aer.items())])
+    print("| " + " | ".join(columns) + " |")
+    print("|" + "---|" * len(columns))
+    print("\n".join("| " + " | ".join(row) + " |" for row in rows))
+    if args.record:
+        note = ("Test AER of each run's argmax links moved by k source words (bold: the lowest), on the sample "
+                "corpus's gold links.")  # fmt: skip
+        print(f"wrote {results.record_measurement('alignment_offset', columns, rows, note, folder=results.RESULTS)}")
 
 
 if __name__ == "__main__":

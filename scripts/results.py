@@ -170,6 +170,10 @@ def export_lab(folder: Path) -> None:
     record["command"] = shown(shown(record["command"], folder), results.RECORDS)
     record.update(commits=sorted(commits), torch=torch.__version__)
     write("lab", record)
+    # docs/alignment.md's figures: BLEU by length and valid AER (the lab's report), the attention of each model on
+    # one test sentence (its comparison's)
+    results.copy_figures(folder, "lab", names=("bleu_by_length.png", "valid_aer.png"))
+    results.copy_figures(folder / "comparison", "lab", names=("attention.png",))
 
 
 def shown(text: str, folder: Path) -> str:

@@ -715,7 +715,7 @@ def test_flop_count_includes_the_cpu_lstm_kernel():
         assert counted(step) == 3 * forward  # forward, and backward twice that
 
 
-def test_the_lab_trains_scores_alignment_and_length_and_resumes_where_it_stopped(tmp_path, capfd):
+def test_the_lab_trains_scores_alignment_and_length_and_resumes_where_it_stopped(tmp_path, capfd, monkeypatch):
     lab = load_script("lab")
     small = ["--variants", "sutskever,luong_local_m", "--steps", "6", "--minutes", "0", "--per-bucket", "10",
              "--samples", "50", "--trials", "50", "--output", str(tmp_path / "lab"), "--extra",
@@ -740,6 +740,15 @@ def test_the_lab_trains_scores_alignment_and_length_and_resumes_where_it_stopped
     assert claims["The gap grows with sentence length"]["verdict"] == "needs 3 seeds"  # the lab's, on long sentences
     assert claims["The gap grows with sentence length"]["evidence"].startswith("the lab: lead over sutskever on 61-80")
     assert f"| {local_m} | 1 |" in comparison and "| Δ sutskever | Δ best |" in comparison
+    offset = load_script("alignment_offset")  # docs/alignment.md's table: AER with every link moved by k words
+    monkeypatch.setattr(offset.results, "RESULTS", tmp_path / "results")
+    offset.main(["--record", "--shifts", "1", str(tmp_path / "lab" / "runs" / "lab_luong_local_m" / "seed1234")])
+    saved = json.loads((tmp_path / "results" / "measured" / "alignment_offset.json").read_text())
+    assert saved["columns"] == ["run", "-1", "+0", "+1"] and saved["rows"][0][0] == f"{local_m}, seed 1234"
+    assert sum(cell.startswith("**") for cell in saved["rows"][0][1:]) == 1  # the lowest AER in bold
+    assert all(0 <= float(cell.strip("*")) <= 1 for cell in saved["rows"][0][1:])
+    with pytest.raises(UserError, match="seed1234: this model has no attention"):
+        offset.main([str(tmp_path / "lab" / "runs" / "lab_sutskever" / "seed1234")])
     capfd.readouterr()
     records = tmp_path / "lab" / "records"
     assert sorted(p.relative_to(records).as_posix() for p in records.rglob("*.json")) == [

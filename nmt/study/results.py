@@ -39,6 +39,7 @@ HELD_TO_AVX2 = "ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2"
 # Measurements of speed and memory (results/measured/<name>.json), each written by its script's --record, run alone
 MEASUREMENTS = {
     "decode_memory": "python scripts/decode_memory.py --record",
+    "alignment_offset": "python scripts/alignment_offset.py --record RUN...",
     "validation_cost": "python scripts/validation_cost.py --record --data-dir ../shared/data/multi30k",
     "benchmark": "python scripts/benchmark.py --record --data-dir ../shared/data/multi30k "
     "--checkpoints 'multirun/results/compare/runs/{model}/seed1234'",
@@ -307,12 +308,13 @@ def figures_block(folder: Path = RESULTS, figures: Path = FIGURES) -> str:
     return "The figures (valid BLEU against compute, BLEU by length, attention) follow when `make results` has run.\n"
 
 
-def copy_figures(report: Path, part: str, figures: Path = FIGURES) -> None:
-    """A report's figures into docs/figures/results/<part>_<file>, for README."""
+def copy_figures(report: Path, part: str, figures: Path = FIGURES, names: tuple[str, ...] = ()) -> None:
+    """A report's figures (`names`, default FIGURE_FILES') into docs/figures/results/<part>_<file>, for README and
+    docs/."""
     import shutil
 
     figures.mkdir(parents=True, exist_ok=True)
-    for name, _ in FIGURE_FILES:
+    for name in names or [name for name, _ in FIGURE_FILES]:
         if (report / name).is_file():
             shutil.copyfile(report / name, figures / f"{part}_{name}")
 
