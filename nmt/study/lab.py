@@ -65,12 +65,17 @@ def claims_table(claims: list[dict]) -> list[str]:
             *[f"| {c['claim']} | {c['source']} | **{c['verdict']}** | {c['evidence']} |" for c in claims]]  # fmt: skip
 
 
+def seeds_line(results: list[dict]) -> str:
+    """The line before the lab's tables: how many seeds their figures average."""
+    seeds = sorted({len(r.get("seeds", [None])) for r in results})
+    counts = "/".join(map(str, seeds))
+    return f"Mean over {counts} seed{'s' * (seeds != [1])} (AER ± its standard deviation over seeds):"
+
+
 def tables(results: list[dict], claims: list[dict], train_words: int) -> list[str]:
     """The lab's three tables with a line before each."""
-    seeds = sorted({len(r.get("seeds", [None])) for r in results})
     return [
-        f"Mean over {'/'.join(map(str, seeds))} seed{'s' * (seeds != [1])} (AER ± its standard deviation over seeds):",
-        "", *alignment_table(results), "",
+        seeds_line(results), "", *alignment_table(results), "",
         f"BLEU (greedy) by source length, words; trained on sentences of at most {train_words} words (sentences per "
         "bucket in brackets):", "", *length_table(results), "",
         "The two claims the lab answers (intervals over seeds and sentences, Holm within a claim; "

@@ -31,7 +31,14 @@ PARTS = ("claims", "main", "lab", "others")
 CLAIM_VARIANTS = ["sutskever", "bahdanau", "luong", "luong_feeding", "luong_local_m", "luong_local_p", "transformer"]
 FAMILIES = ["sutskever", "bahdanau", "luong", "transformer"]
 # The files whose marked blocks are generated
-DOCUMENTS = ("README.md", "docs/results.md", "docs/speed.md", "docs/training.md")
+DOCUMENTS = (
+    "README.md",
+    "docs/results.md",
+    "docs/speed.md",
+    "docs/training.md",
+    "docs/alignment.md",
+    "docs/attention.md",
+)
 # The variables that hold this CPU's kernels to AVX2, as on a CPU without native bf16 (docs/speed.md); a measurement
 # records those that were set
 KERNEL_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS")
@@ -256,8 +263,9 @@ def compare_table(folder: Path = RESULTS) -> str:
                       ""])  # fmt: skip
 
 
-def lab_source(record: dict) -> str:
-    runs = [run for result in record["results"] for run in result.get("seeds", [])]
+def lab_source(record: dict, shown: list[dict] | None = None) -> str:
+    """Where the lab's tables come from; `shown`: the results of a table that shows some of the variants."""
+    runs = [run for result in (record["results"] if shown is None else shown) for run in result.get("seeds", [])]
     if not all("provenance" in run for run in runs):  # a lab.json from before the runs' provenance was kept
         return f"`{record['command']}`; commits {', '.join(record.get('commits', [])) or '-'}."
     return (
@@ -283,10 +291,11 @@ def lab_family_table(folder: Path = RESULTS) -> str:
     record = load("lab", folder)
     if record is None:
         return missing("lab")
-    from nmt.study.lab import alignment_table, length_table
+    from nmt.study.lab import alignment_table, length_table, seeds_line
 
     family = [r for r in record["results"] if r["name"].split()[0].rstrip(",") in ("bahdanau", "transformer")]
-    return "\n".join([*alignment_table(family), "", *length_table(family), "", lab_source(record), ""])
+    return "\n".join([seeds_line(family), "", *alignment_table(family), "", *length_table(family), "",
+                      lab_source(record, family), ""])  # fmt: skip
 
 
 FIGURES = ROOT / "docs" / "figures" / "results"
