@@ -1,6 +1,7 @@
 """Which kernel F.scaled_dot_product_attention runs for the Transformer's attention, and what a sliding window saves.
 
 python scripts/attention_kernels.py [--device auto] [--precision auto] [--window 4] [--reps 10] [--output bench]
+python scripts/attention_kernels.py --record   # also docs/attention.md's table (results/measured/); alone here
 
 1. The profiler: forward and backward of each attention of the default Transformer (encoder self-attention with the
    padding mask, decoder self-attention with the causal mask, encoder-decoder attention), globally and with the band
@@ -36,6 +37,7 @@ from nmt.attention import MultiHeadAttention  # noqa: E402
 from nmt.device import autocast, resolve  # noqa: E402
 from nmt.device import device as find_device  # noqa: E402
 from nmt.loss import linear_cross_entropy  # noqa: E402
+from nmt.study import results  # noqa: E402
 from nmt.study.sweep import composed  # noqa: E402
 from nmt.transformer import band  # noqa: E402
 
@@ -101,7 +103,7 @@ def step_seconds(model, batch: int, length: int, reps: int, device, dtype) -> fl
     return statistics.median(times)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--precision", default="auto", help="auto (nmt/device.py), fp32, bf16 or fp16")
@@ -110,7 +112,9 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=10, help="timed steps per setting")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--output", type=Path, default=Path("bench"))
-    args = parser.parse_args()
+    parser.add_argument("--record", action="store_true", help="also save the timings as "
+                        "results/measured/attention_kernels.json (docs/attention.md renders it)")  # fmt: skip
+    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     device = find_device(args.device)
     dtype = resolve(args.precision, device, option="--precision").dtype
@@ -137,8 +141,22 @@ def main() -> None:
     write(args.output, kernels, timings, machine, dtype, args)
 
 
+def timing_rows(timings: list[dict], window: int) -> list[list[str]]:
+    """[shape, path, global ms, windowed ms, windowed / global] for each shape and path timed both ways."""
+    rows = []
+    for shape in LENGTHS:
+        for path in dict.fromkeys(t["path"] for t in timings):
+            seconds = {t["window"]: t["seconds"] for t in timings if t["shape"] == shape and t["path"] == path}
+            if len(seconds) == 2:
+                plain, windowed = seconds[0], seconds[window]
+                rows.append([shape, path, f"{plain * 1000:.1f}", f"{windowed * 1000:.1f}", f"{windowed / plain:.2f}"])
+    return rows
+
+
 def write(folder: Path, kernels: list[dict], timings: list[dict], machine: str, dtype, args) -> None:
     folder.mkdir(parents=True, exist_ok=True)
+    columns = ["shape", "path", "global ms", f"window {args.window} ms", "window / global"]
+    rows = timing_rows(timings, args.window)
     lines = [
         f"# Attention kernels and the sliding window ({machine}, torch {torch.__version__}, {dtype})",
         "",
@@ -150,20 +168,22 @@ def write(folder: Path, kernels: list[dict], timings: list[dict], machine: str, 
         "",
         f"Training step of the default Transformer, {args.tokens} target tokens per batch, median of {args.reps}:",
         "",
-        f"| shape | path | global ms | window {args.window} ms | window / global |",
+        "| " + " | ".join(columns) + " |",
         "|---|---|---|---|---|",
+        *("| " + " | ".join(row) + " |" for row in rows),
     ]
-    for shape in LENGTHS:
-        for path in dict.fromkeys(t["path"] for t in timings):
-            rows = {t["window"]: t["seconds"] for t in timings if t["shape"] == shape and t["path"] == path}
-            if len(rows) == 2:
-                plain, windowed = rows[0], rows[args.window]
-                lines.append(f"| {shape} | {path} | {plain * 1000:.1f} | {windowed * 1000:.1f} | "
-                             f"{windowed / plain:.2f} |")  # fmt: skip
     (folder / "attention_kernels.md").write_text("\n".join(lines) + "\n")
     figures = {"machine": machine, "dtype": str(dtype), "kernels": kernels, "timings": timings}
     (folder / "attention_kernels.json").write_text(json.dumps(figures, indent=1))
     print(f"wrote {folder / 'attention_kernels.md'}")
+    if args.record:
+        found = ", ".join(f"`{k}`" for k in dict.fromkeys(k["kernel"] for k in kernels))
+        note = (f"One training step of the default Transformer on random batches of {args.tokens} target tokens, "
+                f"forward and backward, median of {args.reps} steps, in {str(dtype).removeprefix('torch.')} on "
+                f"{machine}; SDPA dispatched every attention (self and encoder-decoder, global or windowed) to "
+                f"{found} (the profiler).")  # fmt: skip
+        path = results.record_measurement("attention_kernels", columns, rows, note, results.RESULTS, figures)
+        print(f"wrote {path}")
 
 
 if __name__ == "__main__":

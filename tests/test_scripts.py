@@ -715,6 +715,25 @@ def test_flop_count_includes_the_cpu_lstm_kernel():
         assert counted(step) == 3 * forward  # forward, and backward twice that
 
 
+def test_attention_kernels_records_the_window_against_global_per_shape_and_path(tmp_path, monkeypatch):
+    """docs/attention.md's table: each shape's step time with and without the window, by the explicit product and
+    by SDPA, and the kernel the profiler saw (here made up: the clock and the profiler are not what is tested)."""
+    kernels = load_script("attention_kernels")
+    steps = iter([0.40, 0.38, 0.50, 0.55] * 2)  # per shape: explicit global, windowed; fused global, windowed
+    monkeypatch.setattr(kernels, "step_seconds", lambda *args: next(steps))
+    monkeypatch.setattr(kernels, "kernel_of", lambda *args: "aten::_scaled_dot_product_flash_attention_for_cpu")
+    monkeypatch.setattr(kernels.results, "RESULTS", tmp_path / "results")
+    kernels.main(["--record", "--device", "cpu", "--precision", "fp32", "--output", str(tmp_path / "bench")])
+    saved = json.loads((tmp_path / "results" / "measured" / "attention_kernels.json").read_text())
+    assert saved["columns"] == ["shape", "path", "global ms", "window 4 ms", "window / global"]
+    assert saved["rows"][:2] == [["Multi30k (15 subwords)", "explicit", "400.0", "380.0", "0.95"],
+                                 ["Multi30k (15 subwords)", "fused", "500.0", "550.0", "1.10"]]  # fmt: skip
+    flash = "`aten::_scaled_dot_product_flash_attention_for_cpu` (the profiler)"
+    assert len(saved["rows"]) == 4 and flash in saved["note"] and "in float32" in saved["note"]
+    table = results.measured_table("attention_kernels", tmp_path / "results")
+    assert "| lab long (100 subwords) | fused | 500.0 | 550.0 | 1.10 |" in table
+
+
 def test_the_lab_trains_scores_alignment_and_length_and_resumes_where_it_stopped(tmp_path, capfd, monkeypatch):
     lab = load_script("lab")
     small = ["--variants", "sutskever,luong_local_m", "--steps", "6", "--minutes", "0", "--per-bucket", "10",

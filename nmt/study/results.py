@@ -47,6 +47,7 @@ HELD_TO_AVX2 = "ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2"
 MEASUREMENTS = {
     "decode_memory": "python scripts/decode_memory.py --record",
     "alignment_offset": "python scripts/alignment_offset.py --record RUN...",
+    "attention_kernels": "python scripts/attention_kernels.py --record",
     "validation_cost": "python scripts/validation_cost.py --record --data-dir ../shared/data/multi30k",
     "benchmark": "python scripts/benchmark.py --record --data-dir ../shared/data/multi30k "
     "--checkpoints 'multirun/results/compare/runs/{model}/seed1234'",
