@@ -153,7 +153,7 @@ def lab_state(variants: list[str], recorded: dict[str, int], shown: list[int]) -
     """The lab's runs recorded so far (results/runs/lab), and the seeds its tables show (results/lab.json, made from
     the seeds every variant has: `scripts/results.py --parts lab --record`)."""
     state = part_state(variants, recorded)
-    if state.startswith("**complete**") and shown == [MIN_SEEDS]:
+    if shown == [MIN_SEEDS] and all(recorded.get(v, 0) >= MIN_SEEDS for v in variants):
         return state
     if not shown:
         return f"{state}; {UNFINISHED}"
