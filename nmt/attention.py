@@ -20,6 +20,7 @@ import math
 import entmax
 import torch
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from nmt.dropout import Dropout
 from nmt.flops import attention_products, linear
@@ -359,6 +360,13 @@ class LocalAttention(nn.Module):
         return self.inner.policy_loss(weights, target_mask, token_loss)
 
 
+# The fused kernels SDPA may choose from: all but cuDNN's. cuDNN's attention builds an execution plan for every new
+# shape, and a batch of sentences has a shape of its own nearly every update: on an H100 each call spent 2.4 ms on the
+# host building one, and the Transformer trained at 6,500 target tokens/s with it, 39,600 without (bf16,
+# scripts/benchmark.py --models transformer --device cuda, docs/speed.md).
+FUSED_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+
+
 class MultiHeadAttention(nn.Module):
     """Vaswani et al. 2017, section 3.2: MultiHead(Q, K, V) = Concat(head_1..head_h) W^O,
     head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V), Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V (eq. 1).
@@ -416,8 +424,9 @@ class MultiHeadAttention(nn.Module):
             weights = weights if need_weights else None
         else:
             weights = None
-            heads = nn.functional.scaled_dot_product_attention(q, keys, values, attn_mask=mask, dropout_p=dropout,
-                                                               is_causal=causal)  # fmt: skip
+            with sdpa_kernel(FUSED_BACKENDS):
+                heads = nn.functional.scaled_dot_product_attention(q, keys, values, attn_mask=mask, dropout_p=dropout,
+                                                                   is_causal=causal)  # fmt: skip
         output = self.output_projection(heads.transpose(1, 2).flatten(2))  # (B, T, D)
         return output, weights
 

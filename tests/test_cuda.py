@@ -20,7 +20,7 @@ from nmt.transformer import band
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason="no CUDA device on this machine: these run where a GPU is")  # fmt: skip
 CUDA = torch.device("cuda")
-SMALL = ["experiment=demo", "data.sizes.train=300", "data.sizes.valid=20", "data.sizes.test=20", "trainer=debug",
+SMALL = ["data=sample", "data.sizes.train=300", "data.sizes.valid=20", "data.sizes.test=20", "trainer=debug",
          "trainer.valid_every=2", "trainer.progress=false", "trainer.device=cuda"]  # fmt: skip
 
 

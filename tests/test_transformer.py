@@ -208,12 +208,15 @@ def test_causal_without_a_mask_equals_the_causal_mask(fused, monkeypatch):
 
 def test_training_gives_the_fused_kernel_causal_self_attention_without_a_mask(sample_vocabulary, fused_on_cpu,
                                                                               monkeypatch):  # fmt: skip
-    """On a GPU a mask tensor keeps SDPA from its flash kernel; the decoder's causal self-attention passes none."""
-    calls = []
+    """On a GPU a mask tensor keeps SDPA from its flash kernel; the decoder's causal self-attention passes none. And
+    SDPA may not choose cuDNN's kernel, which builds a plan for each new batch shape (nmt/attention.py), while the
+    process's own choice of backends is left as it was."""
+    calls, cudnn_allowed = [], []
     original = torch.nn.functional.scaled_dot_product_attention
 
     def recording(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, **kwargs):
         calls.append((attn_mask is None, is_causal))
+        cudnn_allowed.append(torch.backends.cuda.cudnn_sdp_enabled())
         return original(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, **kwargs)
 
     monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", recording)
@@ -223,6 +226,7 @@ def test_training_gives_the_fused_kernel_causal_self_attention_without_a_mask(sa
     layers = len(model.decoder)
     assert calls.count((True, True)) == layers  # each decoder layer's self-attention: is_causal, no mask
     assert calls.count((False, False)) == len(model.encoder) + layers  # padding masks: encoder and cross-attention
+    assert cudnn_allowed == [False] * len(calls) and torch.backends.cuda.cudnn_sdp_enabled()
 
 
 def test_the_decoding_cache_keeps_the_dtype_of_the_projections_under_autocast(sample_vocabulary):
