@@ -41,7 +41,9 @@ OUT="${OUT:?OUT: the folder whose files come back (set by the device tool)}"
 [[ -f "$GPU/commit" ]] || { echo "error: $GPU/commit missing: run 'bash scripts/device_check.sh prepare' first" >&2; exit 1; }
 "$PYTHON" -m pip install --quiet --no-index --no-deps --no-compile --target /tmp/site "$GPU"/wheels/*.whl
 export PYTHONPATH="/tmp/site:$PWD" NMT_DATA_DIR="$PWD/$GPU/multi30k" NMT_COMMIT="$(cat "$GPU/commit")"
-export PYTHONUNBUFFERED=1
+# The tree there is a copy whose .git, if any, may be the one of an earlier commit (the device tool sends the
+# session's checkout with the files of this one): no git there, so the records name NMT_COMMIT's commit
+export PYTHONUNBUFFERED=1 GIT_DIR=/nonexistent
 nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || true
 status=0
 timeout 300 "$PYTHON" -m pytest tests/test_cuda.py -rs -p no:cacheprovider -o addopts="" 2>&1 | tee "$OUT/cuda_tests.log" \
