@@ -299,7 +299,10 @@ def test_ctrl_c_in_translate_stops_without_a_traceback_and_writes_nothing(traine
 
     output = tmp_path / "out.txt"
     command = [sys.executable, "translate.py", f"checkpoint={trained[0] / 'best.pt'}", f"output={output}"]
-    process = subprocess.Popen(command, cwd=ROOT, stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+    # A job a shell starts in the background (`bash .ci/run &`) has Ctrl-C ignored, and so has every process it
+    # starts, unless it sets a handler of its own: Python then installs none, and this SIGINT would do nothing
+    process = subprocess.Popen(command, cwd=ROOT, stdin=subprocess.PIPE, stderr=subprocess.PIPE,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
     process.stdin.write(b"Der Hund.\n")
     process.stdin.flush()  # the input stays open: translate.py waits for the rest, the model loaded
     wchan = Path(f"/proc/{process.pid}/wchan")
