@@ -38,7 +38,7 @@ from nmt.paths import output_folder  # noqa: E402
 from nmt.plot import legend_beside, lines_figure  # noqa: E402
 from nmt.study.claims import Claim, gap_grows_with_length, local_aligns_better  # noqa: E402
 from nmt.study.comparison import describe_runs, recorded_sweep, summarise, variant_name  # noqa: E402
-from nmt.study.lab import BUCKETS, VARIANTS, tables  # noqa: E402
+from nmt.study.lab import BUCKETS, VARIANTS, contrasts, tables  # noqa: E402
 from nmt.study.lab_measure import LAB_SUFFIX, length_test_set, measure_callback, measure_one  # noqa: E402
 from nmt.study.significance import RESAMPLES, Evidence  # noqa: E402
 from nmt.study.sweep import chosen, launcher_options, settings  # noqa: E402
@@ -71,9 +71,10 @@ def figures(results: list[dict], output: Path) -> None:
         writer.add_figure("lab/valid_aer", curves)
 
 
-def report(results: list[dict], output: Path, command: str, train_words: int, claims: list[Claim]) -> str:
+def report(results: list[dict], output: Path, command: str, train_words: int, claims: list[Claim],
+           differences: list[dict]) -> str:  # fmt: skip
     claims = [asdict(c) for c in claims]
-    lines = [*tables(results, claims, train_words), "",
+    lines = [*tables(results, claims, train_words, differences), "",
              "![BLEU by sentence length](bleu_by_length.png) ![valid AER during training](valid_aer.png)"]  # fmt: skip
     intro = (
         f"`{command}`\n\nAER, precision and recall (Och and Ney 2003) of each target word's argmax attention "
@@ -87,15 +88,16 @@ def report(results: list[dict], output: Path, command: str, train_words: int, cl
     )
     text = "# The alignment lab\n\n" + intro + "\n\n" + "\n".join(lines) + "\n"
     (output / "report.md").write_text(text, encoding="utf-8")
-    record = {"command": command, "results": results, "claims": claims, "train_words": train_words}
+    record = {"command": command, "results": results, "claims": claims, "contrasts": differences,
+              "train_words": train_words}  # fmt: skip
     (output / "lab.json").write_text(json.dumps(record, indent=1), encoding="utf-8")
     return text
 
 
-def lab_claims(measured: dict[str, list[dict]], names: dict[str, str], long_set: tuple[Path, Path, Path],
-               max_words: int, resamples: int) -> list[Claim]:  # fmt: skip
+def lab_tests(measured: dict[str, list[dict]], names: dict[str, str], long_set: tuple[Path, Path, Path],
+              max_words: int, resamples: int) -> tuple[list[Claim], list[dict]]:  # fmt: skip
     """The two claims the lab answers, with intervals over seeds and sentences: the gap by length on the length test
-    set, local against global AER on the sample test split."""
+    set, local against global AER on the sample test split; and the AER differences of `contrasts` on that split."""
     pairs = read_parallel(long_set[0], long_set[1])
     hypotheses = {names[key]: {r["seed"]: r["long_hypotheses"] for r in runs} for key, runs in measured.items()}
     by_length = Evidence(hypotheses, [t for _, t in pairs], [len(s.split()) for s, _ in pairs], resamples=resamples)
@@ -104,7 +106,10 @@ def lab_claims(measured: dict[str, list[dict]], names: dict[str, str], long_set:
     sentences = len(next(iter(next(iter(counts.values())).values()))) if counts else 1
     alignment = Evidence({}, [""] * sentences, alignments=counts, resamples=resamples)
     note = f"; the models trained on sentences of at most {max_words} words" if max_words else ""
-    return [gap_grows_with_length(by_length, note, BUCKETS), local_aligns_better(alignment)]
+    measured_names = {key: names[key] for key in measured}
+    return [gap_grows_with_length(by_length, note, BUCKETS), local_aligns_better(alignment)], contrasts(
+        alignment, measured_names
+    )
 
 
 def aggregate(name: str, runs: list[dict]) -> dict:
@@ -179,11 +184,11 @@ def main(argv: list[str] | None = None) -> None:
         measure_one(run.parent, records, long_set)
     measured = {key: [{**json.loads((records / folders[key] / f"seed{seed}{LAB_SUFFIX}").read_text(encoding="utf-8")),
                        "name": names[key]} for seed in seeds] for key in keys}  # fmt: skip
-    claims = lab_claims(measured, names, long_set, config["data"]["grammar"]["max_words"], args.samples)
+    claims, differences = lab_tests(measured, names, long_set, config["data"]["grammar"]["max_words"], args.samples)
     results = [aggregate(names[key], measured[key]) for key in keys]
     figures(results, output)
     command = ("python scripts/lab.py " + " ".join(argv if argv is not None else sys.argv[1:])).strip()
-    print(report(results, output, command, config["data"]["grammar"]["max_words"], claims))
+    print(report(results, output, command, config["data"]["grammar"]["max_words"], claims, differences))
     # The same runs as a comparison on the sample test split: seeds, significance and the papers' claims.
     runs, pairs = describe_runs(recorded, beam=1)
     lab = json.loads((output / "lab.json").read_text(encoding="utf-8"))

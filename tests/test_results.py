@@ -221,3 +221,78 @@ def test_readme_shows_the_main_runs_figures_once_made_and_the_claims_parts_until
     results.copy_figures(report, "main", figures)
     assert "docs/figures/results/main_attention.png" in results.figures_block(tmp_path, figures)
     assert "compare_" not in results.figures_block(tmp_path, figures)
+
+
+def test_the_lab_tests_each_variant_against_the_one_it_changes_and_the_tables_show_it(tmp_path):
+    """AER differences from link counts over seeds: a variant whose links miss in every seed is higher, one that
+    matches its baseline is inconclusive, a pair without counts is left out; Holm over the lab's differences; the
+    family table of docs/attention.md keeps Bahdanau's and the Transformer's rows."""
+    import numpy as np
+
+    from nmt.study.lab import contrasts, contrasts_table
+    from nmt.study.significance import Evidence
+
+    names = {"bahdanau": "bahdanau (additive)", "bahdanau_gumbel": "bahdanau (additive, hard gumbel)",
+             "bahdanau_entmax15": "bahdanau (additive, entmax15)", "luong": "luong (general, global)",
+             "luong_dot": "luong (dot, global)"}  # fmt: skip
+    rng = np.random.default_rng(0)
+
+    def counts(hits: float) -> dict[int, np.ndarray]:  # sure hits, possible hits, links found, sure links
+        return {seed: np.array([[h, h, 10, 10] for h in rng.binomial(10, hits, 60)]) for seed in (1, 2, 3)}
+
+    alignments = {names["bahdanau"]: counts(0.9), names["bahdanau_gumbel"]: counts(0.6),
+                  names["bahdanau_entmax15"]: counts(0.9), names["luong"]: counts(0.9)}  # fmt: skip
+    found = contrasts(Evidence({}, [""] * 60, alignments=alignments, resamples=1000), names)  # none for luong_dot
+    pairs = [(names["bahdanau_entmax15"], names["bahdanau"]), (names["bahdanau_gumbel"], names["bahdanau"])]
+    assert [(c["variant"], c["baseline"]) for c in found] == pairs
+    entmax, gumbel = found
+    assert gumbel["delta"] == pytest.approx(0.3, abs=0.05) and gumbel["low"] > 0 and gumbel["p_holm"] < 0.05
+    assert entmax["low"] < 0 < entmax["high"] and entmax["p_holm"] >= entmax["p"]
+    rows = contrasts_table(found)
+    assert rows[2].endswith("3 seeds) | inconclusive |") and rows[3].endswith("3 seeds) | **higher AER** |")
+    two_seeds = [{**c, "seeds": 2} for c in found]  # under 3 seeds: figures, no verdict
+    assert contrasts_table(two_seeds)[3].endswith("| needs 3 seeds |")
+    alignment = {"aer": 0.1, "precision": 0.9, "recall": 0.9, "entropy": 0.8, "diagonality": 0.9, "support": 12.5}
+    lab = {"command": "python scripts/lab.py --seeds 3", "train_words": 20, "commits": ["abc1234"], "claims": [],
+           "results": [{"name": n, "seeds": [{}, {}, {}], "test_bleu": 99.0, "alignment_map": "alignment",
+                        "by_length": {}, "test_alignment": alignment, "long_alignment": alignment}
+                       for n in names.values()],
+           "contrasts": [*found, {**entmax, "variant": names["luong_dot"], "baseline": names["luong"]}]}  # fmt: skip
+    (tmp_path / "lab.json").write_text(json.dumps(lab))
+    table, family = results.render("lab", tmp_path), results.render("lab_family", tmp_path)
+    line = "Each variant's test AER minus that of the variant it changes"
+    assert line in table and f"| {names['luong_dot']} | {names['luong']} |" in table
+    assert line in family and f"| {names['bahdanau_gumbel']} | {names['bahdanau']} |" in family
+    assert names["luong_dot"] not in family
+    del lab["contrasts"]  # a lab.json from before the differences: no table of them
+    (tmp_path / "lab.json").write_text(json.dumps(lab))
+    assert line not in results.render("lab", tmp_path)
+
+
+def test_the_claims_table_takes_from_the_lab_only_what_the_comparison_could_not_measure(tmp_path):
+    made = record({"sutskever": [10.0, 12.0, 11.0], "bahdanau (additive)": [30.0, 31.0, 32.0]})
+    aligns = "Local attention aligns better than global (lower AER)"
+    made["claims"] += [{"claim": aligns, "source": "Luong", "verdict": "not measured", "evidence": "needs gold links"},
+                       {"claim": "The gap grows with sentence length", "source": "Bahdanau", "verdict": "inconclusive",
+                        "evidence": "Multi30k's"}]  # fmt: skip
+    (tmp_path / "compare.json").write_text(json.dumps(made))
+    comparison = {"delta": 0.06, "low": 0.02, "high": 0.10}
+    lab_claims = [{"claim": aligns, "source": "Luong et al. 2015, Table 6", "verdict": "contradicted",
+                   "evidence": "local_p minus global: +0.06 AER", "comparisons": [comparison]},
+                  {"claim": "The gap grows with sentence length", "source": "Bahdanau", "verdict": "supported",
+                   "evidence": "the lab's", "comparisons": []}]  # fmt: skip
+    provenance = {"commits": ["abc1234"], "dates": ["2026-11-25T17:33:34"], "machines": ["a CPU (fp32)"]}
+    lab = {"command": "python scripts/lab.py --seeds 3", "results": [{"seeds": [{"provenance": provenance}] * 3}],
+           "claims": [{**lab_claims[0], "verdict": "needs 3 seeds"}, lab_claims[1]]}  # fmt: skip
+    (tmp_path / "lab.json").write_text(json.dumps(lab))
+    assert f"| {aligns} | Luong | **not measured** |" in results.claims_table(tmp_path)  # the lab has no verdict yet
+    (tmp_path / "lab.json").write_text(json.dumps({**lab, "claims": lab_claims}))
+    table = results.claims_table(tmp_path)
+    assert f"| {aligns} | Luong et al. 2015, Table 6 | **contradicted** | local_p minus global: +0.06 AER |" in table
+    assert "| The gap grows with sentence length | Bahdanau | **inconclusive** | Multi30k's |" in table  # measured
+    assert "The lab's claim: its 3 runs (`results/lab.json`), trained 2026-11-25 17:33" in table
+    short = results.render("claims_short", tmp_path)
+    assert "| **contradicted** | the lab: 1 comparison, AER: +0.06 [+0.02, +0.10] |" in short
+    (tmp_path / "main.json").write_text(json.dumps(made))  # the main table's claims: its own runs' alone
+    main = results.claims_table(tmp_path, part="main")
+    assert aligns not in main and "The lab's claim" not in main

@@ -554,6 +554,9 @@ def test_make_results_record_reports_on_what_is_recorded_without_training(tmp_pa
     assert calls[-1][calls[-1].index("--seeds") + 1] == "1"
     recorded(LAB_VARIANTS[0], 1235)
     assert script.lab_seeds_recorded() == 3
+    extra = ["--extra", "data.dir=/data/multi30k", "trainer.threads=1"]  # the lab writes its own corpus
+    script.main(["--parts", "lab", "--record", "--runs", str(tmp_path), *extra])
+    assert calls[-1][calls[-1].index("--extra") :] == ["--extra", "trainer.threads=1"]
     monkeypatch.setattr(script, "record_runs", lambda *args: calls.append("recorded"))
     with pytest.raises(UserError, match="has no record of sutskever seeds 1234, 1235, 1236;"):
         script.main(["--parts", "claims", "--record", "--runs", str(tmp_path)])

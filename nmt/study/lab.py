@@ -8,7 +8,10 @@ and "long_alignment": {"aer", "precision", "recall", "entropy", "diagonality", "
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from nmt.study.claims import luong_details
+from nmt.study.significance import CONTRADICTED, INCONCLUSIVE, SUPPORTED, Evidence, Interval, holm
 
 # The variants, in the order they train: configs/variant/lab_<name>.yaml, each the comparison's variant <name> at the
 # lab's size of its family (configs/lab/<family>.yaml); each is named from its config, as `scripts/compare.py` names
@@ -18,6 +21,14 @@ from nmt.study.claims import luong_details
 VARIANTS = ["sutskever", "bahdanau", "transformer", "luong", "luong_feeding", "luong_paper", "luong_dot",
             "luong_concat", "luong_location", "luong_local_m", "luong_local_p", "bahdanau_sparsemax",
             "bahdanau_entmax15", "bahdanau_reinforce", "bahdanau_gumbel", "transformer_window"]  # fmt: skip
+# Each variant against the one it changes (the lab's table of AER differences, Holm over the table): Bahdanau's
+# normalisers and hard attention against his softmax, the window against the global Transformer, Luong's other scores
+# and input feeding against his default (general, global); the paper's model differs from that default in its
+# encoder (unidirectional, source reversed) and feeding. Local against global attention is a claim (claims.py).
+CONTRASTS = [("bahdanau_sparsemax", "bahdanau"), ("bahdanau_entmax15", "bahdanau"), ("bahdanau_reinforce", "bahdanau"),
+             ("bahdanau_gumbel", "bahdanau"), ("transformer_window", "transformer"), ("luong_dot", "luong"),
+             ("luong_concat", "luong"), ("luong_location", "luong"), ("luong_feeding", "luong"),
+             ("luong_paper", "luong")]  # fmt: skip
 BUCKETS = [(1, 10), (11, 20), (21, 30), (31, 40), (41, 60), (61, 80)]  # source words of the length test set
 # Luong et al. 2015, Table 6: AER on the RWTH German-English gold alignments (different data, same measure), by score
 # and alignment (the paper's model; ours may differ in encoder and feeding, which the name says).
@@ -60,6 +71,38 @@ def length_table(results: list[dict]) -> list[str]:
     return lines
 
 
+def contrasts(alignment: Evidence, names: dict[str, str]) -> list[dict]:
+    """Test AER of each CONTRASTS variant minus its baseline's (`names`: variant key to name, as `alignment` holds
+    their link counts), intervals over seeds and sentences, Holm over all of them: {"variant", "baseline",
+    **Interval}; the pairs whose two sides are both measured."""
+    pairs = [(names[a], names[b]) for a, b in CONTRASTS
+             if a in names and b in names and {names[a], names[b]} <= set(alignment.alignments)]  # fmt: skip
+    intervals = holm([alignment.compare(a, b, "AER") for a, b in pairs])
+    return [{"variant": a, "baseline": b, **asdict(i)} for (a, b), i in zip(pairs, intervals)]
+
+
+# What a difference of AER says, from its verdict with lower AER as the direction looked for
+AER_VERDICT = {SUPPORTED: "**lower AER**", CONTRADICTED: "**higher AER**", INCONCLUSIVE: "inconclusive"}
+
+
+def contrasts_table(found: list[dict]) -> list[str]:
+    lines = ["| variant | against | test AER, variant minus against [95% interval] | these runs |", "|---|---|---|---|"]
+    for c in found:
+        interval = Interval(**{k: v for k, v in c.items() if k not in ("variant", "baseline")})
+        verdict = interval.verdict(direction=-1)
+        lines.append(f"| {c['variant']} | {c['baseline']} | {interval.text('AER')} | "
+                     f"{AER_VERDICT.get(verdict, verdict)} |")  # fmt: skip
+    return lines
+
+
+def contrasts_lines(found: list[dict]) -> list[str]:
+    """The table of AER differences with its line before it; nothing for a lab.json made before it had one."""
+    if not found:
+        return []
+    return ["Each variant's test AER minus that of the variant it changes (intervals over seeds and sentences, Holm "
+            "over all of the lab's differences; nmt/study/lab.py):", "", *contrasts_table(found), ""]  # fmt: skip
+
+
 def claims_table(claims: list[dict]) -> list[str]:
     return ["| claim | paper | these runs | evidence |", "|---|---|---|---|",
             *[f"| {c['claim']} | {c['source']} | **{c['verdict']}** | {c['evidence']} |" for c in claims]]  # fmt: skip
@@ -72,12 +115,13 @@ def seeds_line(results: list[dict]) -> str:
     return f"Mean over {counts} seed{'s' * (seeds != [1])} (AER ± its standard deviation over seeds):"
 
 
-def tables(results: list[dict], claims: list[dict], train_words: int) -> list[str]:
-    """The lab's three tables with a line before each."""
+def tables(results: list[dict], claims: list[dict], train_words: int, found: list[dict] = ()) -> list[str]:
+    """The lab's tables (AER, BLEU by length, the AER differences `found` by `contrasts`, the claims) with a line
+    before each."""
     return [
         seeds_line(results), "", *alignment_table(results), "",
         f"BLEU (greedy) by source length, words; trained on sentences of at most {train_words} words (sentences per "
-        "bucket in brackets):", "", *length_table(results), "",
+        "bucket in brackets):", "", *length_table(results), "", *contrasts_lines(list(found)),
         "The two claims the lab answers (intervals over seeds and sentences, Holm within a claim; "
         "nmt/study/claims.py):", "", *claims_table(claims),
     ]  # fmt: skip

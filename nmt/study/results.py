@@ -16,7 +16,7 @@ from functools import partial
 from pathlib import Path
 
 from nmt import UserError
-from nmt.study.significance import MIN_SEEDS, p_value
+from nmt.study.significance import MIN_SEEDS, NEEDS_SEEDS, NOT_MEASURED, p_value
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "results"
@@ -196,6 +196,8 @@ def brief(claim: dict) -> str:
     than two, their range and the range their intervals span."""
     if not claim.get("comparisons"):
         return claim["evidence"]
+    if claim.get("from") == "lab":
+        return "the lab: " + brief({k: v for k, v in claim.items() if k != "from"})
     unit = "AER" if "AER" in claim["claim"] else "BLEU"
     comparisons = claim["comparisons"]
     count = len(comparisons)
@@ -213,14 +215,25 @@ def brief(claim: dict) -> str:
     return f"{count} comparison{'s' * (count != 1)}, {unit}: {differences}"
 
 
+def with_lab(claims: list[dict], lab: dict | None) -> list[dict]:
+    """The comparison's claims, each one it could not measure (the alignment claim: Multi30k has no gold links) taken
+    from the lab's verdict when the lab has one over 3 seeds (marked "from": "lab")."""
+    found = {c["claim"]: c for c in (lab or {}).get("claims", []) if c["verdict"] not in (NOT_MEASURED, NEEDS_SEEDS)}
+    return [{**found[c["claim"]], "from": "lab"} if c["verdict"] == NOT_MEASURED and c["claim"] in found else c
+            for c in claims]  # fmt: skip
+
+
 def claims_table(folder: Path = RESULTS, short: bool = False, part: str = "compare") -> str:
-    """The papers' claims with their verdicts over seeds (the comparison's, or the `part` main's: the claims its four
-    families can test); `short`: each claim's differences and intervals alone, for README."""
+    """The papers' claims with their verdicts over seeds (the comparison's, with the lab's where the comparison could
+    not measure one; or the `part` main's: the claims its four families can test); `short`: each claim's differences
+    and intervals alone, for README."""
     record = load(part, folder)
     if record is None:
         return missing(part)
     seeds = min(len(v["runs"]) for v in record["variants"].values())
-    claims = [c for c in record["claims"] if part == "compare" or c["verdict"] != "not measured"]
+    claims = [c for c in record["claims"] if part == "compare" or c["verdict"] != NOT_MEASURED]
+    lab = load("lab", folder) if part == "compare" else None
+    claims = with_lab(claims, lab)
     lines = ["| claim | paper | verdict | evidence |", "|---|---|---|---|"]
     lines += [f"| {c['claim']} | {c['source']} | **{c['verdict']}** | {brief(c) if short else c['evidence']} |"
               for c in claims]  # fmt: skip
@@ -228,7 +241,12 @@ def claims_table(folder: Path = RESULTS, short: bool = False, part: str = "compa
     if seeds < MIN_SEEDS:
         note = (f" Some variants have {seeds} seed{'s' * (seeds != 1)} so far: their claims read \"needs {MIN_SEEDS} "
                 "seeds\" until `make results` ends.")  # fmt: skip
-    return "\n".join([*lines, "", f"{record['power']}{note} {runs_line(record)}", ""])
+    source = ""
+    if any(c.get("from") == "lab" for c in claims):  # where its runs are told in full: docs/alignment.md
+        runs = [run["provenance"] for result in lab["results"] for run in result["seeds"] if "provenance" in run]
+        source = f" The lab's claim: its {len(runs)} runs (`results/lab.json`), {trained(runs)}."
+
+    return "\n".join([*lines, "", f"{record['power']}{note} {runs_line(record)}{source}", ""])
 
 
 def interval(record: dict, against: str, name: str) -> str:
@@ -282,7 +300,7 @@ def lab_table(folder: Path = RESULTS) -> str:
         return missing("lab")
     from nmt.study.lab import tables
 
-    lines = tables(record["results"], record["claims"], record.get("train_words", 20))
+    lines = tables(record["results"], record["claims"], record.get("train_words", 20), record.get("contrasts", []))
     return "\n".join([*lines, "", lab_source(record), ""])
 
 
@@ -292,11 +310,13 @@ def lab_family_table(folder: Path = RESULTS) -> str:
     record = load("lab", folder)
     if record is None:
         return missing("lab")
-    from nmt.study.lab import alignment_table, length_table, seeds_line
+    from nmt.study.lab import alignment_table, contrasts_lines, length_table, seeds_line
 
     family = [r for r in record["results"] if r["name"].split()[0].rstrip(",") in ("bahdanau", "transformer")]
+    names = {r["name"] for r in family}
+    differences = [c for c in record.get("contrasts", []) if c["variant"] in names]
     return "\n".join([seeds_line(family), "", *alignment_table(family), "", *length_table(family), "",
-                      lab_source(record, family), ""])  # fmt: skip
+                      *contrasts_lines(differences), lab_source(record, family), ""])  # fmt: skip
 
 
 FIGURES = ROOT / "docs" / "figures" / "results"

@@ -50,10 +50,15 @@ def chosen(option: str, given: str, known: list[str] | tuple[str, ...]) -> list[
 def composed(overrides: list[str]) -> DictConfig:
     """The config `train.py OVERRIDES` runs with, as Hydra composes it (Hydra's own `hydra.*` options left out)."""
     from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
 
     register()
+    kept = [o for o in overrides if not o.startswith("hydra.")]
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
-        return compose("train", overrides=[o for o in overrides if not o.startswith("hydra.")])
+        try:
+            return compose("train", overrides=kept)
+        except HydraException as error:  # an override the config has no place for, or one that does not parse
+            raise UserError(f"train.py {' '.join(kept)}: {error}".replace("\n", " ")) from None
 
 
 def settings(overrides: list[str]) -> dict:
