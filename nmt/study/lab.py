@@ -75,8 +75,8 @@ def contrasts(alignment: Evidence, names: dict[str, str]) -> list[dict]:
     """Test AER of each CONTRASTS variant minus its baseline's (`names`: variant key to name, as `alignment` holds
     their link counts), intervals over seeds and sentences, Holm over all of them: {"variant", "baseline",
     **Interval}; the pairs whose two sides are both measured."""
-    pairs = [(names[a], names[b]) for a, b in CONTRASTS
-             if a in names and b in names and {names[a], names[b]} <= set(alignment.alignments)]  # fmt: skip
+    measured = set(alignment.alignments)
+    pairs = [(names[a], names[b]) for a, b in CONTRASTS if {names.get(a), names.get(b)} <= measured]
     intervals = holm([alignment.compare(a, b, "AER") for a, b in pairs])
     return [{"variant": a, "baseline": b, **asdict(i)} for (a, b), i in zip(pairs, intervals)]
 
@@ -121,7 +121,7 @@ def tables(results: list[dict], claims: list[dict], train_words: int, found: lis
     return [
         seeds_line(results), "", *alignment_table(results), "",
         f"BLEU (greedy) by source length, words; trained on sentences of at most {train_words} words (sentences per "
-        "bucket in brackets):", "", *length_table(results), "", *contrasts_lines(list(found)),
+        "bucket in brackets):", "", *length_table(results), "", *contrasts_lines(found),
         "The two claims the lab answers (intervals over seeds and sentences, Holm within a claim; "
         "nmt/study/claims.py):", "", *claims_table(claims),
     ]  # fmt: skip

@@ -245,7 +245,6 @@ def claims_table(folder: Path = RESULTS, short: bool = False, part: str = "compa
     if any(c.get("from") == "lab" for c in claims):  # where its runs are told in full: docs/alignment.md
         runs = [run["provenance"] for result in lab["results"] for run in result["seeds"] if "provenance" in run]
         source = f" The lab's claim: its {len(runs)} runs (`results/lab.json`), {trained(runs)}."
-
     return "\n".join([*lines, "", f"{record['power']}{note} {runs_line(record)}{source}", ""])
 
 
