@@ -35,6 +35,7 @@ from nmt.decoding import check_input_lengths, decode_split
 from nmt.device import capability, cpu_name
 from nmt.device import choose as choose_precision
 from nmt.device import device as find_device
+from nmt.meters import SweepStop
 from nmt.optim import set_lr
 from nmt.paths import write_text
 from nmt.resume import check_changes, checkpoint_to_resume, finished_run
@@ -170,14 +171,6 @@ def failure(run_dir: Path) -> str | None:
     return path.read_text(encoding="utf-8").strip() if path.is_file() else None
 
 
-class SweepStop:
-    """The signal that stopped this process's sweep (0: none). A job of `train.py -m` that a signal interrupts
-    saves its run and returns to Hydra instead of exiting, and sets it; a job that starts after it does not train.
-    A joblib worker that exited would have its siblings killed, maybe inside a checkpoint's write."""
-
-    signal_number = 0
-
-
 class FailedJobs(Callback):
     """A Hydra callback (configs/train.yaml) that ends a `train.py -m` sweep by naming each job that failed in it, with
     the reason its `failed.txt` keeps, and exits non-zero; a failed job returns to Hydra instead of raising, so the
@@ -188,8 +181,10 @@ class FailedJobs(Callback):
     the signal's number, saying how to continue. The sweep's own process only notes the signal, so that a joblib
     launcher waits for its workers to save instead of killing them; a second Ctrl-C stops at once."""
 
+    sweep_pid = 0  # the sweep's own process: a job in another one runs in a joblib worker
+
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
-        self.started = datetime.datetime.now().timestamp()
+        self.started, self.sweep_pid = datetime.datetime.now().timestamp(), os.getpid()
         SweepStop.signal_number, self.handlers = 0, {}
         if threading.current_thread() is threading.main_thread():  # signals reach the main thread only
             self.handlers = {number: signal.signal(number, self.stop) for number in (signal.SIGINT, signal.SIGTERM)}
@@ -199,6 +194,15 @@ class FailedJobs(Callback):
         signal.signal(signal.SIGINT, self.handlers[signal.SIGINT])
         print(f"{signal.Signals(signal_number).name}: the running jobs save their runs and stop, no other job starts "
               "(Ctrl-C again stops at once)", file=sys.stderr, flush=True)  # fmt: skip
+
+    def on_job_start(self, config: DictConfig, **kwargs) -> None:
+        """In a joblib worker, a stop signal is only noted, from its first job on: a worker that waits for work while
+        its sibling trains would otherwise die of Ctrl-C, and loky would kill the sibling before it saves its run
+        (loky kills with SIGKILL). A job that starts after it does not train, one in its setup stops at its first
+        update (`StopRequests`). The sweep's own process stops at the second Ctrl-C."""
+        if self.sweep_pid not in (0, os.getpid()) and threading.current_thread() is threading.main_thread():
+            for number in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(number, SweepStop.note)
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         for number, handler in self.handlers.items():

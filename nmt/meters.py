@@ -15,6 +15,19 @@ from nmt.checkpoint import Progress
 from nmt.config import TrainerConfig
 
 
+class SweepStop:
+    """The signal that stopped this process's sweep (0: none). A job of `train.py -m` that a signal interrupts
+    saves its run and returns to Hydra instead of exiting, and sets it; a job that starts after it does not train, and
+    one that it reached in its setup stops at its first update. A joblib worker that exited would have its siblings
+    killed, maybe inside a checkpoint's write (`nmt.experiment.FailedJobs`)."""
+
+    signal_number = 0
+
+    @staticmethod
+    def note(signal_number: int, frame) -> None:
+        SweepStop.signal_number = signal_number
+
+
 class StopRequests:
     """While training, a stop request (Ctrl-C, or the SIGTERM or SIGUSR1 a cluster scheduler sends before it preempts
     a job) only sets `requested` to the signal's number, which the loop checks between updates, so it never lands
@@ -23,7 +36,7 @@ class StopRequests:
     SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGUSR1") if hasattr(signal, name))
 
     def __init__(self):
-        self.requested = 0
+        self.requested = SweepStop.signal_number  # a sweep stopped while this job was setting up
         self.default_handlers: dict = {}
 
     def request(self, signum, frame) -> None:

@@ -391,6 +391,45 @@ def test_ctrl_c_stops_a_joblib_sweep_and_every_running_job_saves_its_last_update
     assert not (sweep / "sutskever" / "seed3" / "provenance.json").exists()
 
 
+def test_ctrl_c_to_a_joblib_sweep_with_an_idle_worker_still_lets_the_busy_job_save(tmp_path):
+    """A worker that has finished its jobs waits for work that will not come; Ctrl-C to the sweep must not kill it
+    (loky would then kill its busy sibling before that saves its run): the idle worker notes the signal, the busy job
+    saves its last update, the sweep exits 130."""
+    import contextlib
+    import os
+    import signal
+    import time
+
+    sweep = tmp_path / "sweep"
+    command = [sys.executable, "train.py", "-m", "variant=sutskever", "data=sample", "data.sizes.train=300",
+               "data.sizes.valid=10", "data.sizes.test=10", "model.embedding_size=16", "model.hidden_size=24",
+               "trainer.max_flops=0", "trainer.max_minutes=0", "trainer.max_steps=2,100000", "trainer.validations=0",
+               "trainer.valid_every=0", "trainer.patience=0", "trainer.progress=false", "trainer.threads=1",
+               "trainer.num_plots=0", "trainer.test_at_end=false", f"data.spm_cache={tmp_path / 'spm'}",
+               f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=${hydra.job.num}", "hydra/launcher=joblib",
+               "hydra.launcher.n_jobs=2", "hydra.launcher.batch_size=1"]  # fmt: skip
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)  # as a shell's job  # fmt: skip
+    short, long = sweep / "0", sweep / "1"
+    text = lambda path: path.read_text() if path.is_file() else ""  # noqa: E731
+    try:
+        deadline = time.monotonic() + 120
+        while not ("stopped: reached" in text(short / "train.log") and "validation at" in text(long / "train.log")):
+            assert time.monotonic() < deadline and process.poll() is None, process.communicate()
+            time.sleep(0.2)
+        time.sleep(2)  # one worker waits for work that will not come, the other trains
+        os.killpg(process.pid, signal.SIGINT)
+        _, stderr = process.communicate(timeout=120)
+    finally:  # nothing left training if the sweep did not stop
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 130, stderr
+    assert "BrokenProcessPool" not in stderr and "stopped by SIGINT: the jobs that were running saved" in stderr
+    step = int(re.search(r"interrupted at step (\d+);", (long / "train.log").read_text()).group(1))
+    assert checkpoint.load(long / "last.pt")["progress"]["step"] == step > 0  # its last update, saved
+    assert "interrupted at step" in (long / "failed.txt").read_text() and not (short / "failed.txt").exists()
+
+
 def test_a_finished_run_is_kept_only_with_the_settings_asked_for_today(tmp_path):
     """After a default changes, `make compare` must not report a run finished before as if it had today's settings
     (beside seeds that do): it names the run and the option instead, before anything trains."""

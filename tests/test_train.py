@@ -370,6 +370,19 @@ def test_user_errors_exit_nonzero_with_a_message_not_a_traceback(tmp_path, args,
     assert "Traceback" not in result.stderr
 
 
+def test_a_job_that_a_stopped_sweep_reached_in_its_setup_saves_at_its_first_update(
+    tmp_path, sample_splits, sample_vocabulary, monkeypatch
+):
+    """The sweep's stop signal came while this job loaded its data (before the trainer listens for one): it stops at
+    its first update with its run saved, instead of training to its budget."""
+    from nmt.meters import SweepStop
+
+    monkeypatch.setattr(SweepStop, "signal_number", signal.SIGTERM)
+    trainer = make_trainer(tmp_path, sample_vocabulary, sample_splits.train[:8], "sutskever", max_steps=50)
+    assert trainer.train() == "interrupted" and trainer.stop_signal == signal.SIGTERM
+    assert checkpoint.load(tmp_path / "last.pt")["progress"]["step"] == 1
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "scheduler-sigterm"])
 def test_ctrl_c_or_sigterm_saves_last_checkpoint_and_exits_with_the_signal(tmp_path, stop):

@@ -104,9 +104,9 @@ def sweep(variants: list[str], seeds: list[int], overrides: list[str], folder: P
           records: Path | None = None) -> list[Path]:  # fmt: skip
     """Train every variant (configs/variant/<name>.yaml) with every seed, seed by seed, as one `train.py -m` into
     folder/<variant>/seed<N>, through Hydra's `launcher`: `basic` (one after another), `joblib` (`jobs` at once on
-    this machine, each with cores / jobs torch threads) or `slurm`; the (variant, seed) runs of `done` (kept
-    elsewhere: `recorded`) are not trained; `hydra`: more of Hydra's own options (a callback). Returns the run
-    directories trained.
+    this machine, or as many as there are runs, each with cores / that many torch threads) or `slurm`; the (variant,
+    seed) runs of `done` (kept elsewhere: `recorded`) are not trained; `hydra`: more of Hydra's own options (a
+    callback). Returns the run directories trained.
 
     A `train.py -m` sweeps a rectangle (variants x seeds), and the runs still to train after some were recorded may
     not be one: each rectangle is then its own `train.py -m`, one after another. With the joblib launcher that would
@@ -130,10 +130,11 @@ def sweep(variants: list[str], seeds: list[int], overrides: list[str], folder: P
                    f"variant={','.join(needed)}", *overrides, "trainer.resume=auto", "trainer.progress=false",
                    f"hydra.sweep.dir={folder}", f"hydra.sweep.subdir={subdir}", *hydra]  # fmt: skip
         if launcher == "joblib":
-            threads = max(1, (os.cpu_count() or 1) // jobs)
+            workers = min(jobs, len(needed) * len(grid_seeds))  # no worker idle from its start (FailedJobs)
+            threads = max(1, (os.cpu_count() or 1) // workers)
             command += [
                 "hydra/launcher=joblib",
-                f"hydra.launcher.n_jobs={jobs}",
+                f"hydra.launcher.n_jobs={workers}",
                 f"trainer.threads={threads}",
                 "hydra.launcher.batch_size=1",
             ]  # joblib's auto batching would queue runs behind skipped jobs
