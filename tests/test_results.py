@@ -55,6 +55,9 @@ def test_tables_render_from_the_json_and_say_where_the_runs_come_from(tmp_path):
     assert rows[0].startswith("| bahdanau (additive) | 3 | 1,000 | 30.00 ± 1.00 | 30.50 ± 1.00 | 31.00 ± 1.00 |")
     assert "at commit abcdef1 on a CPU (fp32), torch 2.13.0" in main
     assert "trained 2026-11-24 10:00 to 2026-11-24 11:30 UTC" in main  # from the first start to the last end
+    made["variants"]["sutskever"]["runs"][0]["provenance"]["machines"] = ["a CPU(R) 2"]  # before precisions were kept
+    (tmp_path / "main.json").write_text(json.dumps(made))
+    assert "on a CPU (fp32); a CPU(R) 2 (precision not recorded), torch" in results.main_table(tmp_path)
     assert "| 2.5 ± 0.0 | 100 | 0.10 ± 0.00 |" in rows[0]
     assert "1e+14 FLOPs each, or less where valid BLEU did not improve in 5 validations in a row" in main
     assert rows[0].split(" | ")[7] == "-" and "| -20.00 [-21.00, -19.00] 0.0002 | 2.5" in rows[1]  # Δ the best
