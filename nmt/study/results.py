@@ -150,8 +150,8 @@ def parts_table(folder: Path = RESULTS) -> str:
             ("others", f"{len(others)} more variants, 1e14 FLOPs each", part_state(others, compared))]  # fmt: skip
     lines = ["| part of `make results` | what | state |", "|---|---|---|"]
     lines += [f"| {part} | {what} | {state} |" for part, what, state in rows]
-    return "\n".join([*lines, "", f"{MIN_SEEDS} seeds each; a table below whose part is not complete shows the runs "
-                      "finished so far.", ""])  # fmt: skip
+    note = f"{MIN_SEEDS} seeds each; the table of a part not complete shows its runs so far."
+    return "\n".join([*lines, "", note, ""])
 
 
 def lab_state(variants: list[str], recorded: dict[str, int], shown: list[int]) -> str:
@@ -191,8 +191,8 @@ def main_table(folder: Path = RESULTS) -> str:
     early = (f", or less where valid BLEU did not improve in {' or '.join(map(str, patience))} validations in a row "
              "(`trainer.patience`)") if any(patience) else ""  # fmt: skip
     return "\n".join([*lines, "", f"Budget: {'; '.join(budget)} each{early}; rows in order of valid BLEU; mean ± "
-                      "standard deviation over seeds; Δ best: test BLEU (beam 5) minus that of the model with the best "
-                      f"valid BLEU ({record['best']}), its 95% interval over seeds and sentences, and its p-value. "
+                      "standard deviation over seeds; Δ best: test BLEU (beam 5) minus that of the best on valid "
+                      f"({record['best']}), 95% interval over seeds and sentences, p-value. "
                       f"{runs_line(record)}", ""])  # fmt: skip
 
 
