@@ -1,10 +1,15 @@
 """The reports' arithmetic and the scripts that train and report (loaded as modules), on tiny runs."""
 
+import contextlib
 import importlib.util
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -343,14 +348,32 @@ def test_a_failing_job_of_a_sweep_lets_the_others_run_and_is_named_with_its_reas
     assert "trainer.resume=auto, or give the new run its own directory (hydra.sweep.dir=... or .subdir=...)" in failed
 
 
+def text(path) -> str:
+    return path.read_text() if path.is_file() else ""
+
+
+def ctrl_c(command: list[str], ready: Callable[[], bool]) -> tuple[int, str]:
+    """Start `command` as a shell's job, press Ctrl-C once `ready()` and 2 s more have passed (the jobs are in their
+    loops), and return its exit status and stderr; whatever still runs after it is killed."""
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not ready():
+            assert time.monotonic() < deadline and process.poll() is None, process.communicate()
+            time.sleep(0.2)
+        time.sleep(2)
+        os.killpg(process.pid, signal.SIGINT)
+        _, stderr = process.communicate(timeout=120)
+    finally:  # nothing left training if the sweep did not stop
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+    return process.returncode, stderr
+
+
 def test_ctrl_c_stops_a_joblib_sweep_and_every_running_job_saves_its_last_update(tmp_path):
     """Ctrl-C reaches the sweep's process and its workers at once: each running job saves its run at the update it was
     at (none killed inside a checkpoint's write by a sibling's exit), no job starts after, the sweep says so."""
-    import contextlib
-    import os
-    import signal
-    import time
-
     overrides = ["data=sample", "data.sizes.train=300", "data.sizes.valid=10", "data.sizes.test=10",
                  "model.embedding_size=16", "model.hidden_size=24", "trainer.max_flops=0", "trainer.max_steps=100000",
                  "trainer.max_minutes=0", "trainer.validations=0", "trainer.valid_every=0", "trainer.patience=0",
@@ -361,28 +384,13 @@ def test_ctrl_c_stops_a_joblib_sweep_and_every_running_job_saves_its_last_update
         f"    sweep(['sutskever'], [1, 2, 3], {overrides!r}, __import__('pathlib').Path({str(sweep)!r}), "
         "'joblib', 2)\nexcept UserError as error:\n    sys.exit(f'error: {error}')\n"
     )
-    process = subprocess.Popen(
-        [sys.executable, "-c", script],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )  # as a shell's job
     logs = [sweep / "sutskever" / f"seed{seed}" / "train.log" for seed in (1, 2)]
-    try:
-        deadline = time.monotonic() + 120
-        while not all(log.is_file() and "validation at step" in log.read_text() for log in logs):  # both training
-            assert time.monotonic() < deadline and process.poll() is None, process.communicate()
-            time.sleep(0.2)
-        os.killpg(process.pid, signal.SIGINT)
-        _, stderr = process.communicate(timeout=120)
-    finally:  # nothing left training if the sweep did not stop
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
+    returncode, stderr = ctrl_c(
+        [sys.executable, "-c", script], lambda: all("validation at step" in text(log) for log in logs)
+    )  # both training
     assert "SIGINT: the running jobs save their runs and stop, no other job starts" in stderr  # said at once
     assert "stopped by SIGINT: the jobs that were running saved their runs" in stderr, stderr
-    assert process.returncode == 1 and "3 of 3 runs of the sweep did not finish" in stderr
+    assert returncode == 1 and "3 of 3 runs of the sweep did not finish" in stderr
     for log in logs:
         step = int(re.search(r"interrupted at step (\d+);", log.read_text()).group(1))
         assert checkpoint.load(log.parent / "last.pt")["progress"]["step"] == step  # its last update, saved
@@ -395,11 +403,6 @@ def test_ctrl_c_to_a_joblib_sweep_with_an_idle_worker_still_lets_the_busy_job_sa
     """A worker that has finished its jobs waits for work that will not come; Ctrl-C to the sweep must not kill it
     (loky would then kill its busy sibling before that saves its run): the idle worker notes the signal, the busy job
     saves its last update, the sweep exits 130."""
-    import contextlib
-    import os
-    import signal
-    import time
-
     sweep = tmp_path / "sweep"
     command = [sys.executable, "train.py", "-m", "variant=sutskever", "data=sample", "data.sizes.train=300",
                "data.sizes.valid=10", "data.sizes.test=10", "model.embedding_size=16", "model.hidden_size=24",
@@ -408,22 +411,11 @@ def test_ctrl_c_to_a_joblib_sweep_with_an_idle_worker_still_lets_the_busy_job_sa
                "trainer.num_plots=0", "trainer.test_at_end=false", f"data.spm_cache={tmp_path / 'spm'}",
                f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=${hydra.job.num}", "hydra/launcher=joblib",
                "hydra.launcher.n_jobs=2", "hydra.launcher.batch_size=1"]  # fmt: skip
-    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True)  # as a shell's job  # fmt: skip
     short, long = sweep / "0", sweep / "1"
-    text = lambda path: path.read_text() if path.is_file() else ""  # noqa: E731
-    try:
-        deadline = time.monotonic() + 120
-        while not ("stopped: reached" in text(short / "train.log") and "validation at" in text(long / "train.log")):
-            assert time.monotonic() < deadline and process.poll() is None, process.communicate()
-            time.sleep(0.2)
-        time.sleep(2)  # one worker waits for work that will not come, the other trains
-        os.killpg(process.pid, signal.SIGINT)
-        _, stderr = process.communicate(timeout=120)
-    finally:  # nothing left training if the sweep did not stop
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-    assert process.returncode == 130, stderr
+    returncode, stderr = ctrl_c(
+        command, lambda: "stopped: reached" in text(short / "train.log") and "validation at" in text(long / "train.log")
+    )  # one worker idle, one training
+    assert returncode == 130, stderr
     assert "BrokenProcessPool" not in stderr and "stopped by SIGINT: the jobs that were running saved" in stderr
     step = int(re.search(r"interrupted at step (\d+);", (long / "train.log").read_text()).group(1))
     assert checkpoint.load(long / "last.pt")["progress"]["step"] == step > 0  # its last update, saved

@@ -73,16 +73,16 @@ def spread(values: list[float], digits: int = 2) -> str:
     return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
 
 
-PRECISIONS = ("(fp32)", "(bf16)", "(fp16)")  # how nmt.experiment.read_provenance ends a machine's name
-
-
 def trained(provenances: list[dict]) -> str:
     """When, at which commits and on which machines runs were trained (from the first start to the last end, where
     the runs recorded when they ended), from their provenance; a machine named before runs recorded their precision
     says so."""
+    from nmt.device import PRECISIONS  # read_provenance names a machine "<name> (<precision>)"
+
+    recorded = tuple(f"({name})" for name in PRECISIONS)
     commits = sorted({c for p in provenances for c in p["commits"]})
     dates = sorted(d for p in provenances for d in [*p["dates"], p.get("finished")] if d)
-    machines = sorted({m if m.endswith(PRECISIONS) else f"{m} (precision not recorded)"
+    machines = sorted({m if m.endswith(recorded) else f"{m} (precision not recorded)"
                        for p in provenances for m in p["machines"]})  # fmt: skip
     first, last = (d[:16].replace("T", " ") for d in (dates[0], dates[-1])) if dates else ("", "")
     span = f"{first} to {last} UTC" if dates else "at dates not recorded"
