@@ -5,22 +5,26 @@
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import os
 import typing
+from collections.abc import Mapping
+from functools import cache
 
 import torch
 from hydra.errors import InstantiationException
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from nmt import UserError
-from nmt.config import DataConfig, GrammarOptions
+from nmt.config import DataConfig, FilesConfig, GrammarOptions, Multi30kConfig, SampleConfig
 from nmt.corpus import Splits, load_files, load_multi30k
 from nmt.data import PAD_ID, Vocabulary, build_vocabulary
 from nmt.sample import generate_aligned
 
-CORPORA = ("multi30k", "sample", "files")
+CORPORA = {"multi30k": Multi30kConfig, "sample": SampleConfig, "files": FilesConfig}  # data.corpus -> its schema
 
 
 def load_corpus(data: DataConfig | DictConfig) -> Splits:
@@ -43,6 +47,106 @@ def vocabulary(data: DataConfig | DictConfig, splits: Splits) -> Vocabulary:
     return build_vocabulary(
         splits.train, data.vocab_size, data.joint_vocab, data.subword, data.character_coverage, data.spm_cache
     )
+
+
+# --- what a config may name ------------------------------------------------------------------------------------
+
+
+@cache
+def buildable() -> tuple[dict[str, type], dict[str, type]]:
+    """nmt's own model classes and attention classes, each by the dotted name a `_target_` gives it: the only classes
+    nmt builds from a config. Found in the package, not listed: every class of the family modules
+    (`nmt.model.FAMILY_MODULES`) that declares the model contract `Seq2Seq`, and every subclass of `Attention`. A
+    checkpoint's config is data that anyone may have written, and building the `_target_` it names runs that
+    callable, whatever it is."""
+    from nmt.attention import Attention
+    from nmt.model import FAMILY_MODULES, Seq2Seq
+
+    for module in FAMILY_MODULES:
+        importlib.import_module(module)
+
+    def named(base: type) -> dict[str, type]:
+        found, stack = {}, list(base.__subclasses__())
+        while stack:
+            cls = stack.pop()
+            stack.extend(cls.__subclasses__())
+            if cls.__module__.startswith("nmt.") and not inspect.isabstract(cls):
+                found[f"{cls.__module__}.{cls.__qualname__}"] = cls
+        return found
+
+    return named(Seq2Seq), named(Attention)
+
+
+# Hydra's instantiation keys a model config may hold: the class, and `_partial_` (the attention, which the model
+# completes with its own sizes); `_args_`, `_recursive_`, `_convert_` would pass or build more than options
+SAFE_KEYS = ("_target_", "_partial_")
+
+
+def check_targets(config: Mapping, prefix: str = "model") -> None:
+    """Refuses, naming the key, a model config that would build anything but nmt's own classes (`buildable`): a
+    `_target_` at the top that is not a model, one further down that is not an attention, Hydra's other
+    instantiation keys but `_partial_` (`_args_`, ...) anywhere, and interpolations (`${...}`), whose resolvers could
+    make a `_target_` appear after this check. Nothing named is imported before it passes."""
+    models, attentions = buildable()
+    if not isinstance(config, Mapping) or config.get("_target_") not in models:
+        target = config.get("_target_") if isinstance(config, Mapping) else config
+        raise UserError(f"{prefix}._target_={target!r}: not one of nmt's models ({', '.join(sorted(models))}); "
+                        "nmt builds no other class from a config")  # fmt: skip
+
+    def walk(node, where: str, allowed: dict[str, type]) -> None:
+        if isinstance(node, Mapping):
+            for key, value in node.items():
+                name = f"{where}.{key}"
+                if key == "_target_" and value not in allowed:
+                    raise UserError(f"{name}={value!r}: not one of nmt's attentions ({', '.join(sorted(allowed))}); "
+                                    "nmt builds no other class from a config")  # fmt: skip
+                if key == "_partial_" and not isinstance(value, bool):
+                    raise UserError(f"{name}={value!r}: must be true or false")
+                if key not in SAFE_KEYS and str(key).startswith("_") and str(key).endswith("_"):
+                    raise UserError(f"{name}: a model config holds constructor arguments only, not Hydra's {key}")
+                walk(value, name, attentions)
+        elif isinstance(node, (list, tuple)):
+            for index, value in enumerate(node):
+                walk(value, f"{where}[{index}]", attentions)
+        else:
+            check_plain(node, where)
+
+    walk(config, prefix, models)
+
+
+def check_plain(node, where: str) -> None:
+    """Refuses a saved config value that OmegaConf would resolve (`${...}`), naming its key."""
+    if isinstance(node, Mapping):
+        for key, value in node.items():
+            check_plain(value, f"{where}.{key}")
+    elif isinstance(node, (list, tuple)):
+        for index, value in enumerate(node):
+            check_plain(value, f"{where}[{index}]")
+    elif isinstance(node, str) and "${" in node:
+        raise UserError(f"{where}={node!r}: an interpolation; a saved config holds resolved values only")
+
+
+def saved_options(saved, schema: type, prefix: str) -> DictConfig:
+    """`saved` (a section of a checkpoint's config) checked against the dataclass `schema`: each option of the type it
+    declares, named when not; options the schema no longer has are left out (an older checkpoint's)."""
+    check_plain(saved, prefix)
+    defaults = OmegaConf.structured(schema)
+    kept = {key: value for key, value in (saved or {}).items() if key in defaults}
+    try:
+        return OmegaConf.merge(defaults, kept)
+    except OmegaConfBaseException as error:
+        key = getattr(error, "full_key", None) or "?"
+        raise UserError(f"{prefix}.{key}: {str(error).splitlines()[0]}") from None
+
+
+def saved_data_config(saved) -> DictConfig:
+    """The data config a checkpoint holds, checked against today's schema for its corpus: every option of the type it
+    declares (options removed since are left out). Where a corpus is downloaded from and cached is this machine's
+    choice, never a checkpoint's: `url` and `cache` take today's defaults (`data_dir=` points at local files)."""
+    corpus = saved.get("corpus") if isinstance(saved, Mapping) else None
+    if corpus not in CORPORA:
+        raise UserError(f"data.corpus={corpus!r}: use one of {', '.join(CORPORA)}")
+    return saved_options({k: v for k, v in saved.items() if k not in ("url", "cache")}, CORPORA[corpus], "data")
 
 
 POSITIVE_MODEL_KEYS = ("size", "layers", "heads", "window", "d_model", "max_len")  # key names that end so
@@ -115,7 +219,11 @@ def check_score(config: DictConfig) -> None:
 
 
 def model(model_config: DictConfig | dict, vocab: Vocabulary) -> torch.nn.Module:
-    config = OmegaConf.create(model_config) if isinstance(model_config, dict) else model_config
+    """The model a config describes (a composed one, or one a checkpoint saved), built only from nmt's own classes
+    (`check_targets`) after its options are checked."""
+    plain = OmegaConf.to_container(model_config, resolve=True) if isinstance(model_config, DictConfig) else model_config
+    check_targets(plain)
+    config = OmegaConf.create(plain)
     check_score(config)
     check_model_config(config)
     try:

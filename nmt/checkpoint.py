@@ -11,8 +11,8 @@ from pathlib import Path
 
 import torch
 
-from nmt import UserError
-from nmt.config import GrammarOptions
+from nmt import UserError, build
+from nmt.config import GrammarOptions, TrainerConfig
 
 # Options added after checkpoints had been written without them, with the value that keeps such a checkpoint's
 # behaviour (the code's behaviour before the option existed). Loading fills them in, so an older run still decodes,
@@ -95,10 +95,26 @@ def load(path: str | Path) -> dict:
     except Exception as error:  # a damaged archive fails anywhere in torch's reader
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise UserError(f"{path}: a damaged checkpoint, not readable ({reason})") from None
-    if not isinstance(payload, dict) or "model" not in payload or "config" not in payload:
+    if not isinstance(payload, dict) or "model" not in payload or not isinstance(payload.get("config"), dict):
         raise UserError(f"{path}: not an nmt checkpoint (no model weights and config inside)")
     upgrade(payload["config"])
+    check_config(payload["config"], path)
     return payload
+
+
+def check_config(config: dict, path: Path) -> None:
+    """Every part of a checkpoint's config that a command reads (those it has), checked before anything is built from it: the model
+    names only nmt's own classes (`build.check_targets`), the data and trainer options have their schema's types,
+    no value is an interpolation. Refused naming the file and the key: a checkpoint is data anyone may have written."""
+    try:
+        build.check_plain(config, "config")
+        if "model" in config:  # a Trainer used from Python without a run config saves none
+            build.check_targets(config["model"])
+        if "data" in config:
+            build.saved_data_config(config["data"])
+        build.saved_options(config.get("trainer"), TrainerConfig, "trainer")
+    except UserError as error:
+        raise UserError(f"{path}: refused: its saved config is not one nmt writes: {error}") from None
 
 
 def average(paths: list[str | Path]) -> dict:

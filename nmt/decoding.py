@@ -123,6 +123,9 @@ def decode_split(
 def load_model(path: str | Path, device: torch.device) -> tuple[torch.nn.Module, Vocabulary, dict]:
     """Rebuild the model a checkpoint holds, with the vocabulary and resolved config it was trained with."""
     payload = checkpoint.load(path)
+    if "model" not in payload["config"]:
+        raise UserError(f"{path}: holds no model config (a Trainer used from Python without `run_config`): it can "
+                        "resume that Trainer, not be decoded")  # fmt: skip
     vocabulary = Vocabulary(payload["vocabulary"]["source"], payload["vocabulary"]["target"])
     model = build.model(payload["config"]["model"], vocabulary)
     model.load_state_dict(payload["model"])

@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import sacrebleu
-from omegaconf import OmegaConf
 
 from nmt import UserError, build
 from nmt.alignment import (
@@ -45,7 +44,7 @@ def bleu_by_length(sources: list[str], hypotheses: list[str], references: list[s
 
 def corpus_of(config: dict, data_dir: str | None) -> Splits:
     """The corpus a checkpoint was trained on, read from `data_dir` when given."""
-    data = OmegaConf.create(config["data"])
+    data = build.saved_data_config(config["data"])  # checked, fetched and cached where this machine says
     if data_dir and data.corpus == "multi30k":
         data.dir = data_dir
     return build.load_corpus(data)

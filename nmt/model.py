@@ -25,6 +25,10 @@ from nmt.flops import Shape
 
 State = dict[str, torch.Tensor]
 
+# The modules that hold the families: nmt builds a config's `_target_` only when it is one of their Seq2Seq classes
+# or an attention (nmt.build.buildable; tests/test_hostile_cli.py checks that no model lives elsewhere)
+FAMILY_MODULES = ("nmt.rnn", "nmt.transformer")
+
 
 @runtime_checkable
 class Seq2Seq(Protocol):

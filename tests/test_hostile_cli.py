@@ -326,3 +326,100 @@ def test_benchmark_options_are_checked_before_anything_is_measured(tmp_path):
 def test_a_folder_given_as_a_text_file_is_named_as_one(trained, tmp_path):
     refused(run("translate.py", f"checkpoint={trained[0] / 'best.pt'}", f"input={tmp_path}"),
             f"{tmp_path}: a folder, not a text file")  # fmt: skip
+
+
+# --- a checkpoint runs no code --------------------------------------------------------------------------------------
+
+
+def hostile_checkpoint(trained, tmp_path, change) -> Path:
+    """The trained run's best.pt with its saved config changed by `change(config, canary)`: plain containers only, so
+    `weights_only=True` loads it; what a command must refuse is what the config names."""
+    payload = torch.load(trained[0] / "best.pt", map_location="cpu", weights_only=True)
+    canary = tmp_path / "canary.txt"
+    canary.write_text("a user's file\n")
+    change(payload["config"], str(canary))
+    path = tmp_path / "hostile.pt"
+    torch.save(payload, path)
+    return path
+
+
+def logging_target(config, canary):  # empties the canary when called
+    config["model"] = {"_target_": "logging.basicConfig", "filename": canary, "filemode": "w"}
+
+
+def os_target(config, canary):
+    config["model"]["_target_"] = "os.remove"
+    config["model"]["_args_"] = [canary]
+
+
+def subprocess_target(config, canary):
+    config["model"] = {"_target_": "subprocess.run", "args": ["sh", "-c", f"echo owned > {canary}"]}
+
+
+def nested_attention_target(config, canary):
+    config["model"]["attention"] = {"_target_": "os.truncate", "path": canary, "length": 0}
+
+
+def positional_arguments(config, canary):
+    config["model"]["attention"]["_args_"] = [canary]
+
+
+def interpolated_target(config, canary):  # a resolver would decode this into a nested `_target_` after any check
+    config["model"]["attention"] = "${oc.decode:'{_target_: os.remove, path: " + canary + "}'}"
+
+
+def data_url(config, canary):  # a type a schema refuses, in a section the model never sees
+    config["data"]["sizes"] = {"train": "all of them"}
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [(logging_target, "model._target_='logging.basicConfig': not one of nmt's models"),
+     (os_target, "model._target_='os.remove': not one of nmt's models"),
+     (subprocess_target, "model._target_='subprocess.run': not one of nmt's models"),
+     (nested_attention_target, "model.attention._target_='os.truncate': not one of nmt's attentions"),
+     (positional_arguments, "model.attention._args_: a model config holds constructor arguments only"),
+     (interpolated_target, "config.model.attention=\"${oc.decode"),
+     (data_url, "data.sizes.train")],
+)  # fmt: skip
+@pytest.mark.parametrize("command", ["evaluate.py", "translate.py"])
+def test_a_checkpoint_whose_config_names_other_code_is_refused_and_nothing_happens(trained, tmp_path, change,
+                                                                                   message, command):  # fmt: skip
+    path = hostile_checkpoint(trained, tmp_path, change)
+    extra = ["split=valid"] if command == "evaluate.py" else []
+    result = run(command, f"checkpoint={path}", *extra, stdin=b"Der Hund.\n")
+    refused(result, f"{path}: refused: its saved config is not one nmt writes")
+    assert message in result.stderr.decode(), result.stderr.decode()[-2000:]
+    assert (tmp_path / "canary.txt").read_text() == "a user's file\n"  # nothing ran
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["canary.txt", "hostile.pt"]  # nothing written
+
+
+def test_only_nmts_own_model_and_attention_classes_are_buildable():
+    """The allow-list holds every model and attention class in nmt and nothing else: each config's `_target_` is in
+    it, and no module of nmt defines a model outside the family modules it is derived from."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import nmt
+    from nmt.attention import Attention
+    from nmt.build import buildable
+    from nmt.model import Seq2Seq
+
+    models, attentions = buildable()
+    for info in pkgutil.walk_packages(nmt.__path__, "nmt."):
+        importlib.import_module(info.name)
+    everywhere = {f"{c.__module__}.{c.__qualname__}" for base in (Seq2Seq, Attention) for c in all_subclasses(base)
+                  if c.__module__.startswith("nmt.") and not inspect.isabstract(c)}  # fmt: skip
+    assert everywhere == set(models) | set(attentions)
+    assert {"nmt.rnn.BahdanauSeq2Seq", "nmt.transformer.Transformer"} <= set(models)
+    assert "nmt.attention.AdditiveAttention" in attentions and not set(models) & set(attentions)
+    for path in (ROOT / "configs" / "model").rglob("*.yaml"):
+        target = next((line.split(":", 1)[1].strip() for line in path.read_text().splitlines()
+                       if line.strip().startswith("_target_:")), None)  # fmt: skip
+        assert target in models or target in attentions, path
+
+
+def all_subclasses(cls: type) -> set[type]:
+    found = set(cls.__subclasses__())
+    return found.union(*(all_subclasses(c) for c in found)) if found else found
