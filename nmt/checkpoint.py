@@ -103,9 +103,10 @@ def load(path: str | Path) -> dict:
 
 
 def check_config(config: dict, path: Path) -> None:
-    """Every part of a checkpoint's config that a command reads (those it has), checked before anything is built from it: the model
-    names only nmt's own classes (`build.check_targets`), the data and trainer options have their schema's types,
-    no value is an interpolation. Refused naming the file and the key: a checkpoint is data anyone may have written."""
+    """Every part of a checkpoint's config that a command reads (those it has), checked before anything is built
+    from it: the model names only nmt's own classes (`build.check_targets`), the data and trainer options have their
+    schema's types, no value is an interpolation. Refused naming the file and the key: a checkpoint is data anyone
+    may have written."""
     try:
         build.check_plain(config, "config")
         if "model" in config:  # a Trainer used from Python without a run config saves none
