@@ -156,8 +156,12 @@ class Attention(nn.Module):
 
     def flops(self, batch: int, queries: int, positions: int) -> int:
         """Products of `prepare` and `score` in one trained call over `batch` sentences of `positions` source
-        positions, with `queries` queries each (nmt/flops.py); the context's product is the model's to count."""
+        positions, with `queries` queries each (nmt/flops.py); the context's product is `context_flops`."""
         raise NotImplementedError
+
+    def context_flops(self, queries: int, positions: int, size: int) -> int:
+        """The context's product c_t = sum_i a_ti h_i for `queries` queries over `positions` annotations of `size`."""
+        return attention_products(queries, positions, size)
 
     def forward(
         self,
@@ -293,6 +297,42 @@ class LocationAttention(Attention):
 
     def flops(self, batch: int, queries: int, positions: int) -> int:
         return linear(batch * queries, self.position_scores.in_features, self.position_scores.out_features)
+
+
+class FixedContext(Attention):
+    """No attention (`model/attention=none`): RNNencdec's fixed context, the baseline Bahdanau et al. 2015 compare
+    RNNsearch with (section 4.2; Cho et al. 2014, eq. 5-6). Every step reads the same vector c, the encoder's summary
+    of the whole sentence: for a bidirectional encoder's annotations h_i = [forward h_i; backward h_i], c = [forward
+    h_S; backward h_1], each direction's final state. The model around it is unchanged (encoder, s_0, decoder,
+    readout), so it differs from the attention model in the context alone: a like-for-like baseline. No weights
+    (None): nothing to plot or align."""
+
+    NAME = "none"  # the option's name (configs/model/attention/none.yaml), not derived from the class's
+
+    def __init__(self, query_size: int, key_size: int):
+        super().__init__()
+        if key_size % 2:
+            raise ValueError(f"model/attention=none reads a bidirectional encoder's annotations; size {key_size}")
+
+    def flops(self, batch: int, queries: int, positions: int) -> int:
+        return 0  # no score: the summary is two gathers
+
+    def context_flops(self, queries: int, positions: int, size: int) -> int:
+        return 0
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+        mask: torch.Tensor,
+        query_positions: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, None]:
+        half = values.shape[-1] // 2
+        last = (mask.sum(1) - 1).clamp_min(0)  # (B,) each sentence's last real position, read on the device
+        rows = torch.arange(values.shape[0], device=values.device)
+        summary = torch.cat([values[rows, last, :half], values[:, 0, half:]], dim=-1)  # (B, 2H)
+        return summary[:, None, :].expand(-1, query.shape[1], -1), None  # (B, T, 2H)
 
 
 class LocalAttention(nn.Module):

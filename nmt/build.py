@@ -202,6 +202,12 @@ def check_model_config(config: DictConfig, prefix: str = "model") -> None:
             raise UserError(f"{name}={value!r}: must be {KINDS[kind]}")
 
 
+def score_name(target: str) -> str:
+    """The `model/attention=` option of an attention class: its NAME, or its class name without "Attention"."""
+    default = str(target).rsplit(".", 1)[-1].removesuffix("Attention").lower()
+    return getattr(buildable()[1].get(target), "NAME", default)
+
+
 def check_score(config: DictConfig) -> None:
     """The attention score (`model/attention=`) must be one the model's paper defines: the model class's SCORES."""
     try:
@@ -211,7 +217,7 @@ def check_score(config: DictConfig) -> None:
     attention = config.get("attention")
     if scores is None or not isinstance(attention, DictConfig) or "_target_" not in attention:
         return
-    name = str(attention["_target_"]).rsplit(".", 1)[-1].removesuffix("Attention").lower()
+    name = score_name(attention["_target_"])
     if name not in scores:
         model = config["_target_"].rsplit(".", 1)[-1]
         takes = f"takes {', '.join(scores)}" if scores else "has no attention: leave out model/attention"

@@ -131,9 +131,19 @@ def choose(requested: str, found: Capability, option: str = "trainer.precision")
     return Precision(requested, reason)
 
 
+def exact_fp32(chosen: Precision, where: torch.device) -> None:
+    """fp32 means fp32 on a GPU too: cuDNN's RNNs and convolutions otherwise use TF32 (a 10-bit mantissa) on Ampere
+    and later GPUs, and `precision=fp32` would train another model there than on a CPU. Under bf16 or fp16 autocast
+    TF32 stays allowed for what runs in fp32. Matrix products keep PyTorch's default, no TF32."""
+    if where.type == "cuda":
+        torch.backends.cudnn.allow_tf32 = chosen.name != "fp32"
+        torch.backends.cuda.matmul.allow_tf32 = False
+
+
 def resolve(requested: str, where: torch.device, option: str = "trainer.precision") -> Precision:
     """`choose` for the device `where`, logged (and warned about) once."""
     chosen = choose(requested, capability(where), option)
+    exact_fp32(chosen, where)
     log.info("precision %s", chosen.reason)
     if chosen.warning:
         log.warning(chosen.warning)

@@ -108,7 +108,7 @@ class AlignmentMaps:
     @torch.no_grad()
     def attention_maps(self, source: torch.Tensor, source_mask: torch.Tensor, target_in: torch.Tensor):
         _, attention = self(source, source_mask, target_in)
-        return {"alignment": attention[:, None]}
+        return {} if attention is None else {"alignment": attention[:, None]}  # None: a fixed context
 
     def attention_loss(self, attention: torch.Tensor, target_mask: torch.Tensor, token_loss: torch.Tensor):
         return self.attention.policy_loss(attention, target_mask, token_loss)
@@ -180,7 +180,9 @@ class SutskeverSeq2Seq(nn.Module, Seq2Seq):
 
 
 class BahdanauSeq2Seq(AlignmentMaps, nn.Module, Seq2Seq):
-    SCORES = ("additive",)  # eq. 6; Luong's scores read h_t, which this decoder has not yet when it attends
+    # eq. 6; Luong's scores read h_t, which this decoder has not yet when it attends. none: the fixed context of
+    # RNNencdec, the paper's baseline (nmt.attention.FixedContext)
+    SCORES = ("additive", "none")
 
     """Bahdanau, Cho and Bengio 2015 ("RNNsearch"), following its appendix A.
 
@@ -252,7 +254,7 @@ class BahdanauSeq2Seq(AlignmentMaps, nn.Module, Seq2Seq):
             new_state = {**state, "hidden": hidden, "cell": cell}
         else:
             new_state = {**state, "hidden": self.decoder(rnn_input, state["hidden"])}
-        return context, new_state, weights[:, 0]
+        return context, new_state, None if weights is None else weights[:, 0]
 
     def maxout(self, hidden: torch.Tensor, context: torch.Tensor, embedded: torch.Tensor) -> torch.Tensor:
         """Maxout readout t_i = max over pairs of (U_o s_i + V_o E y_{i-1} + C_o c_i), which W_o reads: (..., R)."""
@@ -275,7 +277,7 @@ class BahdanauSeq2Seq(AlignmentMaps, nn.Module, Seq2Seq):
             weights.append(step_weights)
         # The readout (and, after it, the large output layer) runs once over all steps.
         readout = self.maxout(torch.stack(hiddens, 1), torch.stack(contexts, 1), embedded)  # (B, T, R)
-        return readout, torch.stack(weights, 1)  # (B, T, S)
+        return readout, None if weights[0] is None else torch.stack(weights, 1)  # (B, T, S); None: fixed context
 
     def forward(self, source: torch.Tensor, source_mask: torch.Tensor, target_in: torch.Tensor):
         features, weights = self.features(source, source_mask, target_in)
@@ -287,7 +289,7 @@ class BahdanauSeq2Seq(AlignmentMaps, nn.Module, Seq2Seq):
         return (self.encoder.flops(shape.source)
                 + linear(batch, hidden, hidden)  # s_0
                 + self.attention.flops(batch, target, source)
-                + attention_products(batch * target, source, 2 * hidden)  # c_t = sum_i a_ti h_i
+                + self.attention.context_flops(batch * target, source, 2 * hidden)  # c_t = sum_i a_ti h_i
                 + padded_rnn(batch * target, self.decoder.input_size, hidden, gates, 1)  # every step of every row
                 + linear(batch * target, self.readout.in_features, self.readout.out_features)  # maxout
                 + output_and_loss(shape, self.output.in_features, self.output.out_features))  # fmt: skip

@@ -29,7 +29,7 @@ from nmt.config import TrainerConfig
 from nmt.corpus import Pairs
 from nmt.data import Batch, ParallelDataset, TokenBatchSampler, Vocabulary, check_splits, collate
 from nmt.decoding import Search, check_input_lengths
-from nmt.device import capability
+from nmt.device import capability, exact_fp32
 from nmt.device import choose as choose_precision
 from nmt.device import device as find_device
 from nmt.flops import Shape
@@ -89,6 +89,7 @@ class Trainer:
         if config.deterministic:
             make_deterministic()
         self.precision = choose_precision(config.precision, capability(self.device))  # refuses what cannot run
+        exact_fp32(self.precision, self.device)
         if self.precision.warning:
             log.warning(self.precision.warning)
         self.dtype = self.precision.dtype

@@ -6,6 +6,12 @@
 #                                          machine lacks, Multi30k's files and the commit the tree is at
 #   bash scripts/device_check.sh           there, with .gpu carried: the CUDA tests, then the benchmark's training
 #                                          figures; logs and results/measured/benchmark_cuda.json go to $OUT
+#   bash scripts/device_check.sh study PART VARIANTS JOBS SECONDS
+#                                          there: `make results`' PART (claims or main) for VARIANTS (comma-separated),
+#                                          JOBS runs at once on the one GPU, for at most SECONDS; every run that
+#                                          finishes is recorded by its own job, and the records go to $OUT/records
+#                                          (copy them into results/runs/PART, then `scripts/results.py --parts PART
+#                                          --record` here makes the report and tables)
 #
 # Back here, copy $OUT's benchmark_cuda.json into results/measured/ and run `python scripts/results.py --render`:
 # docs/speed.md's GPU table is rendered from it.
@@ -15,7 +21,7 @@ GPU=.gpu
 PYTHON="${PYTHON:-python3}"  # there, the python3 that holds CUDA torch
 # Pure-Python packages nmt needs that the GPU image does not hold (its torch, sacrebleu, sentencepiece, tensorboard,
 # matplotlib and statsmodels are used as they are)
-MISSING=(hydra-core omegaconf antlr4-python3-runtime entmax)
+MISSING=(hydra-core omegaconf antlr4-python3-runtime entmax hydra-joblib-launcher joblib)
 
 if [[ "${1:-}" == "prepare" ]]; then
     if [[ -n "$(git status --porcelain --untracked-files=no)" ]]; then
@@ -31,6 +37,9 @@ if [[ "${1:-}" == "prepare" ]]; then
     done
     .venv/bin/python -m pip wheel --quiet --no-deps --wheel-dir "$GPU/wheels" "${pins[@]}"
     cp "$data"/*.gz "$GPU/multi30k/"
+    # the sentencepiece models of Multi30k's defaults, so that jobs started together do not each train them there
+    NMT_DATA_DIR="$data" .venv/bin/python -c "from nmt import build; from nmt.config import Multi30kConfig as C; \
+c = C(spm_cache='$GPU/spm'); build.vocabulary(c, build.load_corpus(c))"
     git rev-parse HEAD > "$GPU/commit"
     echo "prepared $GPU: ${pins[*]}, Multi30k, commit $(cut -c1-7 "$GPU/commit"); run with carry=[\"$GPU\"]"
     exit 0
@@ -45,6 +54,24 @@ export PYTHONPATH="/tmp/site:$PWD" NMT_DATA_DIR="$PWD/$GPU/multi30k" NMT_COMMIT=
 # session's checkout with the files of this one): no git there, so the records name NMT_COMMIT's commit
 export PYTHONUNBUFFERED=1 GIT_DIR=/nonexistent
 nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || true
+if [[ "${1:-}" == "study" ]]; then
+    part="${2:?PART}" variants="${3:?VARIANTS}" jobs="${4:-8}" seconds="${5:-420}"
+    rm -rf "results/runs/$part" && mkdir -p "$OUT/records"  # only what this machine trains comes back
+    # The jobs record their runs as they finish; at the time limit the sweep is stopped, and what finished is kept
+    ( while sleep 20; do nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader; done ) \
+        > "$OUT/gpu_use.csv" 2>&1 &
+    start=$(date +%s)
+    timeout --kill-after=20 "$seconds" "$PYTHON" scripts/results.py --parts "$part" --only "$variants" \
+        --seeds 3 --jobs "$jobs" --runs /tmp/results \
+        --extra "data.dir=$NMT_DATA_DIR" "data.spm_cache=$PWD/$GPU/spm" > "$OUT/study.log" 2>&1 || true
+    echo "wall seconds: $(( $(date +%s) - start ))" >> "$OUT/study.log"
+    pkill -TERM -f "train.py" || true; pkill -TERM -f loky || true; sleep 2; kill %1 2>/dev/null || true
+    cp -r "results/runs/$part/." "$OUT/records/" 2>/dev/null || true
+    find /tmp/results -name "*.log" -path "*seed*" | while read -r log; do
+        name="${log#/tmp/results/}"; mkdir -p "$OUT/logs/$(dirname "$name")"; cp "$log" "$OUT/logs/$name"; done
+    tail -5 "$OUT/study.log"; find "$OUT/records" -name "*.record.json" | sort
+    exit 0
+fi
 status=0
 timeout 300 "$PYTHON" -m pytest tests/test_cuda.py -rs -p no:cacheprovider -o addopts="" 2>&1 | tee "$OUT/cuda_tests.log" \
     || status=1

@@ -8,19 +8,21 @@ python scripts/results.py --parts lab --record    # the lab's tables on the seed
 python scripts/results.py --parts main --only luong,transformer   # train only these (share the runs out over machines)
 
 The parts, in this order (each resumable: a rerun keeps finished runs with today's settings and continues the rest):
-  claims  the variants the papers' claims need, at `make compare`'s budget (1e14 FLOPs each), then the comparison's
-          report over every variant trained so far (results/compare.json)
+  claims  the variants the papers' claims need (Bahdanau's model with and without attention among them) at the main
+          table's budget, trained as `python train.py variant=X` trains them with fp32 and one thread pinned
+          (results.PINNED), then their report and the claims (results/claims.json)
   main    the four families' defaults, as `python train.py model=X` trains them (5e14 FLOPs each), greedy and beam 5
           (results/main.json)
   lab     the alignment lab, `scripts/lab.py` (results/lab.json; its runs' records in results/runs/lab)
-  others  the comparison's other variants (Luong's other scores and the paper's model, sparse, hard, the window),
-          then the comparison's report again
-Runs go to RUNS/compare/runs/<variant>/seed<N>, RUNS/main/runs/<model>/seed<N> and RUNS/lab/runs/...; with
-NMT_DATA_DIR (or --extra data.dir=...) pointing at the Multi30k files on an offline machine. The main part's runs
-take longer than a machine may be kept (about 6 hours on 2 cores with native bf16, far longer in fp32): each one that
-finishes is recorded in results/runs/main/<model>/seed<N>.record.json (its figures, curves, attention on our own
-sentence, provenance, and its test output as sacreBLEU's statistics per sentence), which is committed; a later
-invocation, on any machine, trains only the runs without a record and makes the report from the records.
+  others  the comparison of every variant at `make compare`'s budget (1e14 FLOPs each: early training, not the
+          claims), then its report (results/compare.json)
+Runs go to RUNS/<part>/runs/<variant>/seed<N> (the others part: RUNS/compare/runs/...), with NMT_DATA_DIR (or
+--extra data.dir=...) pointing at the Multi30k files on an offline machine. The runs of claims and main take longer
+than a machine may be kept (about an hour each on 2 cores): each one that finishes is recorded in
+results/runs/<part>/<variant>/seed<N>.record.json (its figures, curves, attention on our own sentence, provenance,
+and its test output as sacreBLEU's statistics per sentence), which is committed; a later invocation, on any machine,
+trains only the runs without a record and makes the report from the records. On a GPU the claims part's 24 runs
+take minutes (scripts/device_check.sh study).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from nmt.experiment import read_provenance  # noqa: E402
 from nmt.paths import write_text  # noqa: E402
 from nmt.study import results  # noqa: E402
 from nmt.study.comparison import VARIANTS, record_runs, recorded_sweep  # noqa: E402
-from nmt.study.results import CLAIM_VARIANTS, FAMILIES, PARTS  # noqa: E402
+from nmt.study.results import CLAIM_VARIANTS, FAMILIES, PARTS, PINNED  # noqa: E402
 from nmt.study.sweep import ROOT, chosen, launcher_options  # noqa: E402
 
 MAIN_BEAM = 5  # the main table's beam: its test BLEU beam 5 beside greedy
@@ -61,8 +63,7 @@ def load_script(name: str):
 
 def part_variants(part: str) -> list[str]:
     """What `part` (claims, main or others; the lab's are scripts/lab.py's) trains, each with 3 seeds."""
-    return {"claims": CLAIM_VARIANTS, "main": FAMILIES,
-            "others": [v for v in VARIANTS if v not in CLAIM_VARIANTS]}[part]  # fmt: skip
+    return {"claims": CLAIM_VARIANTS, "main": FAMILIES, "others": VARIANTS}[part]
 
 
 def only(given: str | None, parts: list[str]) -> dict[str, list[str]]:
@@ -81,20 +82,6 @@ def only(given: str | None, parts: list[str]) -> dict[str, list[str]]:
     return {part: [v for v in part_variants(part) if v in names] for part in parts}
 
 
-def check_claims_recorded(seeds: int) -> None:
-    """The comparison's report (results/compare.json, the claims table's source), made by the others part or by
-    --record, is made from the records in results/runs/compare, the claims' variants among them: without their
-    records it would replace the claims' figures with a report that lacks them. Refuses before any training or
-    report, naming the runs and what to run instead."""
-    have = results.finished(results.RECORDS / "compare")
-    missing = [f"{v} seed{'s' if len(m) > 1 else ''} {', '.join(map(str, m))}" for v in CLAIM_VARIANTS
-               if (m := [s for s in range(1234, 1234 + seeds) if s not in have.get(v, [])])]  # fmt: skip
-    if missing:
-        raise UserError(f"{results.RECORDS / 'compare'} has no record of {'; '.join(missing)}; the comparison's "
-                        "report (results/compare.json) covers the claims' variants, so train them first: --parts "
-                        "claims (with others: --parts claims,others), without --record")  # fmt: skip
-
-
 def train_comparison(variants: list[str], args: argparse.Namespace, runs: Path) -> None:
     """`variants` trained as `make compare` does, each finished run recorded in results/runs/compare (those with a
     record are not trained again), then the report on every variant recorded so far."""
@@ -103,13 +90,12 @@ def train_comparison(variants: list[str], args: argparse.Namespace, runs: Path) 
     compare.main(["--train", "--output", str(runs / "compare"), "--variants", ",".join(variants), "--seeds",
                   str(args.seeds), "--launcher", args.launcher, "--jobs", str(args.jobs), "--no-report",
                   "--records", records, "--extra", *args.extra])  # fmt: skip
-    report_comparison(runs)
+    report_on("compare", runs, COMPARE_BEAM)
 
 
-def report_comparison(runs: Path) -> None:
-    """The comparison's report (RUNS/compare: report.md, compare.json, figures) on every run in its records."""
-    load_script("compare").main([str(results.RECORDS / "compare"), "--output", str(runs / "compare"), "--beam",
-                                 str(COMPARE_BEAM)])  # fmt: skip
+def report_on(part: str, runs: Path, beam: int) -> None:
+    """A part's report (RUNS/<part>: report.md, compare.json, figures) on every run in its records."""
+    load_script("compare").main([str(results.RECORDS / part), "--output", str(runs / part), "--beam", str(beam)])
 
 
 def lab_seeds_recorded() -> int:
@@ -130,20 +116,15 @@ def lab_seeds_recorded() -> int:
     return min(counts)
 
 
-def train_main(families: list[str], args: argparse.Namespace, runs: Path) -> None:
-    """The defaults of the `families`, nothing else but the seed (and threads, which sum in another order). The runs
-    recorded in results/runs/main (committed, from any machine) are not trained again; each run that finishes here is
-    recorded there, and the report is made from the records."""
+def train_recorded(part: str, variants: list[str], overrides: list[str], args: argparse.Namespace,
+                   runs: Path) -> None:  # fmt: skip
+    """`variants` as `python train.py variant=X seed=N OVERRIDES` trains them (their defaults: the main budget), each
+    finished run recorded in results/runs/<part> (committed, from any machine; those with a record are not trained
+    again), then the part's report from its records."""
     seeds = list(range(1234, 1234 + args.seeds))
-    recorded_sweep(families, seeds, ["trainer.progress=false", *args.extra], runs / "main" / "runs",
-                   results.RECORDS / "main", MAIN_BEAM, args.launcher, args.jobs)  # fmt: skip
-    report_main(runs)
-
-
-def report_main(runs: Path) -> None:
-    """The main part's report (RUNS/main/report.md, compare.json, figures) from its records alone."""
-    records = results.RECORDS / "main"
-    load_script("compare").main([str(records), "--output", str(runs / "main"), "--beam", str(MAIN_BEAM)])
+    recorded_sweep(variants, seeds, ["trainer.progress=false", *overrides, *args.extra], runs / part / "runs",
+                   results.RECORDS / part, MAIN_BEAM, args.launcher, args.jobs)  # fmt: skip
+    report_on(part, runs, MAIN_BEAM)
 
 
 def export(report: Path, name: str, runs: Path | None = None) -> None:
@@ -224,32 +205,28 @@ def main(argv: list[str] | None = None) -> None:
         raise UserError("--seeds and --jobs must be at least 1")
     runs = args.runs.resolve()
     trained = only(args.only, parts)
-    if "others" in parts and "claims" not in parts:
-        check_claims_recorded(args.seeds)
     for part in (p for p in PARTS if p in parts):
         if args.only is not None and not args.record and not trained[part]:
             print(f"== make results: {part}: none of --only {args.only}", flush=True)
             continue
         print(f"== make results: {part}", flush=True)
-        if part in ("claims", "others"):
+        if part in ("claims", "main"):  # trained as train.py trains them; claims with precision and threads pinned
+            if args.record:  # no training: the records so far, and the report on them
+                record_runs(runs / part / "runs", results.RECORDS / part, MAIN_BEAM)
+                report_on(part, runs, MAIN_BEAM)
+            else:
+                train_recorded(part, trained[part], PINNED if part == "claims" else [], args, runs)
+            export(runs / part, part, results.RECORDS / part)
+            if part == "main" and results.complete(results.load("main")["finished"], FAMILIES):
+                results.copy_figures(runs / "main", "main")  # README's figures: all seeds or none
+        elif part == "others":
             if args.record:  # no training: the runs finished here recorded, then the report on every record
                 record_runs(runs / "compare" / "runs", results.RECORDS / "compare", COMPARE_BEAM)
-                check_claims_recorded(args.seeds)
-                report_comparison(runs)
+                report_on("compare", runs, COMPARE_BEAM)
             else:
                 train_comparison(trained[part], args, runs)
             export(runs / "compare", "compare", results.RECORDS / "compare")
-            if part == "claims":
-                results.copy_figures(runs / "compare", "compare")
-        elif part == "main":
-            if args.record:  # no training: the records so far, and the report on them
-                record_runs(runs / "main" / "runs", results.RECORDS / "main", MAIN_BEAM)
-                report_main(runs)
-            else:
-                train_main(trained[part], args, runs)
-            export(runs / "main", "main", results.RECORDS / "main")
-            if results.complete(results.load("main")["finished"], FAMILIES):  # README's figures: all seeds or none
-                results.copy_figures(runs / "main", "main")
+            results.copy_figures(runs / "compare", "compare")
         else:
             seeds = lab_seeds_recorded() if args.record else args.seeds  # --record: the seeds every variant has
             lab_extra = [e for e in args.extra if not e.startswith(MULTI30K_DIR)]  # the lab writes its own corpus

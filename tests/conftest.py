@@ -65,11 +65,14 @@ TINY = {
 }
 
 
-def tiny_model_overrides(model: str) -> list[str]:
-    """Small sizes of each model family, for fast tests. A model config without an entry in TINY is shrunk by rule:
-    every `*size` option and `d_model` to 32 and every `*layers` option to 1, so a new model file is tested as is."""
+def tiny_model_overrides(model: str, *extra: str) -> list[str]:
+    """Small sizes of each model family, for fast tests, then `extra` overrides. A model config without an entry in
+    TINY is shrunk by rule: every `*size` option and `d_model` to 32 and every `*layers` option to 1, so a new model
+    file is tested as is. With `model/attention=none` (no attention), no attention sizes."""
     if model in TINY:
-        return [f"model={model}", *TINY[model]]
+        fixed = "model/attention=none" in extra
+        return [f"model={model}", *(o for o in TINY[model] if not (fixed and o.startswith("model.attention."))),
+                *extra]  # fmt: skip
     cfg = compose_config(f"model={model}")
     shrunk = []
     for key, value in cfg.model.items():
@@ -77,4 +80,4 @@ def tiny_model_overrides(model: str) -> list[str]:
             shrunk.append(f"model.{key}=32")
         elif isinstance(value, int) and str(key).endswith("layers"):
             shrunk.append(f"model.{key}=1")
-    return [f"model={model}", *shrunk]
+    return [f"model={model}", *shrunk, *extra]

@@ -10,7 +10,8 @@ from nmt import UserError, build
 from nmt.data import BOS_ID, PAD_ID
 from nmt.rnn import reverse_padded
 
-LUONG_SCORES = [a for a in ATTENTIONS if a != "additive"]  # dot, general, concat, location
+LUONG_SCORES = [a for a in ATTENTIONS if a not in ("additive", "none")]  # dot, general, concat, location
+FIXED = ["bahdanau", "model/attention=none"]  # RNNencdec: Bahdanau's model with a fixed context
 VARIANTS = (
     [[m] for m in MODELS]
     + [
@@ -20,6 +21,7 @@ VARIANTS = (
     + [["luong", f"model.reverse_source={r}", "model.alignment=local_m"] for r in [True, False]]
     + [["luong", "model/attention=dot", "model.attention.scaled=true"]]
     + [["bahdanau", "model.cell=lstm"], ["sutskever", "model.reverse_source=false"]]
+    + [FIXED, [*FIXED, "model.cell=lstm"], [*FIXED, "model.encoder_layers=2"]]
     + [["bahdanau", f"model.attention.normalizer={n}"] for n in ("sparsemax", "entmax15")]
     + [["transformer", "model.window=1"], ["transformer", "model.window=2", "model.pre_norm=false"]]
     + [
@@ -40,7 +42,7 @@ VARIANTS = (
 
 
 def make_model(sample_vocabulary, variant):
-    cfg = compose_config(*tiny_model_overrides(variant[0]), *variant[1:])
+    cfg = compose_config(*tiny_model_overrides(*variant))
     torch.manual_seed(0)
     return build.model(cfg.model, sample_vocabulary).eval()
 
@@ -107,7 +109,7 @@ def test_reverse_padded_keeps_padding_at_the_end():
     assert reverse_padded(tokens, tokens != 0).tolist() == [[7, 6, 5, 0], [9, 8, 0, 0]]
 
 
-@pytest.mark.parametrize("attention", ATTENTIONS)
+@pytest.mark.parametrize("attention", [a for a in ATTENTIONS if a != "none"])
 def test_every_attention_config_gives_distributions_over_the_real_source(sample_vocabulary, attention):
     host = "bahdanau" if attention == "additive" else "luong"
     model = make_model(sample_vocabulary, [host, f"model/attention={attention}"])
@@ -220,3 +222,38 @@ def test_input_feeding_feeds_back_the_attentional_vector_before_dropout_unless_a
         assert (fed != 0).all()
         kept = dropped != 0
         torch.testing.assert_close(dropped[kept], fed[kept] * 2)
+
+
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+def test_the_fixed_context_is_each_directions_final_state_of_the_unpadded_sentence(sample_vocabulary, cell):
+    """RNNencdec's c (Bahdanau et al. 2015, section 4.2): [forward h_S; backward h_1], from each sentence run alone
+    through the encoder's RNN with no padding; every step reads it, whatever the decoder state, and the model has no
+    attention to plot."""
+    model = make_model(sample_vocabulary, [*FIXED, f"model.cell={cell}"])
+    source, mask, target = batch(sample_vocabulary.source_size)
+    hidden = model.encoder.rnn.hidden_size
+    with torch.no_grad():
+        state = model.encode(source, mask)
+        for row, length in enumerate(mask.sum(1).tolist()):
+            alone, _ = model.encoder.rnn(model.encoder.embedding(source[row : row + 1, :length]))  # (1, S, 2H)
+            expected = torch.cat([alone[0, -1, :hidden], alone[0, 0, hidden:]])
+            query = torch.randn(1, 3, hidden)  # any query, any number of steps: the same context
+            context, weights = model.attention(query, state["source_keys"][row : row + 1],
+                                               state["source_memory"][row : row + 1], mask[row : row + 1])  # fmt: skip
+            assert weights is None
+            torch.testing.assert_close(context, expected.expand(1, 3, -1), atol=1e-5, rtol=1e-4)
+        assert model.attention_maps(source, mask, target) == {}
+        _, attention = model(source, mask, target)
+    assert attention is None
+
+
+def test_the_fixed_context_baseline_is_bahdanaus_model_but_for_the_context(sample_vocabulary):
+    """Like for like: the same parameters as RNNsearch but the attention's own (W, U, v), and the same FLOPs but the
+    attention's score and context products."""
+    from nmt.flops import Shape
+
+    search, fixed = make_model(sample_vocabulary, ["bahdanau"]), make_model(sample_vocabulary, FIXED)
+    own = {name for name in dict(search.named_parameters()) if name.startswith("attention.")}
+    assert own and set(dict(fixed.named_parameters())) == set(dict(search.named_parameters())) - own
+    shape = Shape.of([5, 3], [4, 6])
+    assert 0 < fixed.training_flops(shape) < search.training_flops(shape)

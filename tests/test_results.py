@@ -56,6 +56,7 @@ def test_tables_render_from_the_json_and_say_where_the_runs_come_from(tmp_path):
                            "evidence": "needs two Luong variants that differ only in input feeding"})  # fmt: skip
     (tmp_path / "main.json").write_text(json.dumps(made))
     (tmp_path / "compare.json").write_text(json.dumps(made))
+    (tmp_path / "claims.json").write_text(json.dumps(made))
     main = results.main_table(tmp_path)
     rows = [line for line in main.splitlines() if line.startswith("| ") and "seeds" not in line]
     assert rows[0].startswith("| bahdanau (additive) | 3 | 1,000 | 30.00 ± 1.00 | 30.50 ± 1.00 | 31.00 ± 1.00 |")
@@ -183,19 +184,25 @@ def test_the_parts_table_says_which_parts_of_make_results_are_complete(tmp_path)
     (runs / "luong" / "seed1234").mkdir(parents=True)  # unfinished: no results.json
     finished = results.finished(runs)
     assert finished == {"bahdanau": [1234, 1235], "luong_dot": [1234], "sutskever": [1234, 1235, 1236]}
-    assert "| claims | 7 variants, 1e14 FLOPs each | no runs yet |" in results.render("parts", tmp_path)
+    claims = "| claims | 8 variants at 5e14 FLOPs, fp32 |"
+    others = "| others | the comparison: 17 variants at 1e14 FLOPs "
+    assert f"{claims} no runs yet |" in results.render("parts", tmp_path)
     (tmp_path / "compare.json").write_text(json.dumps({"finished": finished}))
     table = results.render("parts", tmp_path)
-    assert "| claims | 7 variants, 1e14 FLOPs each | 5 of 21 runs |" in table
-    assert "| others | 9 more variants, 1e14 FLOPs each | 1 of 27 runs |" in table
+    assert f"{others}(early training) | 6 of 51 runs |" in table and f"{claims} no runs yet |" in table
     assert "| main | the 4 families' defaults, 5e14 FLOPs each | no runs yet |" in table
     (tmp_path / "main.json").write_text(json.dumps({"finished": {"bahdanau": [1234], "luong": [1234, 1235]}}))
     assert "| main | the 4 families' defaults, 5e14 FLOPs each | 3 of 12 runs |" in results.render("parts", tmp_path)
     assert not results.complete({"bahdanau": [1234], "luong": [1234, 1235]}, results.FAMILIES)
     assert results.complete({family: [1, 2, 3] for family in results.FAMILIES}, results.FAMILIES)
     every = {variant: [1234, 1235, 1236, 1237] for variant in results.CLAIM_VARIANTS}  # a 4th seed counts as 3
-    (tmp_path / "compare.json").write_text(json.dumps({"finished": every}))
-    assert "| claims | 7 variants, 1e14 FLOPs each | **complete**: 21 runs |" in results.render("parts", tmp_path)
+    (tmp_path / "claims.json").write_text(json.dumps({"finished": every}))
+    assert f"{claims} **complete**: 24 runs |" in results.render("parts", tmp_path)
+    (tmp_path / "claims.json").unlink()  # runs recorded while the part goes on count before its report is made
+    for seed in (1234, 1235):
+        (runs / "claims" / "bahdanau_fixed").mkdir(parents=True, exist_ok=True)
+        (runs / "claims" / "bahdanau_fixed" / f"seed{seed}.record.json").write_text("{}")
+    assert f"{claims} 2 of 24 runs |" in results.render("parts", tmp_path)
     lab = "| lab | the attention variants on the sample grammar |"
     assert f"{lab} no runs yet; its table is written when all its runs end |" in results.render("parts", tmp_path)
     for variant, seed in (("lab_bahdanau", 1234), ("lab_bahdanau", 1235), ("lab_sutskever", 1234)):
@@ -216,7 +223,7 @@ def test_the_parts_table_says_which_parts_of_make_results_are_complete(tmp_path)
     assert f"{lab} **complete**: 48 runs |" in results.render("parts", tmp_path)
 
 
-def test_readme_shows_the_main_runs_figures_once_made_and_the_claims_parts_until_then(tmp_path):
+def test_readme_shows_the_main_runs_figures_once_made_and_the_comparisons_until_then(tmp_path):
     figures, report = tmp_path / "figures", tmp_path / "report"
     assert results.figures_block(tmp_path, figures).startswith("The figures (valid BLEU against compute")
     report.mkdir()
@@ -226,7 +233,7 @@ def test_readme_shows_the_main_runs_figures_once_made_and_the_claims_parts_until
     assert sorted(p.name for p in figures.iterdir()) == ["compare_attention.png", "compare_bleu_by_compute.png"]
     block = results.figures_block(tmp_path, figures)
     assert "![valid BLEU against training compute](docs/figures/results/compare_bleu_by_compute.png)" in block
-    assert "From the claims part's runs" in block and "bleu_by_length" not in block  # only what was made
+    assert "From the comparison's runs" in block and "bleu_by_length" not in block  # only what was made
     results.copy_figures(report, "main", figures)
     assert "docs/figures/results/main_attention.png" in results.figures_block(tmp_path, figures)
     assert "compare_" not in results.figures_block(tmp_path, figures)
@@ -284,7 +291,7 @@ def test_the_claims_table_takes_from_the_lab_only_what_the_comparison_could_not_
     made["claims"] += [{"claim": aligns, "source": "Luong", "verdict": "not measured", "evidence": "needs gold links"},
                        {"claim": "The gap grows with sentence length", "source": "Bahdanau", "verdict": "inconclusive",
                         "evidence": "Multi30k's"}]  # fmt: skip
-    (tmp_path / "compare.json").write_text(json.dumps(made))
+    (tmp_path / "claims.json").write_text(json.dumps(made))
     comparison = {"delta": 0.06, "low": 0.02, "high": 0.10}
     lab_claims = [{"claim": aligns, "source": "Luong et al. 2015, Table 6", "verdict": "contradicted",
                    "evidence": "local_p minus global: +0.06 AER", "comparisons": [comparison]},
@@ -305,3 +312,6 @@ def test_the_claims_table_takes_from_the_lab_only_what_the_comparison_could_not_
     (tmp_path / "main.json").write_text(json.dumps(made))  # the main table's claims: its own runs' alone
     main = results.claims_table(tmp_path, part="main")
     assert aligns not in main and "The lab's claim" not in main
+    (tmp_path / "compare.json").write_text(json.dumps(made))  # the comparison's early runs: their own, labelled
+    early = results.render("early_claims", tmp_path)
+    assert aligns not in early and "The lab's claim" not in early

@@ -287,7 +287,7 @@ def test_the_comparison_trains_seeds_tests_significance_and_resumes(tmp_path, ca
     assert exported["torch"] == torch.__version__ and run["seed"] == 1234
     table = results.compare_table(tmp_path / "results")
     assert f"| {luong} | 2 |" in table and f"at commit {head[:7]}" in table
-    assert "**needs 3 seeds**" in results.claims_table(tmp_path / "results")
+    assert "**needs 3 seeds**" in results.claims_table(tmp_path / "results", part="compare")
     assert exported["finished"] == {"luong": [1234, 1235], "sutskever": [1234, 1235]}
     (tmp_path / "linked").symlink_to(output)  # make results' runs folder may be a link to another checkout's
     load_script("results").export(tmp_path / "linked", "compare")
@@ -522,44 +522,37 @@ def test_make_results_records_each_finished_run_and_reports_from_the_records_alo
 def test_make_results_only_trains_the_named_share_of_each_part_and_reports_on_every_record(tmp_path, monkeypatch):
     """`--only` shares a part's runs out over machines: each part trains the named variants it has (a part with none
     is left alone), the report still reads every record, and the lab (reported on all at once) or a name no part
-    trains is refused, naming the option."""
+    trains is refused, naming the option. The claims part pins precision and threads; main trains the defaults."""
     script = load_script("results")
     trained, reported = [], []
-    monkeypatch.setattr(script, "recorded_sweep", lambda variants, *args: trained.append(("main", variants)))
-    monkeypatch.setattr(script, "report_main", lambda runs: reported.append("main"))
+
+    def sweep(variants, seeds, overrides, folder, records, *args):
+        trained.append((records.name, variants, [o for o in overrides if o in results.PINNED]))
+
+    monkeypatch.setattr(script, "recorded_sweep", sweep)
+    monkeypatch.setattr(script, "report_on", lambda part, runs, beam: reported.append(part))
     monkeypatch.setattr(script, "train_comparison", lambda variants, args, runs: trained.append(("compare", variants)))
     monkeypatch.setattr(script, "export", lambda *args: None)
     monkeypatch.setattr(script, "render", lambda: None)
     monkeypatch.setattr(results, "copy_figures", lambda *args: None)
+    monkeypatch.setattr(results, "complete", lambda *args: False)
     script.main(["--parts", "claims,main,others", "--only", "transformer,luong_dot", "--runs", str(tmp_path)])
-    assert trained == [("compare", ["transformer"]), ("main", ["transformer"]), ("compare", ["luong_dot"])]
-    assert reported == ["main"]
+    assert trained == [("claims", ["transformer"], results.PINNED), ("main", ["transformer"], []),
+                       ("compare", ["luong_dot", "transformer"])]  # fmt: skip
+    assert reported == ["claims", "main"]
     trained.clear()
-    script.main(["--parts", "claims,main", "--only", "luong_local_p", "--runs", str(tmp_path)])
-    assert trained == [("compare", ["luong_local_p"])]  # main has no local-p: it trains and reports nothing
+    script.main(["--parts", "claims,main", "--only", "bahdanau_fixed", "--runs", str(tmp_path)])
+    assert trained == [("claims", ["bahdanau_fixed"], results.PINNED)]  # main has no baseline: it trains nothing
     assert script.only(None, ["main", "lab"]) == {"main": results.FAMILIES, "lab": []}
     with pytest.raises(UserError, match="--only: luong_dot unknown; use any of bahdanau, luong, sutskever"):
         script.only("luong_dot", ["main"])
     with pytest.raises(UserError, match="--only: the lab trains and reports on all its variants together"):
         script.only("luong", ["main", "lab"])
-    monkeypatch.setattr(results, "RECORDS", tmp_path / "records")  # no claims recorded: others would replace them
-    with pytest.raises(
-        UserError,
-        match=r"compare has no record of sutskever seeds 1234, 1235, 1236; bahdanau .*--parts claims,others",
-    ):
-        script.main(["--parts", "others", "--runs", str(tmp_path)])
-    assert trained == [("compare", ["luong_local_p"])]  # refused before training anything
-    for variant in results.CLAIM_VARIANTS:
-        for seed in (1234, 1235, 1236):
-            (tmp_path / "records" / "compare" / variant).mkdir(parents=True, exist_ok=True)
-            (tmp_path / "records" / "compare" / variant / f"seed{seed}.record.json").write_text("{}")
-    script.main(["--parts", "others", "--only", "luong_dot", "--runs", str(tmp_path)])
-    assert trained[-1] == ("compare", ["luong_dot"])
 
 
 def test_make_results_record_reports_on_what_is_recorded_without_training(tmp_path, monkeypatch):
     """--record trains nothing: the lab's report covers the seeds every lab variant has recorded (from 1234 on,
-    none skipped), and a variant without seed 1234 is named; the comparison's report needs the claims' records."""
+    none skipped), and a variant without seed 1234 is named; the claims' report covers their records so far."""
     from types import SimpleNamespace
 
     from nmt.study.lab import VARIANTS as LAB_VARIANTS
@@ -589,9 +582,10 @@ def test_make_results_record_reports_on_what_is_recorded_without_training(tmp_pa
     script.main(["--parts", "lab", "--record", "--runs", str(tmp_path), *extra])
     assert calls[-1][calls[-1].index("--extra") :] == ["--extra", "trainer.threads=1"]
     monkeypatch.setattr(script, "record_runs", lambda *args: calls.append("recorded"))
-    with pytest.raises(UserError, match="has no record of sutskever seeds 1234, 1235, 1236;"):
-        script.main(["--parts", "claims", "--record", "--runs", str(tmp_path)])
-    assert calls[-1] == "recorded"  # the runs finished here recorded first, then refused: nothing reported
+    monkeypatch.setattr(script, "export", lambda *args: calls.append("exported"))
+    script.main(["--parts", "claims", "--record", "--runs", str(tmp_path)])
+    assert calls[-3] == "recorded" and calls[-2][0] == str(tmp_path / "records" / "claims")  # then its report
+    assert calls[-1] == "exported"
 
 
 def test_a_joblib_sweep_around_recorded_runs_keeps_every_core_busy_and_skips_them_in_their_job(tmp_path, monkeypatch):

@@ -40,6 +40,7 @@ from nmt.study.sweep import RECORD_SUFFIX, record_path, recorded, saved_settings
 VARIANTS = [
     "sutskever",
     "bahdanau",
+    "bahdanau_fixed",
     "luong",
     "luong_feeding",
     "luong_paper",
@@ -96,7 +97,7 @@ def variant_name(model: dict) -> str:
     name = model["_target_"].rsplit(".", 1)[-1].replace("Seq2Seq", "").lower()
     if "attention" in model:
         attention = model["attention"]
-        score = attention["_target_"].rsplit(".", 1)[-1].replace("Attention", "").lower()
+        score = build.score_name(attention["_target_"]).replace("none", "fixed context")
         if attention.get("scaled"):
             score = "scaled " + score
         details = [score] + ([model["alignment"]] if "alignment" in model else [])

@@ -24,12 +24,18 @@ RESULTS = ROOT / "results"
 # <part>/<variant>/seed<N>.record.json
 RECORDS = RESULTS / "runs"
 MARKER = re.compile(r"<!-- results:(?P<name>[a-z0-9_]+) -->\n(?P<body>.*?)<!-- /results:(?P=name) -->", re.DOTALL)
-# make results' parts, in order, and what the first two train (configs/variant/ and configs/model/ names): the
-# variants the claims rest on (nmt/study/claims.py: the fixed vector, Bahdanau's, Luong's defaults with and without
-# input feeding and with local-m and local-p, the Transformer), then the four families' defaults
+# make results' parts, in order, and what the first two train (configs/variant/ names): the variants the claims rest
+# on (nmt/study/claims.py: Bahdanau's model with and without attention, Luong's defaults with and without input
+# feeding and with local-m and local-p, Sutskever's model and the Transformer) at the main table's budget, then the
+# four families' defaults
 PARTS = ("claims", "main", "lab", "others")
-CLAIM_VARIANTS = ["sutskever", "bahdanau", "luong", "luong_feeding", "luong_local_m", "luong_local_p", "transformer"]
+CLAIM_VARIANTS = ["sutskever", "bahdanau", "bahdanau_fixed", "luong", "luong_feeding", "luong_local_m",
+                  "luong_local_p", "transformer"]  # fmt: skip
 FAMILIES = ["sutskever", "bahdanau", "luong", "transformer"]
+# What the claims' runs pin, so that a seed gives the same model on any CPU: fp32 (`precision=auto` picks bf16 on
+# CPUs with native bf16 and fp32 on others) and one thread (a reduction over more threads sums in another order).
+# Their records hold both, and the report names the machines; on a GPU, fp32 without TF32 (nmt.device.exact_fp32).
+PINNED = ["trainer.precision=fp32", "trainer.threads=1"]
 # The files whose marked blocks are generated
 DOCUMENTS = (
     "README.md",
@@ -137,17 +143,21 @@ def parts_table(folder: Path = RESULTS) -> str:
     from nmt.study.comparison import VARIANTS
     from nmt.study.lab import VARIANTS as LAB_VARIANTS
 
-    compare, main, lab = (load(part, folder) for part in ("compare", "main", "lab"))
-    compared = {variant: len(seeds) for variant, seeds in (compare or {}).get("finished", {}).items()}
-    families = {family: len(seeds) for family, seeds in (main or {}).get("finished", {}).items()}
+    def seeds(part: str) -> dict[str, int]:  # each variant's runs: recorded (results/runs/<part>) or reported
+        found = {variant: len(s) for variant, s in (load(part, folder) or {}).get("finished", {}).items()}
+        for variant, s in finished(folder / "runs" / part).items():
+            found[variant] = max(found.get(variant, 0), len(s))
+        return found
+
+    lab = load("lab", folder)
     lab_variants = [f"lab_{variant}" for variant in LAB_VARIANTS]
-    recorded = {variant: len(seeds) for variant, seeds in finished(folder / "runs" / "lab").items()}
     shown = sorted({len(r["seeds"]) for r in (lab or {}).get("results", [])})  # what results/lab.json covers
-    others = [v for v in VARIANTS if v not in CLAIM_VARIANTS]
-    rows = [("claims", f"{len(CLAIM_VARIANTS)} variants, 1e14 FLOPs each", part_state(CLAIM_VARIANTS, compared)),
-            ("main", f"the {len(FAMILIES)} families' defaults, 5e14 FLOPs each", part_state(FAMILIES, families)),
-            ("lab", "the attention variants on the sample grammar", lab_state(lab_variants, recorded, shown)),
-            ("others", f"{len(others)} more variants, 1e14 FLOPs each", part_state(others, compared))]  # fmt: skip
+    rows = [("claims", f"{len(CLAIM_VARIANTS)} variants at 5e14 FLOPs, fp32",
+             part_state(CLAIM_VARIANTS, seeds("claims"))),
+            ("main", f"the {len(FAMILIES)} families' defaults, 5e14 FLOPs each", part_state(FAMILIES, seeds("main"))),
+            ("lab", "the attention variants on the sample grammar", lab_state(lab_variants, seeds("lab"), shown)),
+            ("others", f"the comparison: {len(VARIANTS)} variants at 1e14 FLOPs (early training)",
+             part_state(VARIANTS, seeds("compare")))]  # fmt: skip
     lines = ["| part of `make results` | what | state |", "|---|---|---|"]
     lines += [f"| {part} | {what} | {state} |" for part, what, state in rows]
     note = f"{MIN_SEEDS} seeds each; the table of a part not complete shows its runs so far."
@@ -228,16 +238,17 @@ def with_lab(claims: list[dict], lab: dict | None) -> list[dict]:
             for c in claims]  # fmt: skip
 
 
-def claims_table(folder: Path = RESULTS, short: bool = False, part: str = "compare") -> str:
-    """The papers' claims with their verdicts over seeds (the comparison's, with the lab's where the comparison could
-    not measure one; or the `part` main's: the claims its four families can test); `short`: each claim's differences
-    and intervals alone, for README."""
+def claims_table(folder: Path = RESULTS, short: bool = False, part: str = "claims") -> str:
+    """The papers' claims with their verdicts over seeds: the claims part's (its variants at the main budget, with
+    the lab's where it could not measure one), or another part's (main: the claims its four families can test;
+    compare: the comparison's early-training runs); `short`: each claim's differences and intervals alone, for
+    README."""
     record = load(part, folder)
     if record is None:
         return missing(part)
     seeds = min(len(v["runs"]) for v in record["variants"].values())
-    claims = [c for c in record["claims"] if part == "compare" or c["verdict"] != NOT_MEASURED]
-    lab = load("lab", folder) if part == "compare" else None
+    claims = [c for c in record["claims"] if part == "claims" or c["verdict"] != NOT_MEASURED]
+    lab = load("lab", folder) if part == "claims" else None
     claims = with_lab(claims, lab)
     lines = ["| claim | paper | verdict | evidence |", "|---|---|---|---|"]
     lines += [f"| {c['claim']} | {c['source']} | **{c['verdict']}** | {brief(c) if short else c['evidence']} |"
@@ -329,7 +340,7 @@ FIGURE_FILES = (("bleu_by_compute.png", "valid BLEU against training compute"),
                 ("bleu_by_length.png", "test BLEU by source sentence length"),
                 ("attention.png", "the attention of each model on a sentence we wrote"))  # fmt: skip
 # Whose figures README shows: the main table's runs once they are made, the claims part's until then
-FIGURE_PARTS = (("main", "the main table's runs"), ("compare", "the claims part's runs, 1e14 FLOPs each"))
+FIGURE_PARTS = (("main", "the main table's runs"), ("compare", "the comparison's runs, 1e14 FLOPs each"))
 
 
 def figures_block(folder: Path = RESULTS, figures: Path = FIGURES) -> str:
@@ -445,8 +456,13 @@ def main_claims(folder: Path = RESULTS) -> str:
     return claims_table(folder, part="main")
 
 
+def early_claims(folder: Path = RESULTS) -> str:
+    return claims_table(folder, part="compare")
+
+
 TABLES: dict[str, Callable[[Path], str]] = {
     "main": main_table, "main_claims": main_claims, "claims": claims_table, "claims_short": claims_short,
+    "early_claims": early_claims,
     "compare": compare_table,
     "lab": lab_table, "lab_family": lab_family_table, "figures": figures_block, "parts": parts_table,
     "versus_joeynmt": versus_joeynmt, "versus_joeynmt_fp32": versus_joeynmt_fp32,

@@ -132,10 +132,11 @@ def sweep(variants: list[str], seeds: list[int], overrides: list[str], folder: P
         if launcher == "joblib":
             workers = min(jobs, len(needed) * len(grid_seeds))  # no worker idle from its start (FailedJobs)
             threads = max(1, (os.cpu_count() or 1) // workers)
+            pinned = any(o.startswith("trainer.threads=") for o in overrides)  # results' runs pin theirs
             command += [
                 "hydra/launcher=joblib",
                 f"hydra.launcher.n_jobs={workers}",
-                f"trainer.threads={threads}",
+                *([] if pinned else [f"trainer.threads={threads}"]),
                 "hydra.launcher.batch_size=1",
             ]  # joblib's auto batching would queue runs behind skipped jobs
         elif launcher == "slurm":
