@@ -208,9 +208,9 @@ def test_the_parts_table_says_which_parts_of_make_results_are_complete(tmp_path)
     for variant, seed in (("lab_bahdanau", 1234), ("lab_bahdanau", 1235), ("lab_sutskever", 1234)):
         (runs / "lab" / variant).mkdir(parents=True, exist_ok=True)
         (runs / "lab" / variant / f"seed{seed}.record.json").write_text("{}")  # the lab's records so far
-    assert f"{lab} 3 of 48 runs; its table is written when all its runs end |" in results.render("parts", tmp_path)
+    assert f"{lab} 3 of 51 runs; its table is written when all its runs end |" in results.render("parts", tmp_path)
     (tmp_path / "lab.json").write_text(json.dumps({"results": [{"seeds": [{}]}, {"seeds": [{}]}]}))  # 1 seed each
-    shown = "3 of 48 runs; its tables show the 1 seed every variant has so far |"
+    shown = "3 of 51 runs; its tables show the 1 seed every variant has so far |"
     assert f"{lab} {shown}" in results.render("parts", tmp_path)
     from nmt.study.lab import VARIANTS
 
@@ -218,9 +218,9 @@ def test_the_parts_table_says_which_parts_of_make_results_are_complete(tmp_path)
         (runs / "lab" / f"lab_{variant}").mkdir(parents=True, exist_ok=True)
         for seed in (1234, 1235, 1236):
             (runs / "lab" / f"lab_{variant}" / f"seed{seed}.record.json").write_text("{}")
-    assert f"{lab} **complete**: 48 runs; its tables show the 1 seed" in results.render("parts", tmp_path)
+    assert f"{lab} **complete**: 51 runs; its tables show the 1 seed" in results.render("parts", tmp_path)
     (tmp_path / "lab.json").write_text(json.dumps({"results": [{"seeds": [{}, {}, {}]}]}))
-    assert f"{lab} **complete**: 48 runs |" in results.render("parts", tmp_path)
+    assert f"{lab} **complete**: 51 runs |" in results.render("parts", tmp_path)
 
 
 def test_readme_shows_the_main_runs_figures_once_made_and_the_comparisons_until_then(tmp_path):
