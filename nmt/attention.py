@@ -128,9 +128,13 @@ class Attention(nn.Module):
         draw at step t cannot change the words before it, so leaving them out of its reward keeps the estimate
         unbiased and lowers its variance), b_t a moving average of the loss per target word times the number of words
         from t on (it depends on the sentence's length, never on the draw, so it leaves the estimate unbiased), and n
-        the batch's mean sentence length: one constant per batch, so the term is the unbiased gradient of the expected
-        summed loss, scaled to the cross-entropy's own per-word gradient, and clipping the gradient norm does not let
-        it crowd out the rest. The baseline is updated after use. Draws followed by worse words get less likely.
+        the batch's mean sentence length. The objective it estimates: E[sum_t L_t] / n, the expected summed loss of
+        the batch's words, each batch's weighted by 1/n (a constant within a batch, so the estimate of that batch's
+        gradient is unbiased; over batches of other lengths it re-weights them), which scales it to the
+        cross-entropy's own per-word gradient, so that clipping the gradient norm does not let it crowd out the
+        rest. L_t is the unsmoothed -log p(y_t): the draws are rewarded for the reference's likelihood even where the
+        cross-entropy trained beside them is label-smoothed. The baseline is updated after use. Draws followed by
+        worse words get less likely.
         """
         if self.hard != "reinforce" or not weights.requires_grad:
             return None

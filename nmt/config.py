@@ -11,6 +11,7 @@ Model options are the model classes' own constructor arguments (see `configs/mod
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +20,10 @@ from omegaconf import MISSING
 from nmt import UserError
 
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw"
+# An option whose value does not change what a run trains (where files are, what is logged, how many threads sum the
+# same products): a finished run with another value of it is the same run (nmt.resume.same_run_options). Every
+# other option of data, model and trainer makes another run
+SAME_RUN = {"same_run": True}
 
 
 # --- data (the `data` group) -------------------------------------------------------------------------------------
@@ -35,7 +40,7 @@ class DataConfig:
     subword: str = "unigram"  # unigram or bpe
     joint_vocab: bool = True  # one sentencepiece model for both languages
     character_coverage: float = 1.0
-    spm_cache: str | None = "data/spm"  # trained sentencepiece models, reused for the same settings; null: none
+    spm_cache: str | None = field(default="data/spm", metadata=SAME_RUN)  # sentencepiece models by settings; null: none
     max_tokens: int = 4096  # padded tokens per training batch (batch size x longest sentence on either side)
     max_len: int = 100  # training pairs longer than this (subwords, either side) are left out
 
@@ -44,9 +49,9 @@ class DataConfig:
 class Multi30kConfig(DataConfig):
     """Multi30k task 1 (raw text): train 29,000 / valid (val) 1,014 / test (test_2016_flickr) 1,000 pairs."""
 
-    dir: str | None = None  # a folder that holds the *.gz files (offline machines); null: $NMT_DATA_DIR or download
-    url: str = MULTI30K_URL  # file:// works too
-    cache: str = "data/multi30k"  # where downloads go
+    dir: str | None = field(default=None, metadata=SAME_RUN)  # the *.gz files' folder; null: $NMT_DATA_DIR or download
+    url: str = field(default=MULTI30K_URL, metadata=SAME_RUN)  # file:// works too
+    cache: str = field(default="data/multi30k", metadata=SAME_RUN)  # where downloads go
 
 
 @dataclass
@@ -158,18 +163,21 @@ class TrainerConfig:
     deterministic: bool = False
     # true: continue from this run directory's last.pt; or a checkpoint path; auto (a sweep's jobs, rerun): keep the
     # run finished here with these settings, continue an interrupted one, start a new one where there is none
-    resume: Any = False
-    threads: int = 0  # torch's CPU threads; 0: its default (all cores). Jobs side by side: cores / jobs each
-    log_every: int = 20  # steps between training-loss logs
-    valid_max_tokens: int = 8000  # padded tokens per validation/decoding batch
+    resume: Any = field(default=False, metadata=SAME_RUN)
+    # torch's CPU threads; 0: its default (all cores). Jobs side by side: cores / jobs each. The same run: more
+    # threads sum the same products in another order (bit for bit needs the same number: the results runs pin it)
+    threads: int = field(default=0, metadata=SAME_RUN)
+    log_every: int = field(default=20, metadata=SAME_RUN)  # steps between training-loss logs
+    valid_max_tokens: int = field(default=8000, metadata=SAME_RUN)  # padded tokens per validation/decoding batch
     decode_ratio: float = 1.5  # greedy decoding stops at decode_ratio x source length + decode_extra
     decode_extra: int = 10
     decode_max_input_len: int = 1024  # valid/test sentences longer than this (subwords) are refused before training
-    num_samples: int = 4  # validation translations shown in TensorBoard's TEXT tab
-    num_plots: int = 3  # validation sentences whose attention is plotted at every validation
-    progress: bool = True  # the progress bar
+    num_samples: int = field(default=4, metadata=SAME_RUN)  # validation translations shown in TensorBoard's TEXT tab
+    num_plots: int = field(default=3, metadata=SAME_RUN)  # validation sentences whose attention is plotted each time
+    progress: bool = field(default=True, metadata=SAME_RUN)  # the progress bar
     test_at_end: bool = True  # decode the test split with the best checkpoint when training ends
-    keep_checkpoints: int = 5  # weights of the last N validations, as step<N>.pt, for scripts/average_checkpoints.py
+    # weights of the last N validations, as step<N>.pt, for scripts/average_checkpoints.py
+    keep_checkpoints: int = field(default=5, metadata=SAME_RUN)
     accumulate: int = 1  # batches whose gradients are summed into one update
 
     def check(self) -> None:
@@ -187,6 +195,10 @@ class TrainerConfig:
         for key, low in at_least.items():
             if not getattr(self, key) >= low:  # NaN too
                 raise UserError(f"trainer.{key}={getattr(self, key)}: must be at least {low}")
+        for key in ("max_minutes", "max_flops", "lr", "clip_norm", "decode_ratio", "min_lr"):
+            if math.isinf(getattr(self, key)):  # a budget of inf never stops a run; 0 is "no limit"
+                raise UserError(f"trainer.{key}={getattr(self, key)}: must be a finite number"
+                                + (" (0: no limit of this kind)" if key.startswith("max_") else ""))  # fmt: skip
         if not self.lr > 0:
             raise UserError(f"trainer.lr={self.lr}: the learning rate must be above 0")
         for key in ("label_smoothing", "plateau_factor"):

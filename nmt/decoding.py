@@ -149,7 +149,8 @@ class Translator:
         max_tokens: int = 8000, max_input_len: int = 1024,
     ) -> Translator:  # fmt: skip
         """The model of checkpoint `path`, its output length limit as it was trained; the precision as `precision`
-        chooses for this device (`auto`: bf16 where it runs natively, whatever the model was trained in)."""
+        chooses for this device (`auto`: bf16 where it runs natively, whatever the model was trained in; `trained`:
+        the run's own `trainer.precision`, so that a study that pinned fp32 decodes in fp32 on any machine)."""
         search = Search(
             beam=beam, alpha=alpha, max_tokens=max_tokens, max_input_len=max_input_len
         )  # checks the beam before the model loads
@@ -157,6 +158,8 @@ class Translator:
         model, vocabulary, config = load_model(path, where)
         trained = {**vars(TrainerConfig()), **config.get("trainer", {})}
         search.ratio, search.extra = trained["decode_ratio"], trained["decode_extra"]
+        if precision == "trained":
+            precision = config.get("trainer", {}).get("precision", "auto")
         dtype = resolve_precision(precision or "auto", where, option="precision").dtype
         return cls(model, vocabulary, where, dtype, search, config)
 

@@ -56,9 +56,10 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
     if settings.trainer.threads:  # several jobs side by side on one machine: jobs x threads = cores
         torch.set_num_threads(settings.trainer.threads)
     where = distributed.setup(find_device(settings.trainer.device))
-    log.info("device %s; precision %s", where, choose_precision(settings.trainer.precision, capability(where)).reason)
+    precision = choose_precision(settings.trainer.precision, capability(where))
+    log.info("device %s; precision %s", where, precision.reason)
     run_dir = Path(distributed.share(str(run_dir)))  # under torchrun, every process works in rank 0's run directory
-    if settings.trainer.resume == "auto" and (kept := finished_run(run_dir, resolved)) is not None:
+    if settings.trainer.resume == "auto" and (kept := finished_run(run_dir, resolved, precision.name)) is not None:
         log.info("%s holds this run, finished with these settings: kept (test BLEU %s)", run_dir,
                  kept.get("test/bleu"))  # fmt: skip
         return kept

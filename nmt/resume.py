@@ -16,7 +16,7 @@ from pathlib import Path
 
 from nmt import UserError, checkpoint
 from nmt.build import constructor_defaults
-from nmt.config import TrainerConfig, flatten
+from nmt.config import FilesConfig, Multi30kConfig, SampleConfig, TrainerConfig, flatten
 from nmt.paths import holds_a_run
 
 log = logging.getLogger(__name__)
@@ -64,19 +64,61 @@ def checkpoint_to_resume(run_dir: Path, option, sweep: bool = False) -> tuple[Pa
     return path, training_checkpoint(path)
 
 
-def finished_run(run_dir: Path, new: dict) -> dict | None:
-    """For `trainer.resume=auto` (a sweep's job, rerun): the results of the run finished in `run_dir` when it was
-    trained with the settings and budget of `new` (the command line's resolved config), None when there is no
-    finished run there; a finished run with other settings is refused, naming them."""
+def finished_run(run_dir: Path, new: dict, precision_now: str | None = None) -> dict | None:
+    """For `trainer.resume=auto` (a sweep's job, rerun): the results of the run finished in `run_dir` when it is the
+    run `new` (the command line's resolved config) asks for (`another_run`; `precision_now`: what today's
+    `trainer.precision` resolves to here), None when there is no finished run there; a finished run that is another
+    run is refused, naming the options. A damaged results.json leaves the run unfinished: it is continued."""
     results, last = run_dir / "results.json", run_dir / "last.pt"
     if not (results.is_file() and last.is_file()):
         return None
-    changed, breaking = changes(checkpoint.load(last)["config"], new)
-    breaking = sorted({*breaking, *(BUDGET & changed.keys())} - {"trainer.resume"})
-    if breaking:
+    try:
+        kept = json.loads(results.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        log.warning("%s is damaged (%s): the run counts as unfinished and continues from its last checkpoint",
+                    results, str(error).splitlines()[0] if str(error) else type(error).__name__)  # fmt: skip
+        return None
+    changed, other = another_run(checkpoint.load(last)["config"], new, trained_precision(run_dir), precision_now)
+    if other:
         raise UserError(f"{run_dir} holds a finished run trained with other settings than asked for "
-                        f"({listed(changed, breaking, 'then')}): move it away, or ask for its settings")  # fmt: skip
-    return json.loads(results.read_text(encoding="utf-8"))
+                        f"({listed(changed, other, 'then')}): move it away, or ask for its settings")  # fmt: skip
+    return kept
+
+
+def trained_precision(run_dir: Path) -> str | None:
+    """The precision the run in `run_dir` last trained in, from its provenance.json; None where it is not there."""
+    try:
+        entries = json.loads((run_dir / "provenance.json").read_text(encoding="utf-8"))
+        return entries[-1].get("precision") or None
+    except (OSError, ValueError, IndexError, AttributeError, TypeError):
+        return None
+
+
+def same_run_options() -> set[str]:
+    """The options another value of which trains the same run (where files are, what is logged, threads): those the
+    schema marks SAME_RUN (nmt/config.py). Every other option of data, model, trainer and the seed, the budget among
+    them, makes another run."""
+    schemas = [
+        ("trainer", TrainerConfig),
+        *(("data", schema) for schema in (Multi30kConfig, SampleConfig, FilesConfig)),
+    ]
+    return {f"{prefix}.{f.name}" for prefix, schema in schemas for f in dataclasses.fields(schema)
+            if f.metadata.get("same_run")}  # fmt: skip
+
+
+def another_run(saved: dict, new: dict, trained_in: str | None = None,
+                precision_now: str | None = None) -> tuple[dict[str, tuple], list[str]]:  # fmt: skip
+    """{key: (old, new)} of the options that differ from the finished run's config `saved` to `new`, and the keys
+    among them that make `new` another run than the one finished (`same_run_options`). The precision counts as what
+    it was: `auto` stands for the precision the run trained in (`trained_in`, its provenance's) and for the one
+    today's `auto` resolves to (`precision_now`)."""
+    changed, _ = changes(saved, new)
+    other = sorted(k for k in changed if k not in same_run_options())
+    if "trainer.precision" in other:
+        old, value = changed["trainer.precision"]
+        if (trained_in if old == "auto" else old) == (precision_now if value == "auto" else value) is not None:
+            other.remove("trainer.precision")
+    return changed, other
 
 
 def latest_good(run_dir: Path) -> tuple[Path, dict]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -31,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from nmt import UserError  # noqa: E402
 from nmt.paths import output_folder  # noqa: E402
 from nmt.study.comparison import VARIANTS, describe_runs, find_runs, recorded_sweep, summarise  # noqa: E402
-from nmt.study.significance import RESAMPLES  # noqa: E402
+from nmt.study.significance import RESAMPLES, check_resamples  # noqa: E402
 from nmt.study.sweep import chosen, launcher_options, sweep  # noqa: E402
 
 # 1e14 FLOPs is what Bahdanau's model trained in 8 minutes alone on a 2-core CPU with native bf16 (427 updates of
@@ -94,8 +95,10 @@ def main(argv: list[str] | None = None) -> None:
         raise UserError("give either --train or the folders of finished runs to compare")
     if args.seeds < 1 or args.valid_every < 1 or args.validations < 1 or args.jobs < 1:
         raise UserError("--seeds, --validations, --valid-every and --jobs must be at least 1")
-    if args.minutes < 0 or not args.flops > 0:
-        raise UserError("--flops must be above 0, and --minutes (a wall-clock budget instead) at least 0")
+    if not 0 <= args.minutes < math.inf or not 0 < args.flops < math.inf:
+        raise UserError("--flops must be a finite number above 0, and --minutes (a wall-clock budget instead) a "
+                        "finite number of at least 0")  # fmt: skip
+    check_resamples(args.samples, args.trials)
     if args.lab is not None and not args.lab.is_file():
         raise UserError(f"--lab {args.lab}: no such file; `make lab` writes multirun/lab/lab.json")
     args.output = output_folder(args.output or (args.folders[0] if args.folders else Path("multirun/compare")),

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 from dataclasses import asdict
@@ -40,7 +41,7 @@ from nmt.study.claims import Claim, gap_grows_with_length, local_aligns_better  
 from nmt.study.comparison import describe_runs, recorded_sweep, summarise, variant_name  # noqa: E402
 from nmt.study.lab import BUCKETS, VARIANTS, contrasts, tables  # noqa: E402
 from nmt.study.lab_measure import LAB_SUFFIX, length_test_set, measure_callback, measure_one  # noqa: E402
-from nmt.study.significance import RESAMPLES, Evidence  # noqa: E402
+from nmt.study.significance import RESAMPLES, Evidence, check_resamples  # noqa: E402
 from nmt.study.sweep import chosen, launcher_options, settings  # noqa: E402
 
 # What Bahdanau's lab model trained in two minutes alone on a 2-core CPU with native bf16: 432 updates, 9.1e12 FLOPs
@@ -106,7 +107,7 @@ def lab_tests(measured: dict[str, list[dict]], names: dict[str, str], long_set: 
     sentences = len(next(iter(next(iter(counts.values())).values()))) if counts else 1
     alignment = Evidence({}, [""] * sentences, alignments=counts, resamples=resamples)
     note = f"; the models trained on sentences of at most {max_words} words" if max_words else ""
-    claims = [gap_grows_with_length(by_length, note, BUCKETS), local_aligns_better(alignment)]
+    claims = [gap_grows_with_length(by_length, note), local_aligns_better(alignment)]
     return claims, contrasts(alignment, names)  # the pairs whose variants were both measured
 
 
@@ -159,9 +160,11 @@ def main(argv: list[str] | None = None) -> None:
     if args.seeds < 1 or args.jobs < 1:
         raise UserError("--seeds and --jobs must be at least 1")
     output = output_folder(args.output, "--output").resolve()  # train.py runs from the repository root
-    if args.validations < 1 or not args.flops > 0 or args.minutes < 0 or args.steps < 0 or args.per_bucket < 1:
-        raise UserError("--validations and --per-bucket must be at least 1, --flops above 0, --minutes and --steps at "
-                        "least 0")  # fmt: skip
+    if (args.validations < 1 or not 0 < args.flops < math.inf or not 0 <= args.minutes < math.inf or args.steps < 0
+            or args.per_bucket < 1):  # fmt: skip
+        raise UserError("--validations and --per-bucket must be at least 1, --flops a finite number above 0, "
+                        "--minutes a finite number and --steps at least 0")  # fmt: skip
+    check_resamples(args.samples, args.trials)
     if args.minutes or args.steps:  # a budget of time or updates instead of compute
         budget = [f"trainer.max_minutes={args.minutes}", f"trainer.max_steps={args.steps}", "trainer.max_flops=0",
                   "trainer.validations=0"]  # fmt: skip

@@ -13,7 +13,8 @@ The parts, in this order (each resumable: a rerun keeps finished runs with today
           (results.PINNED), then their report and the claims (results/claims.json)
   main    the four families' defaults, as `python train.py model=X` trains them (5e14 FLOPs each), greedy and beam 5
           (results/main.json)
-  lab     the alignment lab, `scripts/lab.py` (results/lab.json; its runs' records in results/runs/lab)
+  lab     the alignment lab, `scripts/lab.py`, with fp32 and one thread pinned (results/lab.json; its runs' records
+          in results/runs/lab)
   others  the comparison of every variant at `make compare`'s budget (1e14 FLOPs each: early training, not the
           claims), then its report (results/compare.json)
 Runs go to RUNS/<part>/runs/<variant>/seed<N> (the others part: RUNS/compare/runs/...), with NMT_DATA_DIR (or
@@ -39,7 +40,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from nmt import UserError  # noqa: E402
-from nmt.experiment import read_provenance  # noqa: E402
+from nmt.experiment import LOADED, read_provenance  # noqa: E402
 from nmt.paths import write_text  # noqa: E402
 from nmt.study import results  # noqa: E402
 from nmt.study.comparison import VARIANTS, record_runs, recorded_sweep  # noqa: E402
@@ -138,7 +139,7 @@ def export(report: Path, name: str, runs: Path | None = None) -> None:
             run.setdefault("provenance", read_provenance(Path(run["run"])))
             run["run"] = shown(relative(Path(run["run"])), report)
     record["command"] = shown(shown(record["command"], report), results.RECORDS)
-    record.update(torch=torch.__version__, python=platform.python_version())
+    record.update(torch=torch.__version__, python=platform.python_version(), analysis=LOADED)  # the report's code
     write(name, record)
 
 
@@ -151,7 +152,7 @@ def export_lab(folder: Path) -> None:
             commits.update(c[:7] for c in provenance["commits"])
             run["run"] = shown(relative(Path(run["run"])), folder)
     record["command"] = shown(shown(record["command"], folder), results.RECORDS)
-    record.update(commits=sorted(commits), torch=torch.__version__)
+    record.update(commits=sorted(commits), torch=torch.__version__, analysis=LOADED)
     write("lab", record)
     # docs/alignment.md's figures: BLEU by length and valid AER (the lab's report), the attention of each model on
     # one test sentence (its comparison's)
@@ -229,7 +230,8 @@ def main(argv: list[str] | None = None) -> None:
             results.copy_figures(runs / "compare", "compare")
         else:
             seeds = lab_seeds_recorded() if args.record else args.seeds  # --record: the seeds every variant has
-            lab_extra = [e for e in args.extra if not e.startswith(MULTI30K_DIR)]  # the lab writes its own corpus
+            # the lab writes its own corpus; its runs pin precision and threads as the claims' do
+            lab_extra = [*PINNED, *(e for e in args.extra if not e.startswith(MULTI30K_DIR))]
             load_script("lab").main(["--output", str(runs / "lab"), "--seeds", str(seeds), "--launcher",
                                      args.launcher, "--jobs", str(args.jobs), "--records",
                                      str(results.RECORDS / "lab"),

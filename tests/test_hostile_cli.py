@@ -119,6 +119,8 @@ def test_resuming_applies_a_new_learning_rate_and_budget(trained, tmp_path):
      (["data.grammar.max_words=1"], "the grammar's shortest sentence has 3 words"),
      (["trainer.valid_every=-3"], "trainer.valid_every=-3: must be at least 0"),
      (["trainer.max_flops=nan"], "trainer.max_flops=nan: must be at least 0"),
+     (["trainer.max_flops=inf"], "trainer.max_flops=inf: must be a finite number (0: no limit of this kind)"),
+     (["trainer.max_minutes=inf"], "trainer.max_minutes=inf: must be a finite number"),
      (["trainer.optimizer=sgd"], "trainer.optimizer='sgd': use one of adam, adamw"),
      (["trainer.resume=/nowhere/last.pt"], "/nowhere/last.pt: no such checkpoint"),
      (["model/attention=dot"], "model/attention=dot: BahdanauSeq2Seq takes additive"),
@@ -423,3 +425,18 @@ def test_only_nmts_own_model_and_attention_classes_are_buildable():
 def all_subclasses(cls: type) -> set[type]:
     found = set(cls.__subclasses__())
     return found.union(*(all_subclasses(c) for c in found)) if found else found
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [(["--train", "--flops", "inf"], "--flops must be a finite number above 0"),
+     (["--train", "--minutes", "inf"], "--minutes (a wall-clock budget instead) a finite number"),
+     (["RUNS", "--samples", "0"], "--samples 0: at least 20"),
+     (["RUNS", "--samples", "1"], "--samples 1: at least 20"),
+     (["RUNS", "--trials", "5"], "--trials 5: at least 20")],
+)  # fmt: skip
+def test_a_comparison_with_no_end_or_no_statistics_is_refused_at_once(trained, tmp_path, arguments, message):
+    arguments = [str(trained[0]) if a == "RUNS" else a for a in arguments]
+    result = run("scripts/compare.py", *arguments, "--output", str(tmp_path / "report"), timeout=30)
+    refused(result, message)
+    assert not (tmp_path / "report").exists()

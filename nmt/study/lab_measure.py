@@ -57,7 +57,7 @@ def valid_aer_curve(run_dir: Path) -> list[tuple[int, float]]:
 
 def measure(run_dir: Path, long_set: tuple[Path, Path, Path]) -> dict:
     """BLEU by length on the length test set, AER on the sample test split and on the length test set."""
-    translator = Translator.load(run_dir / "best.pt", beam=1, device="cpu")
+    translator = Translator.load(run_dir / "best.pt", beam=1, device="cpu", precision="trained")
     splits = corpus_of(translator.config, None)
     pairs = read_parallel(long_set[0], long_set[1])
     gold = read_gold(long_set[2], pairs)

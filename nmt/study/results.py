@@ -98,11 +98,19 @@ def trained(provenances: list[dict]) -> str:
 
 
 def runs_line(record: dict) -> str:
-    """Where the figures come from: the command, the runs' commits and dates, the machine."""
+    """Where the figures come from: the command, the runs' commits and dates, the machine; the variants whose seeds
+    were trained on machines of different kinds or precisions, named (their seeds are pooled all the same)."""
     runs = [r for v in record["variants"].values() for r in v["runs"]]
     when = trained([r["provenance"] for r in runs])
+    machines = {name: sorted({m for r in variant["runs"] for m in r["provenance"]["machines"]})
+                for name, variant in record["variants"].items()}  # fmt: skip
+    mixed = [f"{name} ({'; '.join(kinds)})" for name, kinds in machines.items() if len(kinds) > 1]
+    pooled = f" Seeds pooled across machine kinds or precisions: {', '.join(mixed)}." if mixed else ""
+    analysis = record.get("analysis", {})
+    changes = "+changes" if analysis.get("uncommitted_changes") else ""
+    code = f" Analysed at commit {analysis['commit'][:7]}{changes}." if analysis.get("commit") else ""
     return (f"{len(runs)} run{'s' * (len(runs) != 1)}, `{record['command']}`, {when}, torch {record['torch']}, "
-            f"sacreBLEU `{record['signatures'].get('BLEU', '')}`.")  # fmt: skip
+            f"sacreBLEU `{record['signatures'].get('BLEU', '')}`.{pooled}{code}")  # fmt: skip
 
 
 def missing(part: str) -> str:
@@ -176,8 +184,9 @@ def lab_state(variants: list[str], recorded: dict[str, int], shown: list[int]) -
     return f"{state}; its tables show the {seeds} seed{'s' * (shown != [1])} every variant has so far"
 
 
-def main_table(folder: Path = RESULTS) -> str:
-    """The four families at README's budget: BLEU greedy and beam 5, chrF, over seeds."""
+def main_table(folder: Path = RESULTS, short: bool = False) -> str:
+    """The four families at README's budget: BLEU greedy and beam 5, chrF, over seeds; `short`: for README, where
+    the runs come from in a link (docs/results.md says it in full)."""
     record = load("main", folder)
     if record is None:
         return missing("main")
@@ -200,10 +209,10 @@ def main_table(folder: Path = RESULTS) -> str:
     patience = sorted({r["config"]["trainer"]["patience"] for r in every})
     early = (f", or less where valid BLEU did not improve in {' or '.join(map(str, patience))} validations in a row "
              "(`trainer.patience`)") if any(patience) else ""  # fmt: skip
+    where = "[The runs and their machines](docs/results.md)." if short else runs_line(record)
     return "\n".join([*lines, "", f"Budget: {'; '.join(budget)} each{early}; rows in order of valid BLEU; mean ± "
                       "standard deviation over seeds; Δ best: test BLEU (beam 5) minus that of the best on valid "
-                      f"({record['best']}), 95% interval over seeds and sentences, p-value. "
-                      f"{runs_line(record)}", ""])  # fmt: skip
+                      f"({record['best']}), 95% interval over seeds and sentences, p-value. {where}", ""])  # fmt: skip
 
 
 def brief(claim: dict) -> str:
@@ -213,8 +222,15 @@ def brief(claim: dict) -> str:
         return claim["evidence"]
     if claim.get("from") == "lab":
         return "the lab: " + brief({k: v for k, v in claim.items() if k != "from"})
-    unit = "AER" if "AER" in claim["claim"] else "BLEU"
+    unit = claim.get("unit") or ("AER" if "AER" in claim["claim"] else "BLEU")
     comparisons = claim["comparisons"]
+    primary = next((c for c in comparisons if c.get("role") == "primary"), None)
+    if primary is not None:  # the primary comparison in full, the secondary ones in a word
+        text = (f"{primary['label']}: {primary['delta']:+.2f} {unit} [{primary['low']:+.2f}, {primary['high']:+.2f}], "
+                f"p {p_value(primary['p'])}")  # fmt: skip
+        secondary = [c["verdict"] for c in comparisons if c.get("role") == "secondary"]
+        counts = ", ".join(f"{secondary.count(v)} {v}" for v in sorted(set(secondary)))
+        return text + (f"; secondary: {counts}" if secondary else "")
     count = len(comparisons)
     if count > 2:
         deltas = sorted(c["delta"] for c in comparisons)
@@ -230,12 +246,21 @@ def brief(claim: dict) -> str:
     return f"{count} comparison{'s' * (count != 1)}, {unit}: {differences}"
 
 
+def detects(claim: dict) -> str:
+    """What a claim's primary test finds 80% of the time, in its unit; `-` where it was not computed."""
+    found = claim.get("detectable")
+    return f"{found:.2f} {claim.get('unit', 'BLEU')}" if found is not None else "-"
+
+
 def with_lab(claims: list[dict], lab: dict | None) -> list[dict]:
-    """The comparison's claims, each one it could not measure (the alignment claim: Multi30k has no gold links) taken
-    from the lab's verdict when the lab has one over 3 seeds (marked "from": "lab")."""
+    """The comparison's claims, each one it could not measure or test (the alignment claim: Multi30k has no gold
+    links; the length claim: no sentences over 30 words) taken from the lab's verdict when the lab has one over 3
+    seeds (marked "from": "lab")."""
+    from nmt.study.claims import UNTESTABLE
+
     found = {c["claim"]: c for c in (lab or {}).get("claims", []) if c["verdict"] not in (NOT_MEASURED, NEEDS_SEEDS)}
-    return [{**found[c["claim"]], "from": "lab"} if c["verdict"] == NOT_MEASURED and c["claim"] in found else c
-            for c in claims]  # fmt: skip
+    return [{**found[c["claim"]], "from": "lab"} if c["verdict"] in (NOT_MEASURED, UNTESTABLE) and c["claim"] in found
+            else c for c in claims]  # fmt: skip
 
 
 def claims_table(folder: Path = RESULTS, short: bool = False, part: str = "claims") -> str:
@@ -250,9 +275,9 @@ def claims_table(folder: Path = RESULTS, short: bool = False, part: str = "claim
     claims = [c for c in record["claims"] if part == "claims" or c["verdict"] != NOT_MEASURED]
     lab = load("lab", folder) if part == "claims" else None
     claims = with_lab(claims, lab)
-    lines = ["| claim | paper | verdict | evidence |", "|---|---|---|---|"]
-    lines += [f"| {c['claim']} | {c['source']} | **{c['verdict']}** | {brief(c) if short else c['evidence']} |"
-              for c in claims]  # fmt: skip
+    lines = ["| claim | paper | verdict | evidence | detects |", "|---|---|---|---|---|"]
+    lines += [f"| {c['claim']} | {c['source']} | **{c['verdict']}** | {brief(c) if short else c['evidence']} | "
+              f"{detects(c)} |" for c in claims]  # fmt: skip
     note = ""
     if seeds < MIN_SEEDS:
         note = (f" Some variants have {seeds} seed{'s' * (seeds != 1)} so far: their claims read \"needs {MIN_SEEDS} "
@@ -260,8 +285,26 @@ def claims_table(folder: Path = RESULTS, short: bool = False, part: str = "claim
     source = ""
     if any(c.get("from") == "lab" for c in claims):  # where its runs are told in full: docs/alignment.md
         runs = [run["provenance"] for result in lab["results"] for run in result["seeds"] if "provenance" in run]
-        source = f" The lab's claim: its {len(runs)} runs (`results/lab.json`), {trained(runs)}."
+        source = f" The lab's claims: its {len(runs)} runs (`results/lab.json`), {trained(runs)}."
+    if short:  # README: what and where; docs/results.md has the commands, commits and dates
+        machines = sorted({m for v in record["variants"].values() for r in v["runs"]
+                           for m in r["provenance"]["machines"]})  # fmt: skip
+        runs = sum(len(v["runs"]) for v in record["variants"].values())
+        lab_runs = f"; the lab's claims, its {len(runs_of(lab))} runs" if source else ""
+        return "\n".join(
+            [
+                *lines,
+                "",
+                f"Detects: the true difference the primary test finds 80% of the time. {runs} "
+                f"runs on {'; '.join(machines)}{lab_runs} ([their provenance](docs/results.md)).",
+                "",
+            ]
+        )
     return "\n".join([*lines, "", f"{record['power']}{note} {runs_line(record)}{source}", ""])
+
+
+def runs_of(lab: dict) -> list[dict]:
+    return [run for result in lab["results"] for run in result["seeds"]]
 
 
 def interval(record: dict, against: str, name: str) -> str:
@@ -452,18 +495,17 @@ def claims_short(folder: Path = RESULTS) -> str:
     return claims_table(folder, short=True)
 
 
+def main_short(folder: Path = RESULTS) -> str:
+    return main_table(folder, short=True)
+
+
 def main_claims(folder: Path = RESULTS) -> str:
     return claims_table(folder, part="main")
 
 
-def early_claims(folder: Path = RESULTS) -> str:
-    return claims_table(folder, part="compare")
-
-
 TABLES: dict[str, Callable[[Path], str]] = {
-    "main": main_table, "main_claims": main_claims, "claims": claims_table, "claims_short": claims_short,
-    "early_claims": early_claims,
-    "compare": compare_table,
+    "main": main_table, "main_short": main_short, "main_claims": main_claims, "claims": claims_table,
+    "claims_short": claims_short, "compare": compare_table,
     "lab": lab_table, "lab_family": lab_family_table, "figures": figures_block, "parts": parts_table,
     "versus_joeynmt": versus_joeynmt, "versus_joeynmt_fp32": versus_joeynmt_fp32,
 }  # fmt: skip

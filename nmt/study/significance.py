@@ -1,17 +1,20 @@
 """Is one variant really better than another? Intervals over training runs and test sentences together, with
 sacrebleu's paired tests per seed beside them.
 
-From one training run to the next the same variant moves by 2-3 BLEU here, more than most differences between
-variants, so a verdict has to resample training runs as well as test sentences. `contrast` does both, as the
-two-stage bootstrap of Davison and Hinkley (1997, section 3.8) for data sampled at two levels: each resample draws the
-test sentences with replacement (one draw shared by every system, so the comparison stays paired over sentences) and,
-independently for each variant, its seeds with replacement; the statistic is the difference of the means over the
-drawn seeds of the corpus scores (BLEU and chrF from sacrebleu's own sufficient statistics, AER from link counts) on
-the drawn sentences. The 95% interval is the percentile interval of 10,000 such resamples, and the two-sided p-value
-the smallest level at which that interval excludes zero. Clark et al. (2011) showed why the optimizer's replicates
-must be part of the test; MultEval resamples them the same way. Holm's correction (statsmodels) adjusts the p-values of
-a claim that rests on several comparisons; `detectable` gives, from the seed spread measured, the difference that k
-seeds find 80% of the time (statsmodels' power of a two-sample t-test).
+From one training run to the next the same variant moves by as much as many differences between variants (the power
+line under each table gives the spread measured), so a verdict has to count training runs as well as test sentences,
+and with the 3 to 8 seeds a study can afford, it has to be calibrated for few seeds. `contrast` adds two variance
+components: the seeds' (each variant's spread over its seeds, divided by their number: what a Welch test over seeds
+uses) and the test sentences' (the variance of the contrast over bootstrap resamples of the sentences, one draw shared
+by every system, so the comparison stays paired over sentences). The interval is the difference of the means over
+seeds plus or minus a t quantile times the root of their sum, with Welch-Satterthwaite degrees of freedom (each
+variant's k - 1 seeds; the sentences' n - 1), and the p-value is the t test's. Where seeds dominate, this is Welch's
+test over seeds, whose false-positive rate holds at 3 against 3 seeds (tests/test_significance.py simulates it); where
+sentences dominate, it is the paired bootstrap's normal interval. (A bootstrap over 3 seeds draws only 10 distinct
+sets, keeps 2/3 of their variance and uses normal quantiles: 12-19% false positives at a nominal 5% where seeds
+dominate.) Clark et al. (2011) showed why the optimizer's replicates must be part of the test. Holm's correction
+(statsmodels) adjusts the p-values of a claim's secondary comparisons; `Interval.detectable` gives the difference the
+test finds 80% of the time, in the claim's own unit.
 
 Per seed, sacrebleu's paired bootstrap (Koehn 2004) and approximate randomization (Riezler and Maxwell 2005) from
 `sacrebleu.significance.PairedTest`, with its fixed seed, still test seed k of one system against seed k of the other
@@ -22,6 +25,7 @@ would get the smallest p-value (MultEval's issue #5 reports the same); an observ
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -29,6 +33,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.significance import PairedTest
+
+from nmt import UserError
 
 METRICS = ("BLEU", "chrF")
 LEVEL = 0.05
@@ -182,6 +188,17 @@ def seeded_tests(
 # --- over seeds and sentences together ---------------------------------------------------------------------------
 
 RESAMPLES = 10_000
+MIN_RESAMPLES = 20  # fewer resamples estimate the sentences' variance too roughly to put an interval on it
+
+
+def check_resamples(samples: int, trials: int) -> None:
+    """Refuse, naming the option, resample counts that give no interval (`--samples 0`) or one on noise alone."""
+    for option, count in (("--samples", samples), ("--trials", trials)):
+        if count < MIN_RESAMPLES:
+            raise UserError(f"{option} {count}: at least {MIN_RESAMPLES} (the default, {RESAMPLES:,}, is what the "
+                            "reports use)")  # fmt: skip
+
+
 MIN_SEEDS = 3  # fewer seeds per variant give figures, never a verdict
 SEED = 12345  # sacrebleu's own, so a report is reproducible
 SUPPORTED, CONTRADICTED, INCONCLUSIVE = "supported", "contradicted", "inconclusive"
@@ -217,18 +234,20 @@ class Resampler:
 
 @dataclass
 class Runs:
-    """One variant's seeds on one test set: each seed's corpus score, and its score on every shared resample."""
+    """One variant's seeds on one test set: each seed's score (a corpus score, or a statistic of scores such as the
+    share of BLEU kept on long sentences), and the same on every shared resample of the sentences."""
 
     name: str
-    observed: np.ndarray  # (seeds,)
+    observed: np.ndarray  # (seeds,), in the order of the variant's seeds
     resampled: np.ndarray  # (seeds, resamples)
+    sentences: int = 0  # the test sentences behind the scores: the sentence component's n - 1 degrees of freedom
 
 
 @dataclass
 class Interval:
     """A contrast between variants (most often a minus b): the observed value from the means over seeds, its 95%
-    percentile interval and two-sided p-value from the bootstrap over seeds and sentences, Holm's adjusted p-value
-    within a claim."""
+    interval and two-sided p-value over seeds and sentences (`contrast`), Holm's adjusted p-value where it is one of
+    a claim's secondary comparisons; its standard error and degrees of freedom."""
 
     delta: float
     low: float
@@ -237,6 +256,17 @@ class Interval:
     seeds: int  # the fewest seeds of the variants it compares
     resamples: int
     p_holm: float | None = None
+    se: float | None = None  # None: an interval from before they were kept
+    df: float | None = None
+
+    def detectable(self, level: float = LEVEL, power: float = 0.8) -> float | None:
+        """The true difference this test finds with probability `power` at `level`, with the same spread and degrees
+        of freedom: (t_{1-level/2} + t_{power}) x standard error, the t test's power in the contrast's own unit."""
+        if self.se is None or self.df is None:
+            return None
+        from scipy import stats
+
+        return float((stats.t.ppf(1 - level / 2, self.df) + stats.t.ppf(power, self.df)) * self.se)
 
     def verdict(self, direction: int = 1, level: float = LEVEL) -> str:
         """supported when the (adjusted) p-value is below `level` with the delta in the claim's `direction` (+1: a
@@ -254,24 +284,41 @@ class Interval:
                 f"{self.seeds} seed{'s' * (self.seeds != 1)})")  # fmt: skip
 
 
-def contrast(terms: list[tuple[float, Runs]], seed: int = SEED) -> Interval:
-    """sum of weight x (mean over seeds of a variant's score) over `terms`, with its interval: in each resample every
-    variant's seeds are drawn with replacement (once per variant, whichever terms it appears in) and scored on the
-    shared sentence resample. All terms must come from resamplers of the same number of resamples."""
-    rng = np.random.default_rng(seed)
-    resamples = terms[0][1].resampled.shape[1]
-    columns = np.arange(resamples)[:, None]
-    picks = {}
-    for _, runs in terms:
-        if runs.name not in picks:
-            k = len(runs.observed)
-            picks[runs.name] = rng.integers(0, k, size=(resamples, k))
-    drawn = sum(weight * runs.resampled.T[columns, picks[runs.name]].mean(1) for weight, runs in terms)
+def contrast(terms: list[tuple[float, Runs]]) -> Interval:
+    """sum of weight x (mean over seeds of a variant's score) over `terms`, with its interval from two variance
+    components (see the module's docstring). The seeds' component is each variant's: its terms (a variant may appear
+    in several, by length bucket) combined seed by seed, their variance over seeds divided by the number of seeds; the
+    sentences' is the variance of the contrast over the shared resamples, less the seeds' own sentence noise. All
+    terms must come from resamplers of the same number of resamples."""
+    from scipy import stats
+
     delta = float(sum(weight * runs.observed.mean() for weight, runs in terms))
-    low, high = np.percentile(drawn, [2.5, 97.5])
-    below, above = (np.sum(drawn <= 0) + 1) / (resamples + 1), (np.sum(drawn >= 0) + 1) / (resamples + 1)
-    p = 1.0 if delta == 0 and np.all(drawn == 0) else min(1.0, 2 * min(below, above))
-    return Interval(delta, float(low), float(high), float(p), min(len(r.observed) for _, r in terms), resamples)
+    observed: dict[str, np.ndarray] = {}  # each variant's terms, seed by seed: (seeds,)
+    resampled: dict[str, np.ndarray] = {}  # and on each resample: (seeds, resamples)
+    for weight, runs in terms:
+        observed[runs.name] = observed.get(runs.name, 0.0) + weight * runs.observed
+        resampled[runs.name] = resampled.get(runs.name, 0.0) + weight * runs.resampled
+    seed_parts = [(float(np.var(values, ddof=1)) / len(values), len(values) - 1)
+                  for values in observed.values() if len(values) > 1]  # fmt: skip
+    # The sentences' component is what the seeds' leaves out: the test set's effect shared by every seed of a
+    # variant. The bootstrap variance of the contrast of means also holds each seed's own sentence noise, which the
+    # spread over seeds already counts; that share, (the bootstrap variance of a seed's deviation from its variant's
+    # mean) / (k - 1), is taken out, so that no noise is counted twice.
+    on_resamples = sum(values.mean(0) for values in resampled.values())  # (resamples,)
+    counted = sum(float(np.var(values - values.mean(0), axis=1, ddof=1).mean()) / (len(values) - 1)
+                  for values in resampled.values() if len(values) > 1)  # fmt: skip
+    sentence_part = max(0.0, float(np.var(on_resamples, ddof=1)) - counted)
+    sentences = min((runs.sentences for _, runs in terms if runs.sentences), default=0)
+    seeds, resamples = min(len(r.observed) for _, r in terms), terms[0][1].resampled.shape[1]
+    variance = sum(part for part, _ in seed_parts) + sentence_part
+    if not variance > 0:  # the very same runs, or runs that agree on every sentence and seed
+        return Interval(delta, delta, delta, 1.0 if delta == 0 else 0.0, seeds, resamples, se=0.0, df=math.inf)
+    pieces = sum(part**2 / df for part, df in seed_parts) + (sentence_part**2 / (sentences - 1) if sentences > 1 else 0)
+    df = variance**2 / pieces if pieces > 0 else math.inf  # Welch-Satterthwaite
+    se = math.sqrt(variance)
+    half = float(stats.t.ppf(0.975, df)) * se
+    p = 1.0 if delta == 0 else float(2 * stats.t.sf(abs(delta) / se, df))
+    return Interval(delta, delta - half, delta + half, p, seeds, resamples, se=se, df=df)
 
 
 def holm(intervals: list[Interval]) -> list[Interval]:
@@ -357,7 +404,8 @@ class Evidence:
             seeds = sorted(self.alignments[name] if metric == "AER" else self.hypotheses[name])
             stats = [self._statistics_of(name, seed, metric)[subset] for seed in seeds]
             self._runs[key] = Runs(name, np.array([score(s.sum(0)) for s in stats]),
-                                   np.stack([self._resamplers[bucket].scores(s, score) for s in stats]))  # fmt: skip
+                                   np.stack([self._resamplers[bucket].scores(s, score) for s in stats]),
+                                   len(subset))  # fmt: skip
         return self._runs[key]
 
     def compare(self, a: str, b: str, metric: str = "BLEU") -> Interval:
@@ -365,6 +413,19 @@ class Evidence:
         if (a, b, metric) not in self._compared:
             self._compared[a, b, metric] = contrast([(1.0, self.runs(a, metric)), (-1.0, self.runs(b, metric))])
         return self._compared[a, b, metric]
+
+    def retention(self, name: str, short: tuple[int, int], long: tuple[int, int]) -> Runs:
+        """The share of its BLEU on `short` sentences that a variant keeps on `long` ones, seed by seed and on every
+        resample of each bucket (drawn apart: the buckets hold different sentences): a scale-free measure of how it
+        copes with length, which a model near the floor of BLEU cannot win by having less to lose."""
+        shorts, longs = self.runs(name, bucket=short), self.runs(name, bucket=long)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return Runs(f"{name} retention", longs.observed / shorts.observed, longs.resampled / shorts.resampled,
+                        min(shorts.sentences, longs.sentences))  # fmt: skip
+
+    def kept(self, a: str, b: str, short: tuple[int, int], long: tuple[int, int]) -> Interval:
+        """a's retention (long over short BLEU) minus b's."""
+        return contrast([(1.0, self.retention(a, short, long)), (-1.0, self.retention(b, short, long))])
 
     def growth(self, a: str, b: str, first: tuple[int, int], last: tuple[int, int]) -> Interval:
         """How much more a leads b on BLEU in the `last` length bucket than in the `first`."""

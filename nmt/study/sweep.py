@@ -24,7 +24,7 @@ from nmt import UserError
 from nmt.checkpoint import upgrade
 from nmt.config import register
 from nmt.experiment import failure
-from nmt.resume import BUDGET, changes, listed
+from nmt.resume import another_run, listed, trained_precision
 
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCHERS = ("basic", "joblib", "slurm")
@@ -72,14 +72,20 @@ def saved_settings(run_dir: Path) -> dict | None:
     return upgrade(OmegaConf.to_container(OmegaConf.load(records[-1]))) if records else None
 
 
-def stale(name: str, overrides: list[str], saved: dict | None) -> str | None:
-    """Why the finished run `name`, trained with the config `saved`, is not the run `overrides` ask for today (the
-    options that differ), or None when it is (or when there is no saved config)."""
+def stale(name: str, overrides: list[str], saved: dict | None, trained_in: str | None = None) -> str | None:
+    """Why the finished run `name`, trained with the config `saved` (in the precision `trained_in`), is not the run
+    `overrides` ask for today (`nmt.resume.another_run`: the options that differ), or None when it is (or when there
+    is no saved config)."""
     if saved is None:
         return None
-    changed, breaking = changes(saved, settings(overrides))
-    breaking = sorted({*breaking, *(BUDGET & changed.keys())})
-    return f"{name}: {listed(changed, breaking, 'then')}" if breaking else None
+    changed, other = another_run(saved, settings(overrides), trained_in)
+    return f"{name}: {listed(changed, other, 'then')}" if other else None
+
+
+def precision_of(provenance: dict) -> str | None:
+    """The one precision a record's provenance names its runs' machines with ("AMD EPYC (fp32)"), or None."""
+    found = {m.rsplit("(", 1)[-1].rstrip(")") for m in provenance.get("machines", []) if m.endswith(")")}
+    return found.pop() if len(found) == 1 else None
 
 
 def refuse_stale(reasons: list[str], remedy: str) -> None:
@@ -93,7 +99,7 @@ def refuse_stale(reasons: list[str], remedy: str) -> None:
 def check_finished(runs: list[tuple[str, list[str], Path]]) -> None:
     """Refuse, before anything trains, the finished runs among (name, overrides, run_dir) that were trained with other
     settings than their overrides give today, naming each run and option."""
-    reasons = [stale(f"{name} ({run_dir})", overrides, saved_settings(run_dir))
+    reasons = [stale(f"{name} ({run_dir})", overrides, saved_settings(run_dir), trained_precision(run_dir))
                for name, overrides, run_dir in runs if (run_dir / "results.json").is_file()]  # fmt: skip
     refuse_stale([r for r in reasons if r], "Move these folders away (`scripts/compare.py DIR...` still reports on "
                  "them) or delete them, and rerun to train them again")  # fmt: skip
@@ -190,9 +196,10 @@ def recorded(records: Path, variants: list[str], seeds: list[int], overrides: li
         for seed in seeds:
             path = record_path(records, Path(variant, f"seed{seed}"))
             if path.is_file():
-                saved = upgrade(json.loads(path.read_text(encoding="utf-8"))["config"])
+                record = json.loads(path.read_text(encoding="utf-8"))
                 reasons.append(stale(f"{variant} seed {seed} ({path})", [f"variant={variant}", *overrides,
-                                                                          f"seed={seed}"], saved))  # fmt: skip
+                                                                          f"seed={seed}"], upgrade(record["config"]),
+                                     precision_of(record.get("provenance", {}))))  # fmt: skip
                 found.add((variant, seed))
     refuse_stale([r for r in reasons if r], "Move these records away or delete them, and rerun to train the runs "
                  "again")  # fmt: skip
