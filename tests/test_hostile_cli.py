@@ -1,6 +1,7 @@
 """What a user can do wrong, through the real commands: each case stops with a message that names the option, file
 or line, prints no traceback, and changes no file the user had. And nothing a user trained is ever lost."""
 
+import json
 import os
 import subprocess
 import sys
@@ -440,3 +441,59 @@ def test_a_comparison_with_no_end_or_no_statistics_is_refused_at_once(trained, t
     result = run("scripts/compare.py", *arguments, "--output", str(tmp_path / "report"), timeout=30)
     refused(result, message)
     assert not (tmp_path / "report").exists()
+
+
+# --- "kept" means the same run --------------------------------------------------------------------------------------
+
+
+def rerun_auto(trained, tmp_path, *options):
+    """train.py with trainer.resume=auto (what a sweep's rerun does) on a copy of the finished run."""
+    import shutil
+
+    copy = tmp_path / "run"
+    if not copy.exists():
+        shutil.copytree(trained[0], copy)
+    before = snapshot(copy)
+    result = run("train.py", *SMALL, f"data.spm_cache={trained[1]}", f"hydra.run.dir={copy}", "trainer.resume=auto",
+                 *options)  # fmt: skip
+    return result, before, copy
+
+
+@pytest.mark.parametrize(
+    "option, key",
+    [("trainer.lr=0.5", "trainer.lr"), ("trainer.label_smoothing=0.2", "trainer.label_smoothing"),
+     ("trainer.clip_norm=5", "trainer.clip_norm"), ("trainer.deterministic=true", "trainer.deterministic"),
+     ("trainer.max_steps=5", "trainer.max_steps"), ("PRECISION", "trainer.precision")],
+)  # fmt: skip
+def test_a_finished_run_is_kept_only_for_the_run_it_is(trained, tmp_path, option, key):
+    """trainer.resume=auto keeps a finished run only when every option that changes what it trains matches; another
+    learning rate, smoothing, clipping, precision, determinism or budget is another run: refused, named, nothing
+    changed. Threads, logging and paths are the same run: kept."""
+    if option == "PRECISION":  # the precision the run did not train in, among those this CPU runs
+        from nmt.device import cpu_capability
+
+        trained_in = json.loads((trained[0] / "provenance.json").read_text())[-1]["precision"]
+        if trained_in == "fp32" and not cpu_capability().bf16_kernels:
+            pytest.skip("this CPU runs fp32 alone (no bf16 kernels): no other precision to ask for")
+        option = f"trainer.precision={'bf16' if trained_in == 'fp32' else 'fp32'}"
+    result, before, copy = rerun_auto(trained, tmp_path, option)
+    refused(result, f"holds a finished run trained with other settings than asked for ({key}:")
+    assert unchanged(before, snapshot(copy))
+    kept, before, copy = rerun_auto(trained, tmp_path, "trainer.threads=1", "trainer.log_every=7",
+                                    "trainer.num_plots=1")  # fmt: skip
+    output = kept.stdout.decode() + kept.stderr.decode()
+    assert kept.returncode == 0 and "finished with these settings: kept" in output, output[-2000:]
+    assert unchanged(before, snapshot(copy))
+
+
+def test_a_damaged_results_file_leaves_the_run_unfinished_not_broken(trained, tmp_path):
+    """A results.json cut short (a full disk, a killed process) is named, and the run counts as unfinished: resume=auto
+    continues it from its checkpoint and writes its results again."""
+    result, _, copy = rerun_auto(trained, tmp_path)  # the copy, kept
+    assert result.returncode == 0
+    (copy / "results.json").write_text('{"test/bleu": 1')
+    result, _, copy = rerun_auto(trained, tmp_path)
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+    output = result.stdout.decode() + result.stderr.decode()
+    assert "results.json is damaged" in output and "Traceback" not in output
+    assert "test/bleu" in json.loads((copy / "results.json").read_text())
