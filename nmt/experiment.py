@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import logging
@@ -37,7 +38,7 @@ from nmt.device import choose as choose_precision
 from nmt.device import device as find_device
 from nmt.meters import SweepStop
 from nmt.optim import set_lr
-from nmt.paths import write_text
+from nmt.paths import run_lock, write_text
 from nmt.resume import check_changes, checkpoint_to_resume, finished_run
 from nmt.trainer import Trainer
 
@@ -59,7 +60,13 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
     precision = choose_precision(settings.trainer.precision, capability(where))
     log.info("device %s; precision %s", where, precision.reason)
     run_dir = Path(distributed.share(str(run_dir)))  # under torchrun, every process works in rank 0's run directory
-    if settings.trainer.resume == "auto" and (kept := finished_run(run_dir, resolved, precision.name)) is not None:
+    with run_lock(run_dir) if distributed.is_main() else contextlib.nullcontext():  # one run folder, one writer
+        return train_in(settings, resolved, run_dir, where, precision.name)
+
+
+def train_in(settings: TrainConfig, resolved: dict, run_dir: Path, where: torch.device, precision: str) -> dict:
+    """`train` once this process holds the run directory: keep a finished run, or continue or start one."""
+    if settings.trainer.resume == "auto" and (kept := finished_run(run_dir, resolved, precision)) is not None:
         log.info("%s holds this run, finished with these settings: kept (test BLEU %s)", run_dir,
                  kept.get("test/bleu"))  # fmt: skip
         return kept

@@ -9,8 +9,12 @@ writes by default (evaluate's `<checkpoint>.<split>.beam<N>.hyp`): that one is i
 
 from __future__ import annotations
 
+import contextlib
+import datetime
+import fcntl
 import fnmatch
 import os
+import socket
 import tempfile
 from pathlib import Path
 
@@ -21,8 +25,9 @@ os.umask(UMASK)  # the process's umask, read once (reading it means setting it)
 
 # A folder holds a training run when it has one of these (or a step<N>.pt); then RUN_FILES name the run's own files.
 RUN_MARKS = ("last.pt", "previous.pt", "best.pt", "results.json")
+LOCK = ".lock"  # a run folder's lock file: who trains in it now (`run_lock`)
 RUN_FILES = ("last.pt", "previous.pt", "best.pt", "step*.pt", "results.json", "provenance.json", "spm.*.model",
-             "spm.*.vocab", "events.out.tfevents.*", "train.log", "best.test.hyp")  # fmt: skip
+             "spm.*.vocab", "events.out.tfevents.*", "train.log", "best.test.hyp", LOCK)  # fmt: skip
 
 
 def holds_a_run(folder: Path) -> str | None:
@@ -32,6 +37,39 @@ def holds_a_run(folder: Path) -> str | None:
             return name
     steps = sorted(folder.glob("step*.pt"))
     return steps[0].name if steps else None
+
+
+@contextlib.contextmanager
+def run_lock(run_dir: Path):
+    """This process's hold on `run_dir` for the life of a run: one run folder, one writer. A second train.py into
+    it (or a sweep job whose folder collides with another's) is refused, naming the first: its process, machine and
+    start, which the lock file holds while it runs. The lock is the kernel's (flock), released when its process ends
+    however it ends: after `kill -9` the next run takes it over. Left empty when released, so a finished run's
+    folder does not change."""
+    path = run_dir / LOCK
+    handle = open(path, "a+", encoding="utf-8")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.seek(0)
+        holder = handle.read().strip() or "another process"
+        handle.close()
+        raise UserError(
+            f"{run_dir} is being trained by {holder} (it holds {path}): one run folder has one "
+            "writer. Wait for it to end, or give this run its own folder (hydra.run.dir=...)"
+        ) from None
+    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"process {os.getpid()} on {socket.gethostname()}, since {started}\n")
+    handle.flush()
+    try:
+        yield
+    finally:
+        handle.seek(0)
+        handle.truncate()
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        handle.close()
 
 
 def run_file(path: Path) -> str | None:

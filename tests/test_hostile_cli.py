@@ -497,3 +497,44 @@ def test_a_damaged_results_file_leaves_the_run_unfinished_not_broken(trained, tm
     output = result.stdout.decode() + result.stderr.decode()
     assert "results.json is damaged" in output and "Traceback" not in output
     assert "test/bleu" in json.loads((copy / "results.json").read_text())
+
+
+# --- one run folder, one writer -------------------------------------------------------------------------------------
+
+
+def wait_for(condition, seconds: float = 60) -> bool:
+    import time
+
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if condition():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_a_second_writer_into_a_run_folder_is_refused_naming_the_first_and_a_killed_ones_lock_is_taken_over(tmp_path):
+    """Two train.py processes into one folder: the second is refused while the first trains, naming its process;
+    after `kill -9` (no chance to clean up) the lock is released with the process, and the run resumes there."""
+    import signal
+
+    run_dir = tmp_path / "run"
+    options = [*SMALL, f"data.spm_cache={tmp_path / 'spm'}", f"hydra.run.dir={run_dir}", "trainer.max_steps=100000",
+               "trainer.valid_every=2"]  # fmt: skip
+    environment = {**os.environ, "HYDRA_FULL_ERROR": "0", "LC_ALL": "C.UTF-8"}
+    first = subprocess.Popen([sys.executable, "train.py", *options], cwd=ROOT, env=environment,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        lock = run_dir / ".lock"
+        assert wait_for(lambda: (run_dir / "last.pt").is_file() and lock.is_file() and lock.read_text().strip())
+        second = run("train.py", *options, "trainer.resume=true", "seed=7")
+        refused(second, f"{run_dir} is being trained by process {first.pid} on ")
+        assert first.poll() is None  # the first trains on
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    assert lock.read_text().strip()  # killed: its note stays, its lock does not
+    saved = checkpoint.load(run_dir / "last.pt")["progress"]["step"]
+    resumed = run("train.py", *options, "trainer.resume=true", f"trainer.max_steps={saved + 4}")
+    assert resumed.returncode == 0, resumed.stderr.decode()[-2000:]
+    assert checkpoint.load(run_dir / "last.pt")["progress"]["step"] == saved + 4 and lock.read_text() == ""
