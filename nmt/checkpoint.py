@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import pickle
 import re
+import shutil
 import zipfile
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -45,10 +46,17 @@ def save(payload: dict, path: str | Path) -> None:
     """Write to a temporary file in the same folder, flush it to disk, then rename it over `path` (atomic)."""
     path = Path(path)
     temporary = path.with_name(f".{path.name}.tmp")
-    with open(temporary, "wb") as handle:
-        torch.save(payload, handle)
-        handle.flush()
-        os.fsync(handle.fileno())
+    try:
+        with open(temporary, "wb") as handle:
+            torch.save(payload, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except (OSError, RuntimeError) as error:  # a full disk fails inside torch's writer ("unexpected pos ...")
+        temporary.unlink(missing_ok=True)
+        free = shutil.disk_usage(path.parent).free
+        raise UserError(f"{path}: could not be written ({str(error).splitlines()[0] if str(error) else error}; "
+                        f"{free / 2**20:,.0f} MiB free on its disk). The last complete checkpoint is kept; free "
+                        "space and continue with trainer.resume=true") from None  # fmt: skip
     temporary.replace(path)
     directory = os.open(path.parent, os.O_RDONLY)
     try:
@@ -129,9 +137,16 @@ def average(paths: list[str | Path]) -> dict:
     payloads = [load(path) for path in paths]
     newest = max(payloads, key=lambda payload: payload.get("progress", {}).get("step", 0))
     first = payloads[0]
+    from nmt.resume import another_run  # resume reads checkpoints: imported here, not at the top
+
     for path, payload in zip(paths, payloads):
         if set(payload["model"]) != set(first["model"]) or payload["config"]["model"] != first["config"]["model"]:
             raise UserError(f"{path}: holds a different model from {paths[0]}; average checkpoints of one run only")
+        _, other = another_run(first["config"], payload["config"])
+        other = [key for key in other if key not in BUDGET_KEYS]  # one run's checkpoints, a budget raised on resume
+        if other:
+            raise UserError(f"{path}: another run's checkpoint than {paths[0]} ({', '.join(other)} differ); "
+                            "average the checkpoints of one run only")  # fmt: skip
     averaged = {}
     for name, tensor in newest["model"].items():
         if tensor.is_floating_point():
@@ -218,6 +233,10 @@ def training_state(model, optimizer, schedule, scaler, progress: Progress, metri
 
 
 WEIGHTS_ONLY = ("model", "progress", "config", "vocabulary")  # what step<N>.pt keeps: enough to decode or average
+# Options a run's later checkpoints may have changed on resuming (its budget, its learning rate): still one run
+BUDGET_KEYS = {"trainer.max_flops", "trainer.max_minutes", "trainer.max_steps", "trainer.max_epochs",
+               "trainer.validations", "trainer.valid_every", "trainer.patience", "trainer.lr", "trainer.clip_norm",
+               "trainer.label_smoothing", "trainer.precision", "trainer.deterministic", "trainer.device"}  # fmt: skip
 
 
 CPU = torch.device("cpu")

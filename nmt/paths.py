@@ -72,9 +72,18 @@ def run_lock(run_dir: Path):
         handle.close()
 
 
+# Files that are a run's own wherever they lie: a study's records of finished runs (results/runs/**), and Hydra's
+# record of each invocation (.hydra/<time>/config.yaml), which resume and the study read
+RECORD_FILES = ("*.record.json", "*.lab.json")
+
+
 def run_file(path: Path) -> str | None:
     """Why `path` belongs to a training run ("best.pt, a file of the training run in DIR"), or None."""
     folder = path.parent
+    if any(fnmatch.fnmatch(path.name, pattern) for pattern in RECORD_FILES):
+        return f"{path.name}, the record of a finished run"
+    if ".hydra" in path.absolute().parts:
+        return f"{path.name}, Hydra's record of a run's invocation"
     if holds_a_run(folder) is None:
         return None
     if any(fnmatch.fnmatch(path.name, pattern) for pattern in RUN_FILES):

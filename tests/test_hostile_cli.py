@@ -538,3 +538,47 @@ def test_a_second_writer_into_a_run_folder_is_refused_naming_the_first_and_a_kil
     resumed = run("train.py", *options, "trainer.resume=true", f"trainer.max_steps={saved + 4}")
     assert resumed.returncode == 0, resumed.stderr.decode()[-2000:]
     assert checkpoint.load(run_dir / "last.pt")["progress"]["step"] == saved + 4 and lock.read_text() == ""
+
+
+# --- one writer rule everywhere; damaged state named ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("target", ["records/bahdanau/seed1234.record.json", "records/lab_luong/seed1234.lab.json",
+                                    "run/.hydra/2026-11-27_01-02-03/config.yaml"])  # fmt: skip
+def test_overwrite_never_reaches_a_runs_records_or_hydras(trained, tmp_path, target):
+    path = tmp_path / target
+    path.parent.mkdir(parents=True)
+    path.write_text("{}")
+    for command in (["evaluate.py", "split=valid"], ["translate.py"]):
+        result = run(command[0], f"checkpoint={trained[0] / 'best.pt'}", *command[1:], f"output={path}",
+                     "overwrite=true", stdin=b"Der Hund.\n")  # fmt: skip
+        refused(result, "which this command must not replace")
+        assert path.read_text() == "{}"
+
+
+def test_checkpoints_of_another_run_are_not_averaged(trained, tmp_path):
+    import shutil
+
+    other = tmp_path / "other"
+    result = run("train.py", *SMALL, f"data.spm_cache={trained[1]}", f"hydra.run.dir={other}", "seed=99")
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    shutil.copy(sorted(trained[0].glob("step*.pt"))[-1], mixed / "step00000001.pt")
+    shutil.copy(sorted(other.glob("step*.pt"))[-1], mixed / "step00000002.pt")
+    refused(run("scripts/average_checkpoints.py", mixed, "--output", tmp_path / "averaged.pt"),
+            "another run's checkpoint than")  # fmt: skip
+    assert not (tmp_path / "averaged.pt").exists()
+
+
+def test_a_full_disk_gives_one_message_and_leaves_no_temporary_file(tmp_path, monkeypatch):
+    def full(payload, handle):
+        handle.write(b"PK" * 100)
+        raise RuntimeError("[enforce fail at inline_container.cc:664] . unexpected pos 64 vs 0")
+
+    monkeypatch.setattr(torch, "save", full)
+    (tmp_path / "last.pt").write_bytes(b"the last complete checkpoint")
+    with pytest.raises(UserError, match=r"last.pt: could not be written \(.*unexpected pos.*MiB free on its disk\)"):
+        checkpoint.save({"model": {}}, tmp_path / "last.pt")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt"]
+    assert (tmp_path / "last.pt").read_bytes() == b"the last complete checkpoint"
