@@ -22,7 +22,7 @@ from nmt.alignment import (
 )
 from nmt.corpus import Pairs, Splits, read_lines, read_parallel
 from nmt.decoding import Translator
-from nmt.paths import output_file, output_folder, write_text
+from nmt.paths import output_file, output_folder, stamp, write_text
 from nmt.plot import close
 
 log = logging.getLogger(__name__)
@@ -130,6 +130,7 @@ def evaluate(
     metrics = [sacrebleu.metrics.BLEU(), sacrebleu.metrics.CHRF(), sacrebleu.metrics.TER()]
     scores = [metric.corpus_score(hypotheses, [references]) for metric in metrics]
     write_text(output_path, "".join(h + "\n" for h in hypotheses))
+    stamp(output_path, Path(checkpoint_path), f"beam={beam} alpha={alpha} precision={precision}")  # what made it
     search = "greedy decoding" if beam == 1 else f"beam {beam}, length penalty alpha {alpha:g}"
     print(f"{name}: {len(pairs)} sentences, {search}; hypotheses in {output_path}")
     for label, metric, result in zip(["BLEU", "chrF", "TER"], metrics, scores):

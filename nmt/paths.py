@@ -153,3 +153,35 @@ def output_folder(path: str | Path, option: str) -> Path:
     if not os.access(path, os.W_OK):
         raise UserError(f"{option}={path}: cannot write there (permission denied)")
     return path
+
+
+def digest(path: Path) -> str:
+    """The SHA-256 of a file's bytes."""
+    import hashlib
+
+    found = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            found.update(block)
+    return found.hexdigest()
+
+
+def stamp(path: Path, source: Path, settings: str) -> None:
+    """Note beside `path`, a file derived from `source` (a checkpoint's translations), which bytes of `source` and
+    which `settings` (beam, precision) made it: `path.source`. A reader then tells it from one made from an older
+    checkpoint of the same name (a run resumed since) or with other settings (`derived_from`)."""
+    import json
+
+    note = {"source": source.name, "sha256": digest(source), "settings": settings}
+    write_text(path.with_name(f"{path.name}.source"), json.dumps(note) + "\n")
+
+
+def derived_from(path: Path, source: Path, settings: str) -> bool:
+    """Whether `path` exists and was made from `source` as it is now, with `settings` (`stamp`'s note says so)."""
+    import json
+
+    try:
+        note = json.loads(path.with_name(f"{path.name}.source").read_text(encoding="utf-8"))
+        return path.is_file() and note["settings"] == settings and note["sha256"] == digest(source)
+    except (OSError, ValueError, KeyError, TypeError):
+        return False

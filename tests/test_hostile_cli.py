@@ -582,3 +582,26 @@ def test_a_full_disk_gives_one_message_and_leaves_no_temporary_file(tmp_path, mo
         checkpoint.save({"model": {}}, tmp_path / "last.pt")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt"]
     assert (tmp_path / "last.pt").read_bytes() == b"the last complete checkpoint"
+
+
+def test_translations_are_reused_only_from_the_checkpoint_and_settings_that_made_them(trained, tmp_path):
+    """The comparison reuses a run's best.test.beam<N>.hyp only when its note (`.source`) says this very best.pt made
+    it with the comparison's settings: not evaluate.py's output with its own, not one made before best.pt changed."""
+    import shutil
+
+    from nmt.paths import derived_from
+    from nmt.study.comparison import beam_hypotheses
+
+    copy = tmp_path / "run"
+    shutil.copytree(trained[0], copy)
+    evaluated = run("evaluate.py", f"checkpoint={copy / 'best.pt'}", "split=test", "beam=2")
+    assert evaluated.returncode == 0, evaluated.stderr.decode()[-2000:]
+    hyp = copy / "best.test.beam2.hyp"
+    assert derived_from(hyp, copy / "best.pt", "beam=2 alpha=0.6 precision=auto")
+    hyp.write_text("stale\n" * 10)  # as if from another best.pt, or other settings
+    sources = ["Der Hund läuft.", "Die Katze schläft."]
+    fresh = beam_hypotheses(copy, sources, 2)
+    assert "stale" not in fresh and derived_from(hyp, copy / "best.pt", "beam=2 precision=trained")
+    assert beam_hypotheses(copy, sources, 2) == fresh  # its own, reused
+    shutil.copy(sorted(copy.glob("step*.pt"))[0], copy / "best.pt")  # the run resumed: another best.pt
+    assert not derived_from(hyp, copy / "best.pt", "beam=2 precision=trained")

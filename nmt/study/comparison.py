@@ -28,7 +28,7 @@ from nmt.config import flatten
 from nmt.decoding import Translator
 from nmt.evaluate import LENGTH_BUCKETS, bleu_by_length
 from nmt.experiment import read_provenance
-from nmt.paths import write_text
+from nmt.paths import derived_from, stamp, write_text
 from nmt.plot import legend_beside, lines_figure, panels_figure
 from nmt.resume import BUDGET, changes
 from nmt.study.claims import BASELINE, check_claims, last_third_gain, power_line, still_improving
@@ -81,12 +81,15 @@ def find_runs(folders: list[Path]) -> list[Path]:
 
 
 def beam_hypotheses(run: Path, sources: list[str], beam: int) -> list[str]:
-    """The best checkpoint's beam-search test output: `best.test.beam<N>.hyp` (what evaluate.py writes), decoded
-    here once when it is not there yet."""
-    path = run / f"best.test.beam{beam}.hyp"
-    if not path.is_file():
-        translator = Translator.load(run / "best.pt", beam=beam, precision="trained")
-        path.write_text("".join(h + "\n" for h in translator.translate(sources)), encoding="utf-8")
+    """The best checkpoint's beam-search test output, `best.test.beam<N>.hyp`, in the precision the run trained in:
+    decoded here unless the file there was made from this very best.pt with these settings (its `.source` note says
+    so; one that evaluate.py wrote with its own settings, or for an earlier best.pt, is decoded again)."""
+    path, best = run / f"best.test.beam{beam}.hyp", run / "best.pt"
+    settings = f"beam={beam} precision=trained"
+    if not derived_from(path, best, settings):
+        translator = Translator.load(best, beam=beam, precision="trained")
+        write_text(path, "".join(h + "\n" for h in translator.translate(sources)))
+        stamp(path, best, settings)
     return path.read_text(encoding="utf-8").split("\n")[: len(sources)]
 
 
