@@ -185,3 +185,14 @@ def derived_from(path: Path, source: Path, settings: str) -> bool:
         return path.is_file() and note["settings"] == settings and note["sha256"] == digest(source)
     except (OSError, ValueError, KeyError, TypeError):
         return False
+
+
+def read_json(path: Path, remedy: str):
+    """The JSON in `path`; a damaged or unreadable file is refused naming it, with `remedy` (what to do)."""
+    import json
+
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise UserError(f"{path}: damaged or unreadable ({reason}); {remedy}") from None

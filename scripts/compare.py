@@ -22,7 +22,6 @@ the same in TensorBoard under OUTPUT/tensorboard) goes to --output.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
@@ -30,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from nmt import UserError  # noqa: E402
-from nmt.paths import output_folder  # noqa: E402
+from nmt.paths import output_folder, read_json  # noqa: E402
 from nmt.study.comparison import VARIANTS, describe_runs, find_runs, recorded_sweep, summarise  # noqa: E402
 from nmt.study.significance import RESAMPLES, check_resamples  # noqa: E402
 from nmt.study.sweep import chosen, launcher_options, sweep  # noqa: E402
@@ -107,7 +106,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.no_report:
         return
     runs, pairs = describe_runs(run_dirs, args.beam)
-    lab = json.loads(args.lab.read_text(encoding="utf-8")) if args.lab else None
+    lab = read_json(args.lab, "make it again with `make lab`") if args.lab else None
     command = "python scripts/compare.py " + " ".join(argv if argv is not None else sys.argv[1:])
     print(summarise(runs, pairs, args.output, args.beam, command.strip(), lab, args.samples, args.trials))
 

@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from nmt import UserError  # noqa: E402
 from nmt.corpus import read_parallel  # noqa: E402
 from nmt.evaluate import corpus_of  # noqa: E402
-from nmt.paths import output_folder  # noqa: E402
+from nmt.paths import output_folder, read_json  # noqa: E402
 from nmt.plot import legend_beside, lines_figure  # noqa: E402
 from nmt.study.claims import Claim, gap_grows_with_length, local_aligns_better  # noqa: E402
 from nmt.study.comparison import describe_runs, recorded_sweep, summarise, variant_name  # noqa: E402
@@ -46,6 +46,7 @@ from nmt.study.sweep import chosen, launcher_options, settings  # noqa: E402
 
 # What Bahdanau's lab model trained in two minutes alone on a 2-core CPU with native bf16: 432 updates, 9.1e12 FLOPs
 FLOPS = 9e12
+REMEDY = "delete it and rerun: the run is measured again from its checkpoint, or trained again"
 
 
 def figures(results: list[dict], output: Path) -> None:
@@ -183,7 +184,7 @@ def main(argv: list[str] | None = None) -> None:
                               records, 1, args.launcher, args.jobs, measure_callback(records, long_set))  # fmt: skip
     for run in sorted((output / "runs").glob("*/seed*/results.json")):  # what a job's callback did not measure
         measure_one(run.parent, records, long_set)
-    measured = {key: [{**json.loads((records / folders[key] / f"seed{seed}{LAB_SUFFIX}").read_text(encoding="utf-8")),
+    measured = {key: [{**read_json(records / folders[key] / f"seed{seed}{LAB_SUFFIX}", REMEDY),
                        "name": names[key]} for seed in seeds] for key in keys}  # fmt: skip
     claims, differences = lab_tests(measured, names, long_set, config["data"]["grammar"]["max_words"], args.samples)
     results = [aggregate(names[key], measured[key]) for key in keys]

@@ -605,3 +605,20 @@ def test_translations_are_reused_only_from_the_checkpoint_and_settings_that_made
     assert beam_hypotheses(copy, sources, 2) == fresh  # its own, reused
     shutil.copy(sorted(copy.glob("step*.pt"))[0], copy / "best.pt")  # the run resumed: another best.pt
     assert not derived_from(hyp, copy / "best.pt", "beam=2 precision=trained")
+
+
+def test_damaged_records_and_reports_are_named_with_what_to_do(tmp_path, monkeypatch):
+    """A record cut short stops the study's readers with its path and a remedy, never a JSONDecodeError."""
+    from nmt.study import results
+    from nmt.study.sweep import recorded
+
+    damaged = tmp_path / "bahdanau" / "seed1234.record.json"
+    damaged.parent.mkdir()
+    damaged.write_text('{"config": {"model"')
+    with pytest.raises(UserError, match=r"seed1234.record.json: damaged or unreadable .*delete it .* and rerun"):
+        recorded(tmp_path, ["bahdanau"], [1234], ["trainer.progress=false"])
+    (tmp_path / "claims.json").write_text("{")
+    with pytest.raises(UserError, match=r"claims.json: damaged or unreadable .*restore it from git"):
+        results.render("claims_short", tmp_path)
+    report = run("scripts/compare.py", damaged.parent, "--output", tmp_path / "report", timeout=60)
+    refused(report, "seed1234.record.json: not a run's record")

@@ -16,6 +16,7 @@ from functools import partial
 from pathlib import Path
 
 from nmt import UserError
+from nmt.paths import read_json
 from nmt.study.significance import MIN_SEEDS, NEEDS_SEEDS, NOT_MEASURED, p_value
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,7 +71,10 @@ MEASUREMENTS = {
 
 def load(part: str, folder: Path = RESULTS) -> dict | None:
     path = folder / f"{part}.json"
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    if not path.is_file():
+        return None
+    return read_json(path, "restore it from git, or make it again with the command that wrote it (docs/results.md: "
+                     "`scripts/results.py --parts PART --record` for a part's report)")  # fmt: skip
 
 
 def spread(values: list[float], digits: int = 2) -> str:

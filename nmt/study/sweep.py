@@ -24,6 +24,7 @@ from nmt import UserError
 from nmt.checkpoint import upgrade
 from nmt.config import register
 from nmt.experiment import failure
+from nmt.paths import read_json
 from nmt.resume import another_run, listed, trained_precision
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -189,14 +190,13 @@ def recorded(records: Path, variants: list[str], seeds: list[int], overrides: li
     """The (variant, seed) runs that have a record under `records` (<variant>/seed<N>.record.json, written by
     `nmt.study.comparison.save_record` when the run finished, wherever that was); a record of a run trained with
     other settings than `overrides` give today is refused, as a stale finished run is."""
-    import json
 
     found, reasons = set(), []
     for variant in variants:
         for seed in seeds:
             path = record_path(records, Path(variant, f"seed{seed}"))
             if path.is_file():
-                record = json.loads(path.read_text(encoding="utf-8"))
+                record = read_json(path, "delete it (or restore it from git) and rerun: its run trains again")
                 reasons.append(stale(f"{variant} seed {seed} ({path})", [f"variant={variant}", *overrides,
                                                                           f"seed={seed}"], upgrade(record["config"]),
                                      precision_of(record.get("provenance", {}))))  # fmt: skip
