@@ -66,7 +66,11 @@ def read_gold(path: str | Path, pairs: list[tuple[str, str]] | None = None) -> l
     path = Path(path)
     if not path.is_file():
         raise UserError(f"alignments={path}: no such file")
-    lines = path.read_text(encoding="utf-8").splitlines()
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as error:
+        raise UserError(f"alignments={path}: not a text file of links (byte {error.start} is not UTF-8); give a file "
+                        "of 'i-j' pairs, one line per sentence pair") from None  # fmt: skip
     gold = [parse_links(line, f"{path}:{number}") for number, line in enumerate(lines, 1)]
     if not any(g.sure for g in gold):
         raise UserError(

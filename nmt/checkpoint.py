@@ -86,6 +86,11 @@ def load(path: str | Path) -> dict:
     """Load a checkpoint with `weights_only=True`: tensors and plain containers only, never pickled code. Three
     failures, three messages: not a checkpoint, a damaged one, one that holds Python objects (refused)."""
     path = Path(path)
+    if path.is_dir():
+        found = ", ".join(sorted(p.name for p in path.glob("*.pt"))[:6])
+        inside = f" ({found})" if found else ", and it holds none"
+        raise UserError(f"{path}: is a folder; name a checkpoint file in it{inside}: best.pt to decode, last.pt to "
+                        "resume")  # fmt: skip
     if not path.is_file():
         raise UserError(f"{path}: no such checkpoint")
     problem = damaged(path)

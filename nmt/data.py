@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import io
 import logging
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,8 +88,25 @@ def train_sentencepiece(sentences: list[str], vocab_size: int, model_type: str, 
             minloglevel=2,
         )
     except RuntimeError as error:
-        raise UserError(f"sentencepiece could not train a vocabulary: {error}. Lower data.vocab_size.") from None
+        raise UserError(vocabulary_advice(str(error), vocab_size)) from None
     return writer.getvalue()
+
+
+def vocabulary_advice(error: str, vocab_size: int) -> str:
+    """What to change when sentencepiece refuses a vocabulary size: it says which way, in its own words."""
+    few = re.search(r"smaller than required_chars\. (\d+) vs (\d+)", error)
+    many = re.search(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)", error)
+    if few:
+        return (
+            f"data.vocab_size={vocab_size}: below the {few.group(2)} characters (and special pieces) the corpus "
+            f"needs; raise data.vocab_size to at least {few.group(2)}, or lower data.character_coverage"
+        )
+    if many:
+        return (
+            f"data.vocab_size={vocab_size}: the training text gives at most {many.group(2)} pieces; lower "
+            f"data.vocab_size to {many.group(2)} or less (or train on more text)"
+        )
+    return f"sentencepiece could not train a vocabulary with data.vocab_size={vocab_size}: {error}"
 
 
 def build_vocabulary(
@@ -255,12 +273,13 @@ class TokenBatchSampler(torch.utils.data.Sampler):
         return len(self.batches())
 
 
-def check_splits(sampler: TokenBatchSampler, valid_pairs: Pairs, world: int, max_len: int) -> None:
+def check_splits(sampler: TokenBatchSampler, valid_pairs: Pairs, world: int, max_len: int,
+                 valid_option: str = "the data.valid files") -> None:  # fmt: skip
     """Training needs a batch for every process and validation at least one pair; otherwise it could only spin."""
     if not len(sampler.kept):
-        raise UserError(
-            f"no training pair is left: {sampler.dropped} pairs are longer than data.max_len={max_len} subwords "
-            "and the rest are empty. Raise data.max_len or check the training files."
+        raise UserError(  # empty pairs were left out with the corpus: every one left is too long
+            f"no training pair is left: all {sampler.dropped} are longer than data.max_len={max_len} subwords on "
+            "one side or the other. Raise data.max_len."
         )
     if len(sampler.batches()) < world:
         raise UserError(
@@ -268,4 +287,4 @@ def check_splits(sampler: TokenBatchSampler, valid_pairs: Pairs, world: int, max
             "that would share them: lower data.max_tokens or use fewer processes"
         )
     if not valid_pairs:
-        raise UserError("the valid split is empty: validation needs at least one pair (data.valid files)")
+        raise UserError(f"the valid split is empty: validation needs at least one pair ({valid_option})")

@@ -154,7 +154,7 @@ class Translator:
         search = Search(
             beam=beam, alpha=alpha, max_tokens=max_tokens, max_input_len=max_input_len
         )  # checks the beam before the model loads
-        where = find_device(device)
+        where = find_device(device, option="device")
         model, vocabulary, config = load_model(path, where)
         trained = {**vars(TrainerConfig()), **config.get("trainer", {})}
         search.ratio, search.extra = trained["decode_ratio"], trained["decode_extra"]

@@ -34,14 +34,14 @@ ONEDNN_NATIVE_BF16 = {
 }  # fmt: skip
 
 
-def device(name: str) -> torch.device:
-    """`auto` (CUDA when present), `cpu`, `cuda` or `cuda:N`."""
+def device(name: str, option: str = "trainer.device") -> torch.device:
+    """`auto` (CUDA when present), `cpu`, `cuda` or `cuda:N`; refusals name `option`, the command's own."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name not in ("cpu", "cuda") and not name.startswith("cuda:"):
-        raise UserError(f"trainer.device={name!r}: use auto, cpu or cuda")
+        raise UserError(f"{option}={name!r}: use auto, cpu or cuda")
     if name.startswith("cuda") and not torch.cuda.is_available():
-        raise UserError(f"trainer.device={name}: no CUDA device is available here; use trainer.device=auto or cpu")
+        raise UserError(f"{option}={name}: no CUDA device is available here; use {option}=auto or cpu")
     return torch.device(name)
 
 

@@ -56,6 +56,9 @@ def checkpoint_to_resume(run_dir: Path, option, sweep: bool = False) -> tuple[Pa
             return None
         return latest_good(run_dir)
     path = Path(str(option)).expanduser()
+    if not path.exists() and path.suffix != ".pt" and len(path.parts) == 1:  # a word, not a path: resume=yes
+        raise UserError(f"trainer.resume={option}: use true (continue this run directory), false (a new run), auto "
+                        "(a sweep's rerun) or the path of a checkpoint")  # fmt: skip
     if existing and path.resolve().parent != run_dir.resolve():
         raise UserError(
             f"{run_dir} already holds a run ({existing}); continuing {path} there would overwrite it. "

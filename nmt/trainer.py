@@ -105,7 +105,9 @@ class Trainer:
         self.sampler = TokenBatchSampler(self.dataset, max_tokens, shuffle=True, seed=seed, max_len=max_len)
         if self.sampler.dropped:
             log.info("dropped %d training pairs longer than data.max_len=%d subwords", self.sampler.dropped, max_len)
-        check_splits(self.sampler, valid_pairs, self.world, max_len)
+        corpus = self.run_config.get("data", {}).get("corpus")
+        valid_option = {"sample": "data.sizes.valid", "files": "the data.valid files"}.get(corpus, "the valid split")
+        check_splits(self.sampler, valid_pairs, self.world, max_len, valid_option)
         self.valid_dataset = ParallelDataset(valid_pairs, vocabulary)
         self.search = Search(1, 0.6, config.decode_ratio, config.decode_extra, config.valid_max_tokens,
                              config.decode_max_input_len)  # fmt: skip
@@ -301,8 +303,9 @@ class Trainer:
     def non_finite(self, error: NonFiniteLoss) -> UserError:
         last = self.run_dir / "last.pt"
         good = f"the last good checkpoint is {last}" if last.is_file() else "no checkpoint had been written yet"
+        advice = "Lower trainer.lr" + ("" if self.precision.name == "fp32" else " or use trainer.precision=fp32")
         return UserError(f"{error}. Training stopped; {good} (no checkpoint is ever written with non-finite weights). "
-                         "Lower trainer.lr or use trainer.precision=fp32.")  # fmt: skip
+                         f"{advice} (trainer.lr={self.config.lr:g}).")  # fmt: skip
 
     def finished(self, clock: Clock) -> str | None:
         """Why training stops now, or None."""

@@ -126,7 +126,13 @@ def test_resuming_applies_a_new_learning_rate_and_budget(trained, tmp_path):
      (["trainer.resume=/nowhere/last.pt"], "/nowhere/last.pt: no such checkpoint"),
      (["model/attention=dot"], "model/attention=dot: BahdanauSeq2Seq takes additive"),
      (["model=luong", "model/attention=additive"], "LuongSeq2Seq takes dot, general, concat, location"),
-     (["model.cell=rnn"], "model.cell='rnn': use gru or lstm")],
+     (["model.cell=rnn"], "model.cell='rnn': use gru or lstm"),
+     (["data.max_len=2"], "all 300 are longer than data.max_len=2 subwords on one side or the other. Raise"),
+     (["data.sizes.valid=0"], "the valid split is empty: validation needs at least one pair (data.sizes.valid)"),
+     (["trainer.resume=yes"], "trainer.resume=yes: use true (continue this run directory), false"),
+     (["data.vocab_size=5"], "raise data.vocab_size to at least"),
+     (["data.vocab_size=100000"], "lower data.vocab_size to 250 or less"),
+     (["trainer.lr=1e30", "trainer.precision=fp32"], "Lower trainer.lr (trainer.lr=1e+30).")],
 )  # fmt: skip
 def test_option_values_that_make_no_sense_stop_before_training(tmp_path, options, message):
     result = run("train.py", *SMALL, f"data.spm_cache={tmp_path / 'spm'}", f"hydra.run.dir={tmp_path / 'run'}",
@@ -229,7 +235,8 @@ def test_evaluate_never_overwrites_its_own_inputs(trained, tmp_path):
      (["split=dev"], "split='dev' is not a split"),
      (["beam=1000000"], "tokens, more than a batch holds (max_tokens=8,000); lower the beam, or raise max_tokens"),
      (["max_tokens=0"], "max_tokens=0: must be at least 1"), (["alpha=nan"], "alpha=nan: the length penalty's"),
-     (["max_input_len=-1"], "max_input_len=-1: must be at least 1")],
+     (["max_input_len=-1"], "max_input_len=-1: must be at least 1"),
+     (["device=gpu"], "error: device='gpu': use auto, cpu or cuda")],
 )  # fmt: skip
 def test_evaluate_options_are_checked(trained, options, message):
     refused(run("evaluate.py", f"checkpoint={trained[0] / 'best.pt'}", *options), message)
@@ -622,3 +629,14 @@ def test_damaged_records_and_reports_are_named_with_what_to_do(tmp_path, monkeyp
         results.render("claims_short", tmp_path)
     report = run("scripts/compare.py", damaged.parent, "--output", tmp_path / "report", timeout=60)
     refused(report, "seed1234.record.json: not a run's record")
+
+
+def test_messages_name_what_was_given(trained, tmp_path):
+    """A folder given as a checkpoint is named as one, with the checkpoints in it; a binary file given as gold
+    alignments is named, not a UnicodeDecodeError."""
+    refused(run("evaluate.py", f"checkpoint={trained[0]}", "split=valid"),
+            f"{trained[0]}: is a folder; name a checkpoint file in it (best.pt, ")  # fmt: skip
+    binary = tmp_path / "gold.align"
+    binary.write_bytes(bytes(range(128, 256)))
+    refused(run("evaluate.py", f"checkpoint={trained[0] / 'best.pt'}", "split=valid", f"alignments={binary}"),
+            f"alignments={binary}: not a text file of links")  # fmt: skip
