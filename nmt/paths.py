@@ -141,8 +141,14 @@ def write_text(path: Path, text: str | bytes) -> None:
         raise UserError(f"{path}: could not write ({error.strerror or error})") from None
 
 
-def output_folder(path: str | Path, option: str) -> Path:
-    """`path` as a folder to write into, created if it is missing (with its parents)."""
+MANIFEST = ".written-by-nmt"  # in an output folder: the files nmt's commands wrote there, which they may replace
+
+
+def output_folder(path: str | Path, option: str, fills: tuple[str, ...] = ()) -> Path:
+    """`path` as a folder to write into, created if it is missing (with its parents). `fills`: the files the command
+    writes there (report.md, compare.json, ...); one of them already there that no nmt command wrote (the folder's
+    MANIFEST lists those that one did) is a user's, and the folder is refused before any work. The names are then
+    added to the manifest: rerunning the command replaces its own files."""
     path = Path(path).expanduser()
     if path.exists() and not path.is_dir():
         raise UserError(f"{option}={path}: is a file, not a folder")
@@ -152,6 +158,14 @@ def output_folder(path: str | Path, option: str) -> Path:
         raise UserError(f"{option}={path}: cannot create this folder ({error.strerror})") from None
     if not os.access(path, os.W_OK):
         raise UserError(f"{option}={path}: cannot write there (permission denied)")
+    if fills:
+        manifest = path / MANIFEST
+        ours = set(manifest.read_text(encoding="utf-8").split()) if manifest.is_file() else set()
+        theirs = [name for name in fills if (path / name).exists() and name not in ours]
+        if theirs:
+            raise UserError(f"{option}={path}: holds {', '.join(theirs)}, which this command would replace and no nmt "
+                            "command wrote; choose another folder, or move them away")  # fmt: skip
+        write_text(manifest, "".join(f"{name}\n" for name in sorted(ours | set(fills))))
     return path
 
 

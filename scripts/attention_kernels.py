@@ -32,11 +32,12 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from nmt import build  # noqa: E402
+from nmt import UserError, build  # noqa: E402
 from nmt.attention import MultiHeadAttention  # noqa: E402
 from nmt.device import autocast, resolve  # noqa: E402
 from nmt.device import device as find_device  # noqa: E402
 from nmt.loss import linear_cross_entropy  # noqa: E402
+from nmt.paths import output_folder, write_text  # noqa: E402
 from nmt.study import results  # noqa: E402
 from nmt.study.sweep import composed  # noqa: E402
 from nmt.transformer import band  # noqa: E402
@@ -115,8 +116,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--record", action="store_true", help="also save the timings as "
                         "results/measured/attention_kernels.json (docs/attention.md renders it)")  # fmt: skip
     args = parser.parse_args(argv)
+    args.output = output_folder(args.output, "--output", ("attention_kernels.md", "attention_kernels.json"))
     torch.set_num_threads(args.threads)
-    device = find_device(args.device)
+    device = find_device(args.device, option="--device")
     dtype = resolve(args.precision, device, option="--precision").dtype
     models = {w: default_transformer(w, device) for w in (0, args.window)}
     attention = models[0].encoder[0].self_attention
@@ -172,9 +174,9 @@ def write(folder: Path, kernels: list[dict], timings: list[dict], machine: str, 
         "|---|---|---|---|---|",
         *("| " + " | ".join(row) + " |" for row in rows),
     ]
-    (folder / "attention_kernels.md").write_text("\n".join(lines) + "\n")
+    write_text(folder / "attention_kernels.md", "\n".join(lines) + "\n")
     figures = {"machine": machine, "dtype": str(dtype), "kernels": kernels, "timings": timings}
-    (folder / "attention_kernels.json").write_text(json.dumps(figures, indent=1))
+    write_text(folder / "attention_kernels.json", json.dumps(figures, indent=1))
     print(f"wrote {folder / 'attention_kernels.md'}")
     if args.record:
         found = ", ".join(f"`{k}`" for k in dict.fromkeys(k["kernel"] for k in kernels))
@@ -187,4 +189,7 @@ def write(folder: Path, kernels: list[dict], timings: list[dict], machine: str, 
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except UserError as error:
+        sys.exit(f"error: {error}")

@@ -282,7 +282,7 @@ def run(args: argparse.Namespace) -> None:
                     f"--record: no trained checkpoint of {name} to decode with "
                     f"({path or 'a model with overrides has none'}); set --checkpoints or --train-only"
                 )
-    output = output_folder(args.output, "--output")  # before any measuring
+    output = output_folder(args.output, "--output", ("benchmark.md", "benchmark.json"))  # before any measuring
     where = find_device(args.device)
     torch.set_num_threads(args.threads)
     precision = resolve(args.precision, where, option="--precision")

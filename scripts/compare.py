@@ -30,7 +30,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from nmt import UserError  # noqa: E402
 from nmt.paths import output_folder, read_json  # noqa: E402
-from nmt.study.comparison import VARIANTS, describe_runs, find_runs, recorded_sweep, summarise  # noqa: E402
+from nmt.study.comparison import (  # noqa: E402
+    REPORT_FILES,
+    VARIANTS,
+    describe_runs,
+    find_runs,
+    recorded_sweep,
+    summarise,
+)
 from nmt.study.significance import RESAMPLES, check_resamples  # noqa: E402
 from nmt.study.sweep import chosen, launcher_options, sweep  # noqa: E402
 
@@ -101,7 +108,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.lab is not None and not args.lab.is_file():
         raise UserError(f"--lab {args.lab}: no such file; `make lab` writes multirun/lab/lab.json")
     args.output = output_folder(args.output or (args.folders[0] if args.folders else Path("multirun/compare")),
-                                "--output").resolve()  # fmt: skip
+                                "--output", REPORT_FILES).resolve()  # fmt: skip
     run_dirs = train(args) if args.train else find_runs(args.folders)
     if args.no_report:
         return

@@ -38,7 +38,7 @@ from nmt.evaluate import corpus_of  # noqa: E402
 from nmt.paths import output_folder, read_json  # noqa: E402
 from nmt.plot import legend_beside, lines_figure  # noqa: E402
 from nmt.study.claims import Claim, gap_grows_with_length, local_aligns_better  # noqa: E402
-from nmt.study.comparison import describe_runs, recorded_sweep, summarise, variant_name  # noqa: E402
+from nmt.study.comparison import REPORT_FILES, describe_runs, recorded_sweep, summarise, variant_name  # noqa: E402
 from nmt.study.lab import BUCKETS, VARIANTS, contrasts, tables  # noqa: E402
 from nmt.study.lab_measure import LAB_SUFFIX, length_test_set, measure_callback, measure_one  # noqa: E402
 from nmt.study.significance import RESAMPLES, Evidence, check_resamples  # noqa: E402
@@ -160,7 +160,9 @@ def main(argv: list[str] | None = None) -> None:
     keys = chosen("--variants", args.variants, VARIANTS)
     if args.seeds < 1 or args.jobs < 1:
         raise UserError("--seeds and --jobs must be at least 1")
-    output = output_folder(args.output, "--output").resolve()  # train.py runs from the repository root
+    output = output_folder(
+        args.output, "--output", ("report.md", "lab.json", "bleu_by_length.png", "valid_aer.png", "comparison")
+    ).resolve()  # train.py runs from the repository root
     if (args.validations < 1 or not 0 < args.flops < math.inf or not 0 <= args.minutes < math.inf or args.steps < 0
             or args.per_bucket < 1):  # fmt: skip
         raise UserError("--validations and --per-bucket must be at least 1, --flops a finite number above 0, "
@@ -194,7 +196,7 @@ def main(argv: list[str] | None = None) -> None:
     # The same runs as a comparison on the sample test split: seeds, significance and the papers' claims.
     runs, pairs = describe_runs(recorded, beam=1)
     lab = json.loads((output / "lab.json").read_text(encoding="utf-8"))
-    comparison = output_folder(output / "comparison", "--output")
+    comparison = output_folder(output / "comparison", "--output", REPORT_FILES)
     print(summarise(runs, pairs, comparison, 1, command, lab, args.samples, args.trials))
 
 

@@ -640,3 +640,20 @@ def test_messages_name_what_was_given(trained, tmp_path):
     binary.write_bytes(bytes(range(128, 256)))
     refused(run("evaluate.py", f"checkpoint={trained[0] / 'best.pt'}", "split=valid", f"alignments={binary}"),
             f"alignments={binary}: not a text file of links")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "script, arguments, name",
+    [("scripts/compare.py", ["RUNS"], "report.md"), ("scripts/compare.py", ["RUNS"], "compare.json"),
+     ("scripts/benchmark.py", ["--train-only", "--models", "sutskever"], "benchmark.md"),
+     ("scripts/attention_kernels.py", [], "attention_kernels.json")],
+)  # fmt: skip
+def test_an_output_folder_holding_a_users_files_is_refused_before_any_work(trained, tmp_path, script, arguments,
+                                                                          name):  # fmt: skip
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / name).write_text("my own notes\n")
+    arguments = [str(trained[0]) if a == "RUNS" else a for a in arguments]
+    result = run(script, *arguments, "--output", folder, timeout=60)
+    refused(result, f"--output={folder}: holds {name}, which this command would replace and no nmt command wrote")
+    assert (folder / name).read_text() == "my own notes\n"

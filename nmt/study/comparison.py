@@ -674,6 +674,10 @@ def report(groups, tests, claims, curves, compute, signatures, output: Path, bea
     return text
 
 
+# What a comparison's report writes into its folder (scripts/compare.py --output refuses a folder where a user's
+# files have these names)
+REPORT_FILES = ("report.md", "compare.json", "tensorboard", "attention.png", "bleu_by_length.png", "bleu_by_time.png",
+                "bleu_by_updates.png", "bleu_by_compute.png", "bleu_by_epochs.png")  # fmt: skip
 HELD_APART = ("scored", "alignment_counts", "panel")  # what compare.json leaves out of a run (its record has it)
 
 
