@@ -200,6 +200,10 @@ class FailedJobs(Callback):
     def stop(self, signal_number: int, frame) -> None:
         SweepStop.signal_number = signal_number
         signal.signal(signal.SIGINT, self.handlers[signal.SIGINT])
+        if signal_number == signal.SIGTERM:  # sent to this process alone (kill, timeout, a supervisor): Ctrl-C
+            for worker in descendants(os.getpid()):  # reaches the whole process group, SIGTERM only this process
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(worker, signal.SIGTERM)
         print(f"{signal.Signals(signal_number).name}: the running jobs save their runs and stop, no other job starts "
               "(Ctrl-C again stops at once)", file=sys.stderr, flush=True)  # fmt: skip
 
@@ -229,6 +233,21 @@ class FailedJobs(Callback):
         raise SystemExit(f"error: {jobs} of this sweep failed (the reason stays in each folder's {FAILED}):\n{reasons}"
                          "Fix the cause and rerun the same command with trainer.resume=auto: the finished jobs are "
                          "kept, the others train.")  # fmt: skip
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes below `pid` (a sweep's joblib workers and theirs), from /proc; none where there is no /proc."""
+    parents: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()  # after the command's name, which may hold spaces
+            parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, stack = [], list(parents.get(pid, []))
+    while stack:
+        child = stack.pop()
+        found.append(child)
+        stack.extend(parents.get(child, []))
+    return found
 
 
 def in_sweep() -> bool:

@@ -407,9 +407,21 @@ def text(path) -> str:
     return path.read_text() if path.is_file() else ""
 
 
-def ctrl_c(command: list[str], ready: Callable[[], bool]) -> tuple[int, str]:
+def group_members(group: int) -> list[int]:
+    """The processes still alive in the process group `group`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                if os.getpgid(int(entry)) == group:
+                    found.append(int(entry))
+    return found
+
+
+def ctrl_c(command: list[str], ready: Callable[[], bool], alone: int = 0) -> tuple[int, str]:
     """Start `command` as a shell's job, press Ctrl-C once `ready()` and 2 s more have passed (the jobs are in their
-    loops), and return its exit status and stderr; whatever still runs after it is killed."""
+    loops), and return its exit status and stderr; whatever still runs after it is killed. `alone`: send this
+    signal to the command's own process instead (what kill, timeout and supervisors do)."""
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                start_new_session=True)  # fmt: skip
     try:
@@ -418,17 +430,26 @@ def ctrl_c(command: list[str], ready: Callable[[], bool]) -> tuple[int, str]:
             assert time.monotonic() < deadline and process.poll() is None, process.communicate()
             time.sleep(0.2)
         time.sleep(2)
-        os.killpg(process.pid, signal.SIGINT)
+        if alone:
+            process.send_signal(alone)
+        else:
+            os.killpg(process.pid, signal.SIGINT)
         _, stderr = process.communicate(timeout=120)
+        if alone:  # nothing of the sweep outlives it
+            time.sleep(1)
+            assert not group_members(process.pid), "processes of the sweep still run"
     finally:  # nothing left training if the sweep did not stop
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
     return process.returncode, stderr
 
 
-def test_ctrl_c_stops_a_joblib_sweep_and_every_running_job_saves_its_last_update(tmp_path):
-    """Ctrl-C reaches the sweep's process and its workers at once: each running job saves its run at the update it was
-    at (none killed inside a checkpoint's write by a sibling's exit), no job starts after, the sweep says so."""
+@pytest.mark.parametrize("alone", [0, signal.SIGTERM], ids=["Ctrl-C to the group", "SIGTERM to the process"])
+def test_ctrl_c_stops_a_joblib_sweep_and_every_running_job_saves_its_last_update(tmp_path, alone):
+    """Ctrl-C reaches the sweep's process and its workers at once; a SIGTERM to the sweep's own process alone (kill,
+    timeout, a supervisor) is passed on to train.py -m and from it to its workers. Either way each running job saves
+    its run at the update it was at (none killed inside a checkpoint's write by a sibling's exit), no job starts
+    after, the sweep says so, and no process of it is left."""
     overrides = ["data=sample", "data.sizes.train=300", "data.sizes.valid=10", "data.sizes.test=10",
                  "model.embedding_size=16", "model.hidden_size=24", "trainer.max_flops=0", "trainer.max_steps=100000",
                  "trainer.max_minutes=0", "trainer.validations=0", "trainer.valid_every=0", "trainer.patience=0",
@@ -441,16 +462,17 @@ def test_ctrl_c_stops_a_joblib_sweep_and_every_running_job_saves_its_last_update
     )
     logs = [sweep / "sutskever" / f"seed{seed}" / "train.log" for seed in (1, 2)]
     returncode, stderr = ctrl_c(
-        [sys.executable, "-c", script], lambda: all("validation at step" in text(log) for log in logs)
+        [sys.executable, "-c", script], lambda: all("validation at step" in text(log) for log in logs), alone
     )  # both training
-    assert "SIGINT: the running jobs save their runs and stop, no other job starts" in stderr  # said at once
-    assert "stopped by SIGINT: the jobs that were running saved their runs" in stderr, stderr
+    name = signal.Signals(alone or signal.SIGINT).name
+    assert f"{name}: the running jobs save their runs and stop, no other job starts" in stderr  # said at once
+    assert f"stopped by {name}: the jobs that were running saved their runs" in stderr, stderr
     assert returncode == 1 and "3 of 3 runs of the sweep did not finish" in stderr
     for log in logs:
         step = int(re.search(r"interrupted at step (\d+);", log.read_text()).group(1))
         assert checkpoint.load(log.parent / "last.pt")["progress"]["step"] == step  # its last update, saved
         assert not list(log.parent.glob(".*.tmp"))
-    assert "seed3: not started: the sweep was stopped by SIGINT" in stderr
+    assert f"seed3: not started: the sweep was stopped by {name}" in stderr
     assert not (sweep / "sutskever" / "seed3" / "provenance.json").exists()
 
 

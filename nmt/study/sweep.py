@@ -156,15 +156,19 @@ def sweep(variants: list[str], seeds: list[int], overrides: list[str], folder: P
 
 def waited(command: list[str]) -> int:
     """Run `command` to its end and return its exit status. Ctrl-C reaches it and this process at once; this process
-    waits for it to save and stop (`nmt.experiment.FailedJobs`) instead of killing it, as `subprocess.run` would."""
+    waits for it to save and stop (`nmt.experiment.FailedJobs`) instead of killing it, as `subprocess.run` would. A
+    SIGTERM sent to this process alone (kill, timeout, a supervisor) is passed on to it, and waited for the same way."""
     process = subprocess.Popen(command, cwd=ROOT)
     main = threading.current_thread() is threading.main_thread()  # signals reach the main thread only
-    previous = signal.signal(signal.SIGINT, lambda *_: None) if main else None  # not SIG_IGN: the child inherits that
+    previous = {}
+    if main:  # not SIG_IGN: the child inherits that
+        previous[signal.SIGINT] = signal.signal(signal.SIGINT, lambda *_: None)
+        previous[signal.SIGTERM] = signal.signal(signal.SIGTERM, lambda *_: process.send_signal(signal.SIGTERM))
     try:
         return process.wait()
     finally:
-        if main:
-            signal.signal(signal.SIGINT, previous)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 # A finished run's record (nmt.study.comparison.save_record): records/<variant>/seed<N>.record.json
