@@ -352,17 +352,20 @@ def generate_aligned(
     grammar = Grammar(random.Random(seed), options)
     seen: dict[str, tuple[str, Gold]] = {}
     wanted = train + valid + test
-    attempts = 0
+    attempts, longest, limit = 0, 0, 1000 * (wanted + 10)
     while len(seen) < wanted:
         de, en, gold = grammar.sentence()
         length = len(de.split())
+        longest = max(longest, length)
         if length >= options.min_words and (not options.max_words or length <= options.max_words):
             seen.setdefault(de, (en, gold))
         attempts += 1
-        if attempts > 1000 * (wanted + 10):
+        # At the rate found so far the limit comes first: refuse now, not after minutes of drawing
+        if attempts > limit or (attempts % 2000 == 0 and len(seen) * limit < wanted * attempts):
             raise UserError(f"data.grammar: the grammar gives too few distinct sentences of {options.min_words} to "
-                            f"{options.max_words or 'any number of'} words with these options; allow more clauses "
-                            f"or phrases, or fewer sentences")  # fmt: skip
+                            f"{options.max_words or 'any number of'} words with these options ({len(seen):,} of the "
+                            f"{wanted:,} asked for in {attempts:,} drawn; the longest had {longest} words); allow "
+                            "more clauses or phrases, or fewer sentences")  # fmt: skip
     items = list(seen.items())
     bounds = {"train": (0, train), "valid": (train, train + valid), "test": (train + valid, wanted)}
     gold = {name: [links for _, (_, links) in items[a:b]] for name, (a, b) in bounds.items()}

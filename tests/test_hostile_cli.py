@@ -118,6 +118,7 @@ def test_resuming_applies_a_new_learning_rate_and_budget(trained, tmp_path):
      (["data.grammar.clauses=100000"], "at most 16 clauses and 4 phrases"),
      (["data.grammar.phrases=100000"], "at most 16 clauses and 4 phrases"),
      (["data.grammar.max_words=1"], "the grammar's shortest sentence has 3 words"),
+     (["data.grammar.min_words=1000"], "(0 of the 320 asked for in 2,000 drawn; the longest had"),  # in seconds
      (["trainer.valid_every=-3"], "trainer.valid_every=-3: must be at least 0"),
      (["trainer.max_flops=nan"], "trainer.max_flops=nan: must be at least 0"),
      (["trainer.max_flops=inf"], "trainer.max_flops=inf: must be a finite number (0: no limit of this kind)"),
