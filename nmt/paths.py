@@ -27,7 +27,8 @@ os.umask(UMASK)  # the process's umask, read once (reading it means setting it)
 RUN_MARKS = ("last.pt", "previous.pt", "best.pt", "results.json")
 LOCK = ".lock"  # a run folder's lock file: who trains in it now (`run_lock`)
 RUN_FILES = ("last.pt", "previous.pt", "best.pt", "step*.pt", "results.json", "provenance.json", "spm.*.model",
-             "spm.*.vocab", "events.out.tfevents.*", "train.log", "best.test.hyp", LOCK)  # fmt: skip
+             "spm.*.vocab", "events.out.tfevents.*", "train.log", "best.test.hyp", "validations.jsonl",
+             LOCK)  # fmt: skip
 
 
 def holds_a_run(folder: Path) -> str | None:

@@ -12,6 +12,7 @@ payload through `nmt.checkpoint`; `nmt.experiment` builds everything from the co
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import math
 import os
@@ -40,6 +41,8 @@ from nmt.runlog import RunLog
 from nmt.validation import validate
 
 log = logging.getLogger(__name__)
+VALIDATIONS = "validations.jsonl"  # in a run directory: one JSON line per validation (`Trainer.record_validation`)
+RECORDED = ("loss", "perplexity", "bleu", "chrf", "aer", "seconds")  # of a validation's metrics, what its line keeps
 
 
 def make_deterministic() -> None:
@@ -356,6 +359,18 @@ class Trainer:
         self.log.scalars({"compute/valid_bleu": metrics["bleu"]}, round(self.progress.flops / 1e12))
         return metrics
 
+    def record_validation(self, metrics: dict[str, float], improved: bool) -> None:
+        """One line of `validations.jsonl` in the run directory: the plain record of each validation (update, epochs,
+        compute, minutes trained, loss, BLEU, chrF, AER where measured, its own seconds, whether it was the best so
+        far), which the study, the tests and a person read; TensorBoard is for looking. A run resumed from last.pt
+        may repeat a validation the stopped process had recorded: a reader keeps the last line of each update."""
+        p = self.progress
+        line = {"step": p.step, "epochs": metrics["epochs"], "petaflops": metrics["petaflops"],
+                "train_minutes": p.train_seconds / 60, **{k: metrics[k] for k in RECORDED if k in metrics},
+                "best": improved}  # fmt: skip
+        with open(self.run_dir / VALIDATIONS, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(line) + "\n")
+
     def validate_and_save(self) -> None:
         metrics = distributed.share(self.validate() if self.rank == 0 else None)  # every replica steps the schedule
         self.last_metrics, progress = metrics, self.progress
@@ -369,6 +384,8 @@ class Trainer:
             progress.bad_validations += 1
         self.save_weights()
         self.save("last.pt")
+        if self.rank == 0:
+            self.record_validation(metrics, improved)
         alignment = f"AER {metrics['aer']:.3f} " if "aer" in metrics else ""
         tqdm.write(
             f"step {self.step:>6} epoch {progress.epoch + 1:>3} | valid loss {metrics['loss']:.3f} "

@@ -435,8 +435,10 @@ def ctrl_c(command: list[str], ready: Callable[[], bool], alone: int = 0) -> tup
         else:
             os.killpg(process.pid, signal.SIGINT)
         _, stderr = process.communicate(timeout=120)
-        if alone:  # nothing of the sweep outlives it
-            time.sleep(1)
+        if alone:  # nothing of the sweep outlives it (idle loky workers leave when they see their parent gone)
+            deadline = time.monotonic() + 30
+            while group_members(process.pid) and time.monotonic() < deadline:
+                time.sleep(0.5)
             assert not group_members(process.pid), "processes of the sweep still run"
     finally:  # nothing left training if the sweep did not stop
         with contextlib.suppress(ProcessLookupError):

@@ -404,3 +404,22 @@ def test_ctrl_c_or_sigterm_saves_last_checkpoint_and_exits_with_the_signal(tmp_p
     saved = checkpoint.load(tmp_path / "last.pt")
     assert saved["progress"]["step"] >= 2
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_each_validation_is_a_line_of_the_runs_plain_record(tmp_path, sample_splits, sample_vocabulary):
+    """validations.jsonl: one JSON line per validation with its update, compute, minutes, loss, BLEU and chrF, which
+    the study's curves read (TensorBoard is for looking); a line repeated by a resumed run counts once, and a line cut
+    short by a crash is skipped."""
+    from nmt.study.comparison import compute_curve, valid_curve
+
+    trainer = make_trainer(tmp_path, sample_vocabulary, sample_splits.train[:40], "sutskever", max_steps=6,
+                           valid_every=2)  # fmt: skip
+    trainer.train()
+    lines = [json.loads(line) for line in (tmp_path / "validations.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines] == [2, 4, 6]
+    assert {"epochs", "petaflops", "train_minutes", "loss", "bleu", "chrf", "seconds", "best"} <= set(lines[0])
+    assert lines[-1]["bleu"] == pytest.approx(trainer.last_metrics["bleu"])
+    with open(tmp_path / "validations.jsonl", "a") as handle:  # a resumed run's repeat, then a line cut short
+        handle.write(json.dumps({**lines[-1], "bleu": 99.0}) + "\n" + '{"step": 8, "bl')
+    assert [step for _, step, _ in valid_curve(tmp_path)] == [2, 4, 6] and valid_curve(tmp_path)[-1][2] == 99.0
+    assert [epochs for _, epochs, _ in compute_curve(tmp_path)] == [line["epochs"] for line in lines]

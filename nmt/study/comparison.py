@@ -34,6 +34,7 @@ from nmt.resume import BUDGET, changes
 from nmt.study.claims import BASELINE, check_claims, last_third_gain, power_line, still_improving
 from nmt.study.significance import MIN_SEEDS, Evidence, Scored, detectable, p_value, pooled_sd, seeded_tests
 from nmt.study.sweep import RECORD_SUFFIX, record_path, recorded, saved_settings, sweep
+from nmt.trainer import VALIDATIONS
 
 # The variants of `scripts/compare.py --train`, in the order they train: configs/variant/<name>.yaml, each a few
 # train.py overrides.
@@ -281,10 +282,30 @@ def load_record(path: Path) -> dict:
     return record
 
 
+def recorded_validations(run: Path) -> list[dict] | None:
+    """The run's record of its validations (`validations.jsonl`, the trainer's), the last line of each update (a
+    resumed run may repeat one), in order; None for a run from before the trainer wrote it, or where it is damaged
+    (the curves then come from TensorBoard's event files)."""
+    path = run / VALIDATIONS
+    if not path.is_file():
+        return None
+    found = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            entry = json.loads(line)
+            found[entry["step"]] = entry
+        except (ValueError, KeyError, TypeError):  # a line cut short by a crash: the others still hold
+            continue
+    return [found[step] for step in sorted(found)] or None
+
+
 def valid_curve(run: Path) -> list[tuple[float, int, float]]:
-    """(minutes the run has been running, update, valid BLEU) at each validation. Each process of a run writes its
-    own event file (a resumed run has several); the time between one file's last event and the next one's first,
-    while the run was stopped, is not counted."""
+    """(minutes, update, valid BLEU) at each validation: minutes trained (validation excluded) from the run's
+    validations.jsonl; for an older run, minutes it had been running from its event files (each process of a run
+    writes its own; the time between one file's last event and the next one's first, while the run was stopped, is
+    not counted)."""
+    if (entries := recorded_validations(run)) is not None:
+        return [(e["train_minutes"], e["step"], e["bleu"]) for e in entries]
     processes = []  # (first event's time, last event's time, validations) of each event file
     for path in run.glob("events.out.tfevents.*"):
         events = EventAccumulator(str(path))
@@ -302,7 +323,10 @@ def valid_curve(run: Path) -> list[tuple[float, int, float]]:
 
 def compute_curve(run: Path) -> list[tuple[float, float, float]]:
     """(petaFLOPs trained, epochs trained, valid BLEU) at each validation, for runs that log them (trained with a
-    compute count); with trainer.validations, the k-th point of every run of one budget is at the same k/N of it."""
+    compute count); with trainer.validations, the k-th point of every run of one budget is at the same k/N of it.
+    From validations.jsonl; from the event files for an older run."""
+    if (entries := recorded_validations(run)) is not None:
+        return [(e["petaflops"], e["epochs"], e["bleu"]) for e in entries]
     tags = ("valid/petaflops", "valid/epochs", "valid/bleu")
     found: dict[str, dict[int, float]] = {tag: {} for tag in tags}
     for path in run.glob("events.out.tfevents.*"):
