@@ -13,9 +13,9 @@ from omegaconf.errors import OmegaConfBaseException
 
 from nmt import Interrupted, UserError, distributed
 from nmt.config import register
-from nmt.experiment import FAILED, SweepStop, train
+from nmt.experiment import train
+from nmt.multirun import FAILED, SweepStop, job_skipped
 from nmt.paths import write_text
-from nmt.study.sweep import skip_recorded
 
 log = logging.getLogger("nmt")
 register()  # the dataclasses of nmt/config.py, which configs/*.yaml fill in
@@ -28,8 +28,8 @@ def main(cfg: DictConfig) -> float:
     if sweep and SweepStop.signal_number:  # the sweep was stopped: no job starts after that
         stopped_by = signal.Signals(SweepStop.signal_number).name
         return failed_job(output_dir, f"not started: the sweep was stopped by {stopped_by}")
-    if sweep and (record := skip_recorded(HydraConfig.get(), output_dir)):
-        log.info("%s: recorded already in %s; not trained again", output_dir, record)
+    if sweep and (reason := job_skipped()):  # a callback of the sweep's config said so (the study: recorded already)
+        log.info("%s: %s; not trained again", output_dir, reason)
         return float("nan")
     try:
         results = train(cfg, output_dir)
@@ -40,7 +40,7 @@ def main(cfg: DictConfig) -> float:
         sys.exit(f"error: {error}")
     except Interrupted as stop:
         log.warning("%s", stop)
-        if sweep:  # returns, so a joblib worker lives and its siblings save too (nmt.experiment.SweepStop)
+        if sweep:  # returns, so a joblib worker lives and its siblings save too (nmt.multirun.SweepStop)
             SweepStop.signal_number = stop.signal_number
             return failed_job(output_dir, str(stop))
         print(f"stopped: {stop}", file=sys.stderr)

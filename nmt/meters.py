@@ -13,19 +13,7 @@ from tqdm import tqdm
 
 from nmt.checkpoint import Progress
 from nmt.config import TrainerConfig
-
-
-class SweepStop:
-    """The signal that stopped this process's sweep (0: none). A job of `train.py -m` that a signal interrupts
-    saves its run and returns to Hydra instead of exiting, and sets it; a job that starts after it does not train, and
-    one that it reached in its setup stops at its first update. A joblib worker that exited would have its siblings
-    killed, maybe inside a checkpoint's write (`nmt.experiment.FailedJobs`)."""
-
-    signal_number = 0
-
-    @staticmethod
-    def note(signal_number: int, frame) -> None:
-        SweepStop.signal_number = signal_number
+from nmt.multirun import SweepStop
 
 
 class StopRequests:

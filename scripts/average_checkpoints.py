@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from nmt import UserError, checkpoint  # noqa: E402
+from nmt import UserError, checkpoint, resume  # noqa: E402
 from nmt.paths import output_file  # noqa: E402
 
 
@@ -43,7 +43,7 @@ def main() -> None:
         folder = args.inputs[0] if args.inputs[0].is_dir() else args.inputs[0].parent
         output = output_file(args.output or folder / "averaged.pt", "--output", tuple(paths),
                              args.overwrite or (None if args.output is None else False))  # fmt: skip
-        payload = checkpoint.average(paths)
+        payload = resume.average(paths)
         checkpoint.save(payload, output)
     except UserError as error:
         sys.exit(f"error: {error}")

@@ -17,7 +17,7 @@ from conftest import MODELS, ROOT, compose_config, tiny_model_overrides
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 import nmt.decoding
-from nmt import UserError, build, checkpoint
+from nmt import UserError, build, checkpoint, resume
 from nmt.alignment import parse_links
 from nmt.config import TrainerConfig
 from nmt.data import PAD_ID
@@ -266,13 +266,13 @@ def test_averaged_checkpoint_holds_the_mean_of_the_weights(tmp_path):
         weights = {"w": torch.full((2, 2), value), "count": torch.tensor(step)}
         payload = {"model": weights, "config": config, "vocabulary": {}, "progress": {"step": step}}
         checkpoint.save(payload, tmp_path / f"step{step}.pt")
-    averaged = checkpoint.average(sorted(tmp_path.glob("step*.pt")))
+    averaged = resume.average(sorted(tmp_path.glob("step*.pt")))
     torch.testing.assert_close(averaged["model"]["w"], torch.full((2, 2), 3.0))
     assert averaged["model"]["count"] == 3 and averaged["progress"]["averaged_steps"] == [1, 2, 3]
     other = {"model": {"v": torch.zeros(1)}, "config": config, "vocabulary": {}, "progress": {"step": 4}}
     checkpoint.save(other, tmp_path / "other.pt")
     with pytest.raises(UserError, match="other.pt: holds a different model"):
-        checkpoint.average([tmp_path / "step1.pt", tmp_path / "other.pt"])
+        resume.average([tmp_path / "step1.pt", tmp_path / "other.pt"])
 
 
 @pytest.mark.slow
@@ -377,7 +377,7 @@ def test_a_job_that_a_stopped_sweep_reached_in_its_setup_saves_at_its_first_upda
 ):
     """The sweep's stop signal came while this job loaded its data (before the trainer listens for one): it stops at
     its first update with its run saved, instead of training to its budget."""
-    from nmt.meters import SweepStop
+    from nmt.multirun import SweepStop
 
     monkeypatch.setattr(SweepStop, "signal_number", signal.SIGTERM)
     trainer = make_trainer(tmp_path, sample_vocabulary, sample_splits.train[:8], "sutskever", max_steps=50)

@@ -28,6 +28,7 @@ from nmt.config import flatten
 from nmt.decoding import Translator
 from nmt.evaluate import LENGTH_BUCKETS, bleu_by_length
 from nmt.experiment import read_provenance
+from nmt.multirun import skip_job
 from nmt.paths import derived_from, stamp, write_text
 from nmt.plot import legend_beside, lines_figure, panels_figure
 from nmt.resume import BUDGET, changes
@@ -260,6 +261,13 @@ class RecordRun(OnFinishedRun):
 
     def __init__(self, records: str, beam: int):
         self.records, self.beam = Path(records), beam
+
+    def on_job_start(self, config: DictConfig, **kwargs) -> None:
+        """A job whose run is recorded already (the rectangle a joblib sweep trains around the runs left) does not
+        train again: it says so to train.py (`nmt.multirun.skip_job`)."""
+        record = record_path(self.records, Path(config.hydra.runtime.output_dir))
+        if record.is_file():
+            skip_job(f"recorded already in {record}")
 
     def keep(self, run: Path) -> None:
         record_one(run, self.records, self.beam)

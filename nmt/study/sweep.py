@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from nmt import UserError
 from nmt.checkpoint import upgrade
 from nmt.config import register
-from nmt.experiment import failure
+from nmt.multirun import failure
 from nmt.paths import read_json
 from nmt.resume import another_run, listed, trained_precision
 
@@ -119,7 +119,7 @@ def sweep(variants: list[str], seeds: list[int], overrides: list[str], folder: P
     not be one: each rectangle is then its own `train.py -m`, one after another. With the joblib launcher that would
     leave cores idle (a rectangle of one run trains alone), so when `done` are the runs recorded in `records` (whose
     callback `hydra` passes, `record_callback`), one `train.py -m` sweeps the rectangle around every run to train and
-    the job of a run recorded already returns at once (`skip_recorded`)."""
+    the job of a run recorded already returns at once (`nmt.study.comparison.RecordRun` skips it)."""
     runs = [(f"{variant} seed {seed}", [f"variant={variant}", *overrides, f"seed={seed}"],
              folder / variant / f"seed{seed}") for seed in seeds for variant in variants
             if (variant, seed) not in done]  # fmt: skip
@@ -156,7 +156,7 @@ def sweep(variants: list[str], seeds: list[int], overrides: list[str], folder: P
 
 def waited(command: list[str]) -> int:
     """Run `command` to its end and return its exit status. Ctrl-C reaches it and this process at once; this process
-    waits for it to save and stop (`nmt.experiment.FailedJobs`) instead of killing it, as `subprocess.run` would. A
+    waits for it to save and stop (`nmt.multirun.FailedJobs`) instead of killing it, as `subprocess.run` would. A
     SIGTERM sent to this process alone (kill, timeout, a supervisor) is passed on to it, and waited for the same way."""
     process = subprocess.Popen(command, cwd=ROOT)
     main = threading.current_thread() is threading.main_thread()  # signals reach the main thread only
@@ -178,16 +178,6 @@ RECORD_SUFFIX = ".record.json"
 def record_path(records: Path, run_dir: Path) -> Path:
     """Where the run trained in `run_dir` (<variant>/seed<N>) is recorded under `records`."""
     return records / run_dir.parent.name / f"{run_dir.name}{RECORD_SUFFIX}"
-
-
-def skip_recorded(hydra_config: DictConfig, output_dir: str) -> Path | None:
-    """The record of a sweep job's run when the sweep records its runs (`RecordRun`, under `records`) and has it
-    already (`sweep`'s rectangle around the runs to train): train.py then does not train it again."""
-    options = hydra_config.get("callbacks", {}).get("record")
-    if not options or "records" not in options:
-        return None
-    path = record_path(Path(options.records), Path(output_dir))
-    return path if path.is_file() else None
 
 
 def recorded(records: Path, variants: list[str], seeds: list[int], overrides: list[str]) -> set[tuple[str, int]]:

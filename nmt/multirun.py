@@ -1,0 +1,138 @@
+"""The bookkeeping of a `train.py -m` sweep, whatever launches it (basic, joblib, SLURM) and whoever asked for it:
+which jobs failed and why (`failed.txt`, `FailedJobs`), stop signals that reach every job (`SweepStop`), and jobs a
+callback of the sweep's config says not to run (`skip_job`: a study that has a record of the run already).
+
+The toolkit's own module: `train.py` imports it, and the study configures what it needs through Hydra's callback
+config (nmt.study.comparison.RecordRun), so neither imports the other's internals.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+FAILED = "failed.txt"  # in a sweep job's folder: why it stopped (FailedJobs and nmt.study.sweep list them)
+
+
+class SweepStop:
+    """The signal that stopped this process's sweep (0: none). A job of `train.py -m` that a signal interrupts
+    saves its run and returns to Hydra instead of exiting, and sets it; a job that starts after it does not train, and
+    one that it reached in its setup stops at its first update. A joblib worker that exited would have its siblings
+    killed, maybe inside a checkpoint's write (`nmt.experiment.FailedJobs`)."""
+
+    signal_number = 0
+
+    @staticmethod
+    def note(signal_number: int, frame) -> None:
+        SweepStop.signal_number = signal_number
+
+
+def failure(run_dir: Path) -> str | None:
+    """Why the job in `run_dir` failed, as it wrote in its `failed.txt`; None where it did not."""
+    path = run_dir / FAILED
+    return path.read_text(encoding="utf-8").strip() if path.is_file() else None
+
+
+class FailedJobs(Callback):
+    """A Hydra callback (configs/train.yaml) that ends a `train.py -m` sweep by naming each job that failed in it, with
+    the reason its `failed.txt` keeps, and exits non-zero; a failed job returns to Hydra instead of raising, so the
+    other jobs run and no traceback is printed. Only jobs failed since this sweep started count.
+
+    A stop signal (Ctrl-C, a scheduler's SIGTERM) to the sweep's process group stops the sweep: each running job saves
+    its run at its current update and returns, no job starts after it (`SweepStop`), and the sweep exits with 128 +
+    the signal's number, saying how to continue. The sweep's own process only notes the signal, so that a joblib
+    launcher waits for its workers to save instead of killing them; a second Ctrl-C stops at once."""
+
+    sweep_pid = 0  # the sweep's own process: a job in another one runs in a joblib worker
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        self.started, self.sweep_pid = datetime.datetime.now().timestamp(), os.getpid()
+        SweepStop.signal_number, self.handlers = 0, {}
+        if threading.current_thread() is threading.main_thread():  # signals reach the main thread only
+            self.handlers = {number: signal.signal(number, self.stop) for number in (signal.SIGINT, signal.SIGTERM)}
+
+    def stop(self, signal_number: int, frame) -> None:
+        SweepStop.signal_number = signal_number
+        signal.signal(signal.SIGINT, self.handlers[signal.SIGINT])
+        if signal_number == signal.SIGTERM:  # sent to this process alone (kill, timeout, a supervisor): Ctrl-C
+            for worker in descendants(os.getpid()):  # reaches the whole process group, SIGTERM only this process
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(worker, signal.SIGTERM)
+        print(f"{signal.Signals(signal_number).name}: the running jobs save their runs and stop, no other job starts "
+              "(Ctrl-C again stops at once)", file=sys.stderr, flush=True)  # fmt: skip
+
+    def on_job_start(self, config: DictConfig, **kwargs) -> None:
+        """In a joblib worker, a stop signal is only noted, from its first job on: a worker that waits for work while
+        its sibling trains would otherwise die of Ctrl-C, and loky would kill the sibling before it saves its run
+        (loky kills with SIGKILL). A job that starts after it does not train, one in its setup stops at its first
+        update (`StopRequests`). The sweep's own process stops at the second Ctrl-C."""
+        if self.sweep_pid not in (0, os.getpid()) and threading.current_thread() is threading.main_thread():
+            for number in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(number, SweepStop.note)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
+        for number, handler in self.handlers.items():
+            signal.signal(number, handler)
+        sweep_dir = Path(config.hydra.sweep.dir)
+        failed = sorted(path for path in sweep_dir.rglob(FAILED) if path.stat().st_mtime >= self.started - 1)
+        reasons = "".join(f"  {path.parent}: {failure(path.parent)}\n" for path in failed)
+        if SweepStop.signal_number:
+            print(f"stopped by {signal.Signals(SweepStop.signal_number).name}: the jobs that were running saved their "
+                  f"runs, the others did not start:\n{reasons}Rerun the same command with trainer.resume=auto to "
+                  "continue: finished jobs are kept, interrupted ones resume.", file=sys.stderr)  # fmt: skip
+            raise SystemExit(128 + SweepStop.signal_number)
+        if not failed:
+            return
+        jobs = "1 job" if len(failed) == 1 else f"{len(failed)} jobs"
+        raise SystemExit(f"error: {jobs} of this sweep failed (the reason stays in each folder's {FAILED}):\n{reasons}"
+                         "Fix the cause and rerun the same command with trainer.resume=auto: the finished jobs are "
+                         "kept, the others train.")  # fmt: skip
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes below `pid` (a sweep's joblib workers and theirs), from /proc; none where there is no /proc."""
+    parents: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()  # after the command's name, which may hold spaces
+            parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, stack = [], list(parents.get(pid, []))
+    while stack:
+        child = stack.pop()
+        found.append(child)
+        stack.extend(parents.get(child, []))
+    return found
+
+
+def in_sweep() -> bool:
+    """Whether this run is a job of `train.py -m` (Hydra's multirun), whose folder the sweep's options name."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+class SkipJob:
+    """Why the job this process runs next is not to train (None: it trains), set by a callback of the sweep's config
+    in the job's `on_job_start` (`skip_job`), read and cleared by train.py (`job_skipped`)."""
+
+    reason: str | None = None
+
+
+def skip_job(reason: str) -> None:
+    """From a callback's `on_job_start`: the job about to run does not train; train.py logs `reason` and returns."""
+    SkipJob.reason = reason
+
+
+def job_skipped() -> str | None:
+    """Why this job is not to train (`skip_job`), or None; cleared, so the worker's next job is asked afresh."""
+    reason, SkipJob.reason = SkipJob.reason, None
+    return reason

@@ -1,0 +1,53 @@
+"""The house's two wings: the toolkit (nmt/ outside nmt/study/, and train.py, evaluate.py, translate.py) never
+imports the study, and no module of nmt imports one that imports it back, at the top or inside a function."""
+
+import ast
+from pathlib import Path
+
+from conftest import ROOT
+
+COMMANDS = ("train.py", "evaluate.py", "translate.py")
+
+
+def imported(path: Path) -> set[str]:
+    """Every nmt module `path` imports, anywhere in it (`from nmt import x` counts as nmt.x where x is a module)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name.startswith("nmt")}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("nmt") and not node.level:
+            found.add(node.module)
+            found |= {f"{node.module}.{alias.name}" for alias in node.names
+                      if (ROOT / node.module.replace(".", "/") / f"{alias.name}.py").is_file()
+                      or (ROOT / node.module.replace(".", "/") / alias.name).is_dir()}  # fmt: skip
+    return found
+
+
+def modules() -> dict[str, Path]:
+    return {".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): path
+            for path in (ROOT / "nmt").rglob("*.py")}  # fmt: skip
+
+
+def test_the_toolkit_and_its_commands_never_import_the_study():
+    toolkit = {name: path for name, path in modules().items() if not name.startswith("nmt.study")}
+    toolkit |= {command: ROOT / command for command in COMMANDS}
+    reaching = {name: sorted(m for m in imported(path) if m.startswith("nmt.study")) for name, path in toolkit.items()}
+    assert not {name: found for name, found in reaching.items() if found}
+
+
+def test_no_module_imports_one_that_imports_it_back():
+    graph = {name: {m for m in imported(path) if m in modules() and m != name} for name, path in modules().items()}
+
+    def reaches(start: str, goal: str) -> bool:
+        seen, stack = set(), [start]
+        while stack:
+            node = stack.pop()
+            if node == goal:
+                return True
+            if node not in seen:
+                seen.add(node)
+                stack.extend(graph.get(node, ()))
+        return False
+
+    circles = sorted((a, b) for a, targets in graph.items() for b in targets if reaches(b, a) and a < b)
+    assert not circles
