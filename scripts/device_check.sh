@@ -9,9 +9,9 @@
 #   bash scripts/device_check.sh study PART VARIANTS JOBS SECONDS
 #                                          there: `make results`' PART (claims or main) for VARIANTS (comma-separated),
 #                                          JOBS runs at once on the one GPU, for at most SECONDS; every run that
-#                                          finishes is recorded by its own job, and the records go to $OUT/records
-#                                          (copy them into results/runs/PART, then `scripts/results.py --parts PART
-#                                          --record` here makes the report and tables)
+#                                          finishes is recorded by its own job, and the records come back as
+#                                          $OUT/records.tgz (untar it into results/runs/, then `scripts/results.py
+#                                          --parts PART --record` here makes the report and tables)
 #
 # Back here, copy $OUT's benchmark_cuda.json into results/measured/ and run `python scripts/results.py --render`:
 # docs/speed.md's GPU table is rendered from it.
@@ -66,10 +66,15 @@ if [[ "${1:-}" == "study" ]]; then
         --extra "data.dir=$NMT_DATA_DIR" "data.spm_cache=$PWD/$GPU/spm" > "$OUT/study.log" 2>&1 || true
     echo "wall seconds: $(( $(date +%s) - start ))" >> "$OUT/study.log"
     pkill -TERM -f "train.py" || true; pkill -TERM -f loky || true; sleep 2; kill %1 2>/dev/null || true
-    cp -r "results/runs/$part/." "$OUT/records/" 2>/dev/null || true
-    find /tmp/results -name "*.log" -path "*seed*" | while read -r log; do
-        name="${log#/tmp/results/}"; mkdir -p "$OUT/logs/$(dirname "$name")"; cp "$log" "$OUT/logs/$name"; done
-    tail -5 "$OUT/study.log"; find "$OUT/records" -name "*.record.json" | sort
+    # Records of runs whose job could not record them (stopped by the time limit after finishing), then one archive
+    # each for the records and the logs: the device tool brings back a limited number of files
+    "$PYTHON" -c "from pathlib import Path; from nmt.study.comparison import record_runs; \
+record_runs(Path('/tmp/results/$part/runs'), Path('results/runs/$part'), 5)" >> "$OUT/study.log" 2>&1 || true
+    tar czf "$OUT/records.tgz" -C results/runs "$part" 2>/dev/null || true
+    tar czf "$OUT/logs.tgz" -C /tmp/results --exclude='*.pt' --exclude='events.out*' --exclude='*.hyp' . 2>/dev/null \
+        || true
+    rm -rf "$OUT/records"
+    tail -5 "$OUT/study.log"; tar tzf "$OUT/records.tgz" | grep record.json | sort
     exit 0
 fi
 status=0
