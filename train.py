@@ -3,6 +3,7 @@
 import logging
 import signal
 import sys
+import traceback
 from pathlib import Path
 
 import hydra
@@ -48,6 +49,16 @@ def main(cfg: DictConfig) -> float:
     except KeyboardInterrupt:  # a second Ctrl-C, or one outside the training loop
         print("stopped by Ctrl-C; the checkpoints written so far are kept", file=sys.stderr)
         sys.exit(130)
+    except Exception as error:
+        if not sweep:
+            raise
+        # A bug or a failure of a library in one job: the job's log keeps the traceback, and the sweep names the job
+        # with the others that failed instead of losing the summary to one traceback
+        reason = f"failed with {type(error).__name__}: {error} (the traceback is in {Path(output_dir) / 'train.log'})"
+        with open(Path(output_dir) / "train.log", "a", encoding="utf-8") as handle:
+            handle.write(traceback.format_exc())
+        log.error("%s", reason)
+        return failed_job(output_dir, reason)
     finally:
         distributed.teardown()
     (Path(output_dir) / FAILED).unlink(missing_ok=True)  # a job that failed before and finishes now

@@ -165,7 +165,8 @@ def output_folder(path: str | Path, option: str, fills: tuple[str, ...] = ()) ->
         theirs = [name for name in fills if (path / name).exists() and name not in ours]
         if theirs:
             raise UserError(f"{option}={path}: holds {', '.join(theirs)}, which this command would replace and no nmt "
-                            "command wrote; choose another folder, or move them away")  # fmt: skip
+                            "command wrote; choose another folder, or move them away (written by an nmt from before "
+                            f"it kept {MANIFEST}? list their names in it)")  # fmt: skip
         write_text(manifest, "".join(f"{name}\n" for name in sorted(ours | set(fills))))
     return path
 

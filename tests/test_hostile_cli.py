@@ -658,3 +658,25 @@ def test_an_output_folder_holding_a_users_files_is_refused_before_any_work(train
     result = run(script, *arguments, "--output", folder, timeout=60)
     refused(result, f"--output={folder}: holds {name}, which this command would replace and no nmt command wrote")
     assert (folder / name).read_text() == "my own notes\n"
+
+
+def test_an_unexpected_exception_in_a_sweep_job_is_a_named_failure_not_a_traceback(tmp_path):
+    """A job that fails with any exception (here, the trainer patched to raise) is named in the sweep's summary and
+    its failed.txt, its traceback kept in its train.log; the other jobs run."""
+    (tmp_path / "patch").mkdir()
+    (tmp_path / "patch" / "sitecustomize.py").write_text(
+        "import os\nif os.environ.get('NMT_TEST_BOOM'):\n    import nmt.trainer\n"
+        "    def boom(self):\n        raise RuntimeError('boom at ' + str(self.seed))\n"
+        "    nmt.trainer.Trainer.train = boom\n"
+    )
+    sweep = tmp_path / "sweep"
+    path = os.pathsep.join([str(tmp_path / "patch"), os.environ.get("PYTHONPATH", "")])
+    environment = {**os.environ, "HYDRA_FULL_ERROR": "0", "NMT_TEST_BOOM": "1", "PYTHONPATH": path}
+    result = subprocess.run([sys.executable, "train.py", "-m", *SMALL, "seed=1,2", f"data.spm_cache={tmp_path / 'spm'}",
+                             f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=seed${seed}"], cwd=ROOT,
+                            capture_output=True, env=environment, timeout=120)  # fmt: skip
+    stderr = result.stderr.decode()
+    assert result.returncode == 1 and "error: 2 jobs of this sweep failed" in stderr, stderr[-2000:]
+    assert "failed with RuntimeError: boom at 2" in stderr and "Traceback" not in stderr
+    assert "RuntimeError: boom at 1" in (sweep / "seed1" / "failed.txt").read_text()
+    assert "Traceback" in (sweep / "seed1" / "train.log").read_text()
