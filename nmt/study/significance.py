@@ -59,7 +59,10 @@ class Difference:
 
 
 def p_value(p: float) -> str:
-    """A p-value for a table, as measured, to two significant digits (10,000 resamples give 0.0002 at the smallest)."""
+    """A p-value for a table, to two significant digits; below 1e-15, where a t distribution's tail is rounding
+    noise (and 0 in floating point), as "<1e-15"."""
+    if p < 1e-15:
+        return "<1e-15"
     return f"{p:.2g}" if p < 0.01 else f"{p:.3f}".rstrip("0").rstrip(".") if p < 1 else "1"
 
 
