@@ -115,12 +115,12 @@ class AlignmentMaps:
 
 
 class SutskeverSeq2Seq(nn.Module, Seq2Seq):
-    SCORES: tuple[str, ...] = ()  # no attention (the model/attention options it takes; nmt.build checks them)
-
     """Sutskever et al. 2014: a multi-layer LSTM reads the (reversed) source; its final states start the decoder.
 
     No attention: the whole sentence must pass through the fixed-size final state.
     """
+
+    SCORES: tuple[str, ...] = ()  # no attention (the model/attention options it takes; nmt.build checks them)
 
     def __init__(
         self,
@@ -180,10 +180,6 @@ class SutskeverSeq2Seq(nn.Module, Seq2Seq):
 
 
 class BahdanauSeq2Seq(AlignmentMaps, nn.Module, Seq2Seq):
-    # eq. 6; Luong's scores read h_t, which this decoder has not yet when it attends. none: the fixed context of
-    # RNNencdec, the paper's baseline (nmt.attention.FixedContext)
-    SCORES = ("additive", "none")
-
     """Bahdanau, Cho and Bengio 2015 ("RNNsearch"), following its appendix A.
 
     Encoder: a bidirectional RNN; annotation h_i = [forward h_i; backward h_i].
@@ -191,6 +187,10 @@ class BahdanauSeq2Seq(AlignmentMaps, nn.Module, Seq2Seq):
     c_t = sum_i a_ti h_i, s_t = RNN([E y_{t-1}; c_t], s_{t-1}), and the output layer reads s_t, c_t and E y_{t-1}
     through a maxout layer (A.2.2).
     """
+
+    # eq. 6; Luong's scores read h_t, which this decoder has not yet when it attends. none: the fixed context of
+    # RNNencdec, the paper's baseline (nmt.attention.FixedContext)
+    SCORES = ("additive", "none")
 
     def __init__(
         self,
@@ -296,8 +296,6 @@ class BahdanauSeq2Seq(AlignmentMaps, nn.Module, Seq2Seq):
 
 
 class LuongSeq2Seq(AlignmentMaps, nn.Module, Seq2Seq):
-    SCORES = ("dot", "general", "concat", "location")  # eq. 8 (concat is Luong's form of the additive score)
-
     """Luong, Pham and Manning 2015: stacked LSTMs with attention on the current top state h_t.
 
     c_t = sum_s a_t(s) h_s with a score from `attention` (dot, general or concat, eq. 8), global or local (section
@@ -311,6 +309,8 @@ class LuongSeq2Seq(AlignmentMaps, nn.Module, Seq2Seq):
     every annotation both sides of its word, as Bahdanau's encoder does, and so separates the attention from the encoder
     in a comparison.
     """
+
+    SCORES = ("dot", "general", "concat", "location")  # eq. 8 (concat is Luong's form of the additive score)
 
     def __init__(
         self,

@@ -51,3 +51,12 @@ def test_no_module_imports_one_that_imports_it_back():
 
     circles = sorted((a, b) for a, targets in graph.items() for b in targets if reaches(b, a) and a < b)
     assert not circles
+
+
+def test_every_model_and_attention_says_what_it_is_where_help_finds_it():
+    """A class's docstring must be its first statement (not after a class attribute, where it is a dead string)."""
+    from nmt.build import buildable
+
+    models, attentions = buildable()
+    undocumented = [name for name, cls in {**models, **attentions}.items() if not cls.__dict__.get("__doc__")]
+    assert not undocumented
