@@ -142,14 +142,26 @@ def write_text(path: Path, text: str | bytes) -> None:
         raise UserError(f"{path}: could not write ({error.strerror or error})") from None
 
 
+def written_by(record: Path, command: str) -> bool:
+    """Whether the JSON file `record` says a command starting with `command` wrote it (its "command" entry)."""
+    import json
+
+    try:
+        return str(json.loads(record.read_text(encoding="utf-8")).get("command", "")).startswith(command)
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 MANIFEST = ".written-by-nmt"  # in an output folder: the files nmt's commands wrote there, which they may replace
 
 
-def output_folder(path: str | Path, option: str, fills: tuple[str, ...] = ()) -> Path:
+def output_folder(path: str | Path, option: str, fills: tuple[str, ...] = (),
+                  made_by: tuple[str, str] | None = None) -> Path:  # fmt: skip
     """`path` as a folder to write into, created if it is missing (with its parents). `fills`: the files the command
     writes there (report.md, compare.json, ...); one of them already there that no nmt command wrote (the folder's
     MANIFEST lists those that one did) is a user's, and the folder is refused before any work. The names are then
-    added to the manifest: rerunning the command replaces its own files."""
+    added to the manifest: rerunning the command replaces its own files. `made_by`: (a JSON file, the start of its
+    "command"), by which a folder that an nmt from before the manifest wrote is known as the command's own."""
     path = Path(path).expanduser()
     if path.exists() and not path.is_dir():
         raise UserError(f"{option}={path}: is a file, not a folder")
@@ -162,6 +174,8 @@ def output_folder(path: str | Path, option: str, fills: tuple[str, ...] = ()) ->
     if fills:
         manifest = path / MANIFEST
         ours = set(manifest.read_text(encoding="utf-8").split()) if manifest.is_file() else set()
+        if not manifest.is_file() and made_by and written_by(path / made_by[0], made_by[1]):
+            ours = set(fills)  # the folder of an earlier run of this command, from before the manifest
         theirs = [name for name in fills if (path / name).exists() and name not in ours]
         if theirs:
             raise UserError(f"{option}={path}: holds {', '.join(theirs)}, which this command would replace and no nmt "

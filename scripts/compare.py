@@ -107,8 +107,10 @@ def main(argv: list[str] | None = None) -> None:
     check_resamples(args.samples, args.trials)
     if args.lab is not None and not args.lab.is_file():
         raise UserError(f"--lab {args.lab}: no such file; `make lab` writes multirun/lab/lab.json")
-    args.output = output_folder(args.output or (args.folders[0] if args.folders else Path("multirun/compare")),
-                                "--output", REPORT_FILES).resolve()  # fmt: skip
+    output = args.output or (args.folders[0] if args.folders else Path("multirun/compare"))
+    args.output = output_folder(
+        output, "--output", REPORT_FILES, ("compare.json", "python scripts/compare.py")
+    ).resolve()
     run_dirs = train(args) if args.train else find_runs(args.folders)
     if args.no_report:
         return

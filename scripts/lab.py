@@ -170,9 +170,9 @@ def main(argv: list[str] | None = None) -> None:
     keys = chosen("--variants", args.variants, VARIANTS)
     if args.seeds < 1 or args.jobs < 1:
         raise UserError("--seeds and --jobs must be at least 1")
-    output = output_folder(
-        args.output, "--output", ("report.md", "lab.json", "bleu_by_length.png", "valid_aer.png", "comparison")
-    ).resolve()  # train.py runs from the repository root
+    fills = ("report.md", "lab.json", "bleu_by_length.png", "valid_aer.png", "comparison")
+    # train.py runs from the repository root: the folder resolved
+    output = output_folder(args.output, "--output", fills, ("lab.json", "python scripts/lab.py")).resolve()
     if (args.validations < 1 or not 0 < args.flops < math.inf or not 0 <= args.minutes < math.inf or args.steps < 0
             or args.per_bucket < 1):  # fmt: skip
         raise UserError("--validations and --per-bucket must be at least 1, --flops a finite number above 0, "
@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> None:
     # The same runs as a comparison on the sample test split: seeds, significance and the papers' claims.
     runs, pairs = describe_runs(recorded, beam=1)
     lab = json.loads((output / "lab.json").read_text(encoding="utf-8"))
-    comparison = output_folder(output / "comparison", "--output", REPORT_FILES)
+    comparison = output_folder(output / "comparison", "--output", REPORT_FILES, ("compare.json", "python scripts/"))
     print(summarise(runs, pairs, comparison, 1, command, lab, args.samples, args.trials))
 
 
