@@ -150,8 +150,8 @@ class Attention(nn.Module):
         log_probability = (weights - weights.detach()).sum(-1)  # (B, T): value 0, gradient grad log p(s_t)
         return (advantage * log_probability).sum()
 
-    def prepare(self, memory: torch.Tensor) -> torch.Tensor:
-        """Keys from the encoder annotations (B, S, K); computed once per sentence."""
+    def prepare(self, memory: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Keys from the encoder annotations (B, S, K) and their mask (B, S); computed once per sentence."""
         return memory
 
     def score(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
@@ -197,7 +197,7 @@ class AdditiveAttention(Attention):
         self.key_projection = nn.Linear(key_size, attention_size)  # U (its bias stands for the sum's bias)
         self.energy = nn.Linear(attention_size, 1, bias=False)  # v
 
-    def prepare(self, memory: torch.Tensor) -> torch.Tensor:
+    def prepare(self, memory: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         return self.key_projection(memory)  # U h_i, (B, S, A)
 
     def score(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
@@ -267,7 +267,7 @@ class GeneralAttention(DotAttention):
         self.scale, self.size = 1.0, query_size
         self.key_projection = nn.Linear(key_size, query_size, bias=False)  # W_a
 
-    def prepare(self, memory: torch.Tensor) -> torch.Tensor:
+    def prepare(self, memory: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         return self.key_projection(memory)  # (B, S, Q)
 
     def flops(self, batch: int, queries: int, positions: int) -> int:
@@ -324,6 +324,13 @@ class FixedContext(Attention):
     def context_flops(self, queries: int, positions: int, size: int) -> int:
         return 0
 
+    def prepare(self, memory: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """c, once per sentence: (B, 1, 2H) from the annotations (B, S, 2H) and the mask (B, S)."""
+        half = memory.shape[-1] // 2
+        last = (mask.sum(1) - 1).clamp_min(0)  # (B,) each sentence's last real position, read on the device
+        rows = torch.arange(memory.shape[0], device=memory.device)
+        return torch.cat([memory[rows, last, :half], memory[:, 0, half:]], dim=-1)[:, None, :]
+
     def forward(
         self,
         query: torch.Tensor,
@@ -332,11 +339,7 @@ class FixedContext(Attention):
         mask: torch.Tensor,
         query_positions: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, None]:
-        half = values.shape[-1] // 2
-        last = (mask.sum(1) - 1).clamp_min(0)  # (B,) each sentence's last real position, read on the device
-        rows = torch.arange(values.shape[0], device=values.device)
-        summary = torch.cat([values[rows, last, :half], values[:, 0, half:]], dim=-1)  # (B, 2H)
-        return summary[:, None, :].expand(-1, query.shape[1], -1), None  # (B, T, 2H)
+        return keys.expand(-1, query.shape[1], -1), None  # the prepared c at every query: (B, T, 2H)
 
 
 class LocalAttention(nn.Module):
@@ -355,8 +358,8 @@ class LocalAttention(nn.Module):
             self.position = nn.Sequential(nn.Linear(query_size, query_size, bias=False), nn.Tanh(),
                                           nn.Linear(query_size, 1, bias=False))  # fmt: skip  # W_p, v_p
 
-    def prepare(self, memory: torch.Tensor) -> torch.Tensor:
-        return self.inner.prepare(memory)
+    def prepare(self, memory: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        return self.inner.prepare(memory, mask)
 
     def flops(self, batch: int, queries: int, positions: int) -> int:
         """The inner score over every position (the window is a mask), and local-p's p_t (eq. 9)."""

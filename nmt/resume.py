@@ -119,7 +119,9 @@ def another_run(saved: dict, new: dict, trained_in: str | None = None,
     other = sorted(k for k in changed if k not in same_run_options())
     if "trainer.precision" in other:
         old, value = changed["trainer.precision"]
-        if (trained_in if old == "auto" else old) == (precision_now if value == "auto" else value) is not None:
+        then = trained_in if old == "auto" else old
+        now = precision_now if value == "auto" else value
+        if then is not None and then == now:
             other.remove("trainer.precision")
     return changed, other
 
@@ -190,12 +192,6 @@ def check_changes(saved: dict, new: dict, path: Path) -> dict[str, tuple]:
     return safe
 
 
-# Options a run's later checkpoints may have changed on resuming (its budget, its learning rate): still one run
-RESUMABLE = {"trainer.max_flops", "trainer.max_minutes", "trainer.max_steps", "trainer.max_epochs",
-             "trainer.validations", "trainer.valid_every", "trainer.patience", "trainer.lr", "trainer.clip_norm",
-             "trainer.label_smoothing", "trainer.precision", "trainer.deterministic", "trainer.device"}  # fmt: skip
-
-
 def average(paths: list[str | Path]) -> dict:
     """The element-wise mean of the model weights of `paths` (same model), in the newest one's payload.
 
@@ -210,8 +206,7 @@ def average(paths: list[str | Path]) -> dict:
     for path, payload in zip(paths, payloads):
         if set(payload["model"]) != set(first["model"]) or payload["config"]["model"] != first["config"]["model"]:
             raise UserError(f"{path}: holds a different model from {paths[0]}; average checkpoints of one run only")
-        _, other = another_run(first["config"], payload["config"])
-        other = [key for key in other if key not in RESUMABLE]  # one run's checkpoints, a budget raised on resume
+        _, other = changes(first["config"], payload["config"])  # what no resumed run of one run may change
         if other:
             raise UserError(f"{path}: another run's checkpoint than {paths[0]} ({', '.join(other)} differ); "
                             "average the checkpoints of one run only")  # fmt: skip

@@ -236,7 +236,7 @@ class BahdanauSeq2Seq(AlignmentMaps, nn.Module, Seq2Seq):
         state = {
             "hidden": hidden,
             "source_memory": memory,
-            "source_keys": self.attention.prepare(memory),
+            "source_keys": self.attention.prepare(memory, source_mask),
             "source_mask": source_mask,
         }
         if self.cell_type == "lstm":
@@ -371,7 +371,7 @@ class LuongSeq2Seq(AlignmentMaps, nn.Module, Seq2Seq):
             "hidden": batch_first(hidden),  # (B, layers, H)
             "cell": batch_first(cell),
             "source_memory": memory,
-            "source_keys": self.attention.prepare(memory),
+            "source_keys": self.attention.prepare(memory, source_mask),
             "source_mask": source_mask,
             "attentional": memory.new_zeros(batch, memory.shape[-1]),  # h~_0 for input feeding
             "position": torch.zeros(batch, dtype=torch.long, device=source.device),  # t, for local-m
