@@ -11,8 +11,8 @@ seeds plus or minus a t quantile times the root of their sum, with Welch-Sattert
 variant's k - 1 seeds; the sentences' n - 1), and the p-value is the t test's. Where seeds dominate, this is Welch's
 test over seeds, whose false-positive rate holds at 3 against 3 seeds (tests/test_significance.py simulates it); where
 sentences dominate, it is the paired bootstrap's normal interval. (A bootstrap over 3 seeds draws only 10 distinct
-sets, keeps 2/3 of their variance and uses normal quantiles: 12-19% false positives at a nominal 5% where seeds
-dominate.) Clark et al. (2011) showed why the optimizer's replicates must be part of the test. Holm's correction
+sets, keeps 2/3 of their variance and uses percentile quantiles: 18% false positives at a nominal 5% where seeds
+dominate, in scripts/calibration.py's simulation.) Clark et al. (2011) showed why the optimizer's replicates must be part of the test. Holm's correction
 (statsmodels) adjusts the p-values of a claim's secondary comparisons; `Interval.detectable` gives the difference the
 test finds 80% of the time, in the claim's own unit.
 
