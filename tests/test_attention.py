@@ -309,16 +309,22 @@ def test_hard_draws_follow_the_attention_weights(hard):
     torch.testing.assert_close(frequencies, torch.tensor([0.6, 0.3, 0.1, 0.0]), atol=0.015, rtol=0)
 
 
+def reinforce_alone(size: int):
+    """Dot attention trained by REINFORCE alone (no expected-context steps), its baseline at 1, over two source
+    positions: (module, memory (1, 2, size), mask)."""
+    module = DotAttention(query_size=size, key_size=size, hard="reinforce").train()
+    module.reward_baseline.fill_(1.0)
+    module.expected_context = 0.0
+    memory = torch.tensor([[[1.0, 0.0, 2.0], [0.0, -1.0, 0.5]]])
+    return module, memory, torch.ones(1, 2, dtype=torch.bool)
+
+
 def test_reinforce_gradient_matches_the_exact_expectation_on_two_positions():
     """Xu et al. 2015, section 4.1: E_s[(f(s) - b) grad log p(s)] = grad E_s[f(s)] = sum_s f(s) grad a(s). The
     estimate from 100,000 draws against the exact gradient of the expectation over the two positions."""
     torch.manual_seed(5)
     draws, size = 100000, 3
-    module = DotAttention(query_size=size, key_size=size, hard="reinforce").train()
-    module.reward_baseline.fill_(1.0)
-    module.expected_context = 0.0  # REINFORCE alone
-    memory = torch.tensor([[[1.0, 0.0, 2.0], [0.0, -1.0, 0.5]]])  # two source positions
-    mask = torch.ones(1, 2, dtype=torch.bool)
+    module, memory, mask = reinforce_alone(size)
     direction = torch.tensor([1.0, 1.0, -1.0])  # f = 1.5 at the first position, 2.75 at the second
 
     def reward(context):  # f(h_s), any function of the chosen annotation
@@ -347,11 +353,7 @@ def test_reinforce_estimates_the_gradient_of_the_expected_summed_loss_over_sever
     the baseline. From 200,000 draws, against the exact gradient."""
     torch.manual_seed(6)
     draws, size = 200000, 3
-    module = DotAttention(query_size=size, key_size=size, hard="reinforce").train()
-    module.reward_baseline.fill_(1.0)
-    module.expected_context = 0.0  # REINFORCE alone
-    memory = torch.tensor([[[1.0, 0.0, 2.0], [0.0, -1.0, 0.5]]])  # two source positions
-    mask = torch.ones(1, 2, dtype=torch.bool)
+    module, memory, mask = reinforce_alone(size)
     directions = torch.tensor([[1.0, 1.0, -1.0], [0.5, -1.0, 0.0], [-1.0, 0.0, 1.0]])  # each word's own loss
 
     def losses(contexts):  # (..., 3 words, size) -> (..., 3): L_t of the annotation drawn for word t
