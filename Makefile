@@ -36,13 +36,13 @@ COMPARE_FLOPS ?= 1e14
 COMPARE_JOBS ?= 2
 LAB_JSON = $(wildcard multirun/lab/lab.json)
 compare: install
-	$(BIN)/python scripts/compare.py --train --output multirun/compare --seeds $(SEEDS) --flops $(COMPARE_FLOPS) \
+	$(BIN)/python -m nmt.study compare --train --output multirun/compare --seeds $(SEEDS) --flops $(COMPARE_FLOPS) \
 		--launcher joblib --jobs $(COMPARE_JOBS) $(if $(LAB_JSON),--lab $(LAB_JSON),) --extra $(DATA_ARG)
 
 # The alignment lab: the four families and the Luong variants on the sample grammar; AER against its gold alignments
 # and BLEU by sentence length up to 80 words (multirun/lab/report.md and its figures). About 40 minutes per seed (16 variants).
 lab: install
-	$(BIN)/python scripts/lab.py --output multirun/lab --seeds $(SEEDS) --launcher joblib --jobs $(COMPARE_JOBS)
+	$(BIN)/python -m nmt.study lab --output multirun/lab --seeds $(SEEDS) --launcher joblib --jobs $(COMPARE_JOBS)
 
 # What README.md and docs/results.md report, 3 seeds each, from one commit: the claims' variants at the main budget
 # with fp32 and one thread pinned (Bahdanau's model with and without attention among them), the four families at
@@ -55,15 +55,15 @@ lab: install
 # results/*.json.
 PARTS ?= claims,main,lab,others
 results: install
-	$(BIN)/python scripts/results.py --parts $(PARTS) --seeds 3 $(if $(ONLY),--only $(ONLY),) $(if $(DATA_DIR),--extra data.dir=$(abspath $(DATA_DIR)),)
+	$(BIN)/python -m nmt.study results --parts $(PARTS) --seeds 3 $(if $(ONLY),--only $(ONLY),) $(if $(DATA_DIR),--extra data.dir=$(abspath $(DATA_DIR)),)
 
 results-tables: install
-	$(BIN)/python scripts/results.py --render
+	$(BIN)/python -m nmt.study results --render
 
 # Training tokens/s, peak memory and decoding sentences/s of each model (bench/benchmark.md); decodes with the
 # checkpoints in outputs/runs/<model>/best.pt when they exist.
 bench: install
-	$(BIN)/python scripts/benchmark.py $(if $(DATA_DIR),--data-dir $(abspath $(DATA_DIR)),)
+	$(BIN)/python -m nmt.study measure $(if $(DATA_DIR),--data-dir $(abspath $(DATA_DIR)),)
 
 # One pytest worker per core (at most 4): most tests start a train.py or decode in a process of its own.
 test: install

@@ -1,44 +1,8 @@
-"""Score a checkpoint: python evaluate.py checkpoint=outputs/.../best.pt split=test"""
+"""Score a checkpoint: python evaluate.py checkpoint=outputs/.../best.pt split=test (or nmt-evaluate ...)
 
-import sys
+The command itself is nmt/cli/evaluate.py; this file lets a checkout run it as `python evaluate.py`."""
 
-import hydra
-from omegaconf import DictConfig
-from omegaconf.errors import OmegaConfBaseException
-
-from nmt import UserError
-from nmt.config import register
-from nmt.evaluate import evaluate
-
-register()  # the dataclasses of nmt/config.py, which configs/*.yaml fill in
-
-
-@hydra.main(config_path="configs", config_name="evaluate", version_base="1.3")
-def main(cfg: DictConfig) -> None:
-    try:
-        evaluate(
-            cfg.checkpoint,
-            split=cfg.split,
-            source=cfg.source,
-            reference=cfg.reference,
-            data_dir=cfg.data_dir,
-            beam=cfg.beam,
-            alpha=cfg.alpha,
-            output=cfg.output,
-            overwrite=cfg.overwrite,
-            device=cfg.device,
-            precision=cfg.precision,
-            max_tokens=cfg.max_tokens,
-            max_input_len=cfg.max_input_len,
-            alignments=cfg.alignments,
-            alignment_map=cfg.alignment_map,
-        )
-    except (UserError, OmegaConfBaseException) as error:
-        sys.exit(f"error: {error}")
-    except KeyboardInterrupt:  # files are written whole at the end (atomically), so none is left half written
-        print("stopped by Ctrl-C; no hypotheses were written", file=sys.stderr)
-        sys.exit(130)
-
+from nmt.cli.evaluate import main
 
 if __name__ == "__main__":
     main()

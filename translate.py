@@ -1,42 +1,8 @@
-"""Translate text: echo "Ein Hund läuft." | python translate.py checkpoint=outputs/.../best.pt beam=5"""
+"""Translate text: echo "Ein Hund läuft." | python translate.py checkpoint=outputs/.../best.pt (or nmt-translate)
 
-import sys
+The command itself is nmt/cli/translate.py; this file lets a checkout run it as `python translate.py`."""
 
-import hydra
-from omegaconf import DictConfig
-from omegaconf.errors import OmegaConfBaseException
-
-from nmt import UserError
-from nmt.config import register
-from nmt.evaluate import translate_file
-
-register()  # the dataclasses of nmt/config.py, which configs/*.yaml fill in
-
-
-@hydra.main(config_path="configs", config_name="translate", version_base="1.3")
-def main(cfg: DictConfig) -> None:
-    try:
-        translate_file(
-            cfg.checkpoint,
-            source=cfg.input,
-            output=cfg.output,
-            overwrite=cfg.overwrite,
-            beam=cfg.beam,
-            alpha=cfg.alpha,
-            device=cfg.device,
-            precision=cfg.precision,
-            max_tokens=cfg.max_tokens,
-            max_input_len=cfg.max_input_len,
-            alignments=cfg.alignments,
-            alignment_map=cfg.alignment_map,
-            attention=cfg.attention,
-        )
-    except (UserError, OmegaConfBaseException) as error:
-        sys.exit(f"error: {error}")
-    except KeyboardInterrupt:  # files are written whole at the end (atomically), so none is left half written
-        print("stopped by Ctrl-C; no translations were written", file=sys.stderr)
-        sys.exit(130)
-
+from nmt.cli.translate import main
 
 if __name__ == "__main__":
     main()

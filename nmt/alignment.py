@@ -69,8 +69,10 @@ def read_gold(path: str | Path, pairs: list[tuple[str, str]] | None = None) -> l
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except UnicodeDecodeError as error:
-        raise UserError(f"alignments={path}: not a text file of links (byte {error.start} is not UTF-8); give a file "
-                        "of 'i-j' pairs, one line per sentence pair") from None  # fmt: skip
+        raise UserError(
+            f"alignments={path}: not a text file of links (byte {error.start} is not UTF-8); give a file "
+            "of 'i-j' pairs, one line per sentence pair"
+        ) from None
     gold = [parse_links(line, f"{path}:{number}") for number, line in enumerate(lines, 1)]
     if not any(g.sure for g in gold):
         raise UserError(
@@ -110,8 +112,10 @@ def alignment_counts(predicted: list[set[Link]], gold: list[Gold]) -> list[tuple
     significance tests resample them (`nmt.study.significance.aer_score`)."""
     if len(predicted) != len(gold):
         raise ValueError(f"{len(predicted)} predicted alignments for {len(gold)} gold ones")
-    return [(len(links & reference.sure), len(links & reference.possible), len(links), len(reference.sure))
-            for links, reference in zip(predicted, gold)]  # fmt: skip
+    return [
+        (len(links & reference.sure), len(links & reference.possible), len(links), len(reference.sure))
+        for links, reference in zip(predicted, gold)
+    ]
 
 
 def alignment_error(predicted: list[set[Link]], gold: list[Gold]) -> AlignmentScores:
@@ -215,8 +219,10 @@ def word_attention(
 def shifted_links(matrices: list[np.ndarray | None], shift: int) -> list[set[Link]]:
     """Argmax links with every source index moved by `shift` words (kept inside the sentence): AER as a function of
     the shift tells whether a model's attention sits a fixed number of words off the words it translates."""
-    return [{(min(max(i + shift, 0), m.shape[1] - 1), j) for i, j in argmax_links(m)} if m is not None else set()
-            for m in matrices]  # fmt: skip
+    return [
+        {(min(max(i + shift, 0), m.shape[1] - 1), j) for i, j in argmax_links(m)} if m is not None else set()
+        for m in matrices
+    ]
 
 
 def links_of(matrices: list[np.ndarray | None]) -> list[set[Link]]:
@@ -255,9 +261,15 @@ def diagonality(matrices: list[np.ndarray | None]) -> float:
 
 
 def attention_report(
-    model: torch.nn.Module, vocabulary: Vocabulary, pairs: list[tuple[str, str]], device: torch.device,
-    dtype: torch.dtype, gold: list[Gold] | None = None, shifts: tuple[bool, ...] | None = None, counts: bool = False,
-) -> dict[str, dict]:  # fmt: skip
+    model: torch.nn.Module,
+    vocabulary: Vocabulary,
+    pairs: list[tuple[str, str]],
+    device: torch.device,
+    dtype: torch.dtype,
+    gold: list[Gold] | None = None,
+    shifts: tuple[bool, ...] | None = None,
+    counts: bool = False,
+) -> dict[str, dict]:
     """{map name: {entropy, diagonality, support[, aer, precision, recall[, counts]]}} for each alignment map (the
     Transformer's also shifted), from force-decoding the references; empty for a model without attention."""
     maps = alignment_maps(model, device)

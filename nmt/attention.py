@@ -206,9 +206,11 @@ class AdditiveAttention(Attention):
 
     def flops(self, batch: int, queries: int, positions: int) -> int:
         size = self.energy.in_features  # A
-        return (linear(batch * positions, self.key_projection.in_features, size)  # U h_i
-                + linear(batch * queries, self.query_projection.in_features, size)  # W s
-                + linear(batch * queries * positions, size, 1))  # fmt: skip  # v^T tanh(.)
+        return (
+            linear(batch * positions, self.key_projection.in_features, size)  # U h_i
+            + linear(batch * queries, self.query_projection.in_features, size)  # W s
+            + linear(batch * queries * positions, size, 1)
+        )  # v^T tanh(.)
 
 
 class ConcatAttention(AdditiveAttention):
@@ -355,8 +357,9 @@ class LocalAttention(nn.Module):
         super().__init__()
         self.inner, self.window, self.predictive = score, window, predictive
         if predictive:
-            self.position = nn.Sequential(nn.Linear(query_size, query_size, bias=False), nn.Tanh(),
-                                          nn.Linear(query_size, 1, bias=False))  # fmt: skip  # W_p, v_p
+            self.position = nn.Sequential(
+                nn.Linear(query_size, query_size, bias=False), nn.Tanh(), nn.Linear(query_size, 1, bias=False)
+            )  # W_p, v_p
 
     def prepare(self, memory: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         return self.inner.prepare(memory, mask)
@@ -410,7 +413,7 @@ class LocalAttention(nn.Module):
 # The fused kernels SDPA may choose from: all but cuDNN's. cuDNN's attention builds an execution plan for every new
 # shape, and a batch of sentences has a shape of its own nearly every update: on an H100 each call spent 2.4 ms on the
 # host building one, and the Transformer trained at 6,500 target tokens/s with it, 39,600 without (bf16,
-# scripts/benchmark.py --models transformer --device cuda, docs/speed.md).
+# nmt.study measure --models transformer --device cuda, docs/speed.md).
 FUSED_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
@@ -472,8 +475,9 @@ class MultiHeadAttention(nn.Module):
         else:
             weights = None
             with sdpa_kernel(FUSED_BACKENDS):
-                heads = nn.functional.scaled_dot_product_attention(q, keys, values, attn_mask=mask, dropout_p=dropout,
-                                                                   is_causal=causal)  # fmt: skip
+                heads = nn.functional.scaled_dot_product_attention(
+                    q, keys, values, attn_mask=mask, dropout_p=dropout, is_causal=causal
+                )
         output = self.output_projection(heads.transpose(1, 2).flatten(2))  # (B, T, D)
         return output, weights
 

@@ -90,16 +90,20 @@ def check_targets(config: Mapping, prefix: str = "model") -> None:
     models, attentions = buildable()
     if not isinstance(config, Mapping) or config.get("_target_") not in models:
         target = config.get("_target_") if isinstance(config, Mapping) else config
-        raise UserError(f"{prefix}._target_={target!r}: not one of nmt's models ({', '.join(sorted(models))}); "
-                        "nmt builds no other class from a config")  # fmt: skip
+        raise UserError(
+            f"{prefix}._target_={target!r}: not one of nmt's models ({', '.join(sorted(models))}); "
+            "nmt builds no other class from a config"
+        )
 
     def walk(node, where: str, allowed: dict[str, type]) -> None:
         if isinstance(node, Mapping):
             for key, value in node.items():
                 name = f"{where}.{key}"
                 if key == "_target_" and value not in allowed:
-                    raise UserError(f"{name}={value!r}: not one of nmt's attentions ({', '.join(sorted(allowed))}); "
-                                    "nmt builds no other class from a config")  # fmt: skip
+                    raise UserError(
+                        f"{name}={value!r}: not one of nmt's attentions ({', '.join(sorted(allowed))}); "
+                        "nmt builds no other class from a config"
+                    )
                 if key == "_partial_" and not isinstance(value, bool):
                     raise UserError(f"{name}={value!r}: must be true or false")
                 if key not in SAFE_KEYS and str(key).startswith("_") and str(key).endswith("_"):

@@ -54,9 +54,11 @@ def save(payload: dict, path: str | Path) -> None:
     except (OSError, RuntimeError) as error:  # a full disk fails inside torch's writer ("unexpected pos ...")
         temporary.unlink(missing_ok=True)
         free = shutil.disk_usage(path.parent).free
-        raise UserError(f"{path}: could not be written ({str(error).splitlines()[0] if str(error) else error}; "
-                        f"{free / 2**20:,.0f} MiB free on its disk). The last complete checkpoint is kept; free "
-                        "space and continue with trainer.resume=true") from None  # fmt: skip
+        raise UserError(
+            f"{path}: could not be written ({str(error).splitlines()[0] if str(error) else error}; "
+            f"{free / 2**20:,.0f} MiB free on its disk). The last complete checkpoint is kept; free "
+            "space and continue with trainer.resume=true"
+        ) from None
     temporary.replace(path)
     directory = os.open(path.parent, os.O_RDONLY)
     try:
@@ -89,8 +91,9 @@ def load(path: str | Path) -> dict:
     if path.is_dir():
         found = ", ".join(sorted(p.name for p in path.glob("*.pt"))[:6])
         inside = f" ({found})" if found else ", and it holds none"
-        raise UserError(f"{path}: is a folder; name a checkpoint file in it{inside}: best.pt to decode, last.pt to "
-                        "resume")  # fmt: skip
+        raise UserError(
+            f"{path}: is a folder; name a checkpoint file in it{inside}: best.pt to decode, last.pt to resume"
+        )
     if not path.is_file():
         raise UserError(f"{path}: no such checkpoint")
     problem = damaged(path)
@@ -178,8 +181,17 @@ def restore_rng(rng: dict, rank: int, device: torch.device, seed: int, step: int
         torch.cuda.set_rng_state(ranks[rank]["cuda"], device)
 
 
-def training_state(model, optimizer, schedule, scaler, progress: Progress, metrics: dict, config: dict, vocabulary,
-                   ranks: list[dict] | None = None) -> dict:  # fmt: skip
+def training_state(
+    model,
+    optimizer,
+    schedule,
+    scaler,
+    progress: Progress,
+    metrics: dict,
+    config: dict,
+    vocabulary,
+    ranks: list[dict] | None = None,
+) -> dict:
     """Everything a run needs to continue exactly where it is: weights, optimizer, schedule, gradient scaler,
     counters, the last validation's metrics, the random state (and each process's, `ranks`, under data
     parallelism), the resolved config and the sentencepiece models."""
@@ -206,8 +218,9 @@ WEIGHTS_ONLY = ("model", "progress", "config", "vocabulary")  # what step<N>.pt 
 CPU = torch.device("cpu")
 
 
-def restore_training(payload: dict, model, optimizer, schedule, scaler, rank: int = 0, device: torch.device = CPU,
-                     seed: int = 0) -> tuple[Progress, dict]:  # fmt: skip
+def restore_training(
+    payload: dict, model, optimizer, schedule, scaler, rank: int = 0, device: torch.device = CPU, seed: int = 0
+) -> tuple[Progress, dict]:
     """Load a `training_state` into the given objects and this process's random state (`restore_rng`); returns its
     progress and metrics."""
     model.load_state_dict(payload["model"])

@@ -13,11 +13,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from omegaconf import MISSING
 
 from nmt import UserError
+
+# The YAML files: a checkout's (and an editable install's) top-level configs/, or the copy a wheel ships as nmt/configs
+_PACKAGED = Path(__file__).resolve().parent / "configs"
+CONFIGS = _PACKAGED if _PACKAGED.is_dir() else Path(__file__).resolve().parents[1] / "configs"
 
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw"
 # An option whose value does not change what a run trains (where files are, what is logged, how many threads sum the
@@ -80,8 +85,9 @@ class GrammarOptions:
 
     def check(self) -> None:
         if self.clauses < 1 or self.phrases < 0 or not 0 <= self.adjectives <= 1 or self.min_words < 0:
-            raise UserError("data.grammar: clauses must be at least 1, phrases and min_words at least 0, adjectives a "
-                            "probability")  # fmt: skip
+            raise UserError(
+                "data.grammar: clauses must be at least 1, phrases and min_words at least 0, adjectives a probability"
+            )
         if self.clauses > 16 or self.phrases > 4:  # 12 clauses and 1 phrase already give the lab's 80-word sentences
             raise UserError(
                 f"data.grammar: clauses={self.clauses}, phrases={self.phrases}; at most 16 clauses and 4 "
@@ -90,8 +96,10 @@ class GrammarOptions:
         if self.max_words and self.max_words < self.min_words:
             raise UserError(f"data.grammar.max_words={self.max_words} is below min_words={self.min_words}")
         if self.max_words and self.max_words < SHORTEST_SENTENCE:
-            raise UserError(f"data.grammar.max_words={self.max_words}: the grammar's shortest sentence has "
-                            f"{SHORTEST_SENTENCE} words ('Ein Mann läuft.'); allow at least that")  # fmt: skip
+            raise UserError(
+                f"data.grammar.max_words={self.max_words}: the grammar's shortest sentence has "
+                f"{SHORTEST_SENTENCE} words ('Ein Mann läuft.'); allow at least that"
+            )
 
 
 @dataclass
@@ -182,23 +190,47 @@ class TrainerConfig:
 
     def check(self) -> None:
         """Refuse values that make no sense, naming the option, before anything is built."""
-        choices = {"optimizer": ("adam", "adamw"), "schedule": ("constant", "plateau", "inverse_sqrt"),
-                   "precision": ("auto", "fp32", "bf16", "fp16")}  # fmt: skip
+        choices = {
+            "optimizer": ("adam", "adamw"),
+            "schedule": ("constant", "plateau", "inverse_sqrt"),
+            "precision": ("auto", "fp32", "bf16", "fp16"),
+        }
         for key, allowed in choices.items():
             if getattr(self, key) not in allowed:
                 raise UserError(f"trainer.{key}={getattr(self, key)!r}: use one of {', '.join(allowed)}")
-        at_least = {"log_every": 1, "accumulate": 1, "valid_max_tokens": 1, "decode_extra": 1, "max_steps": 0,
-                    "max_epochs": 0, "max_minutes": 0, "max_flops": 0, "validations": 0, "valid_every": 0,
-                    "threads": 0, "patience": 0, "keep_checkpoints": 0, "num_samples": 0, "num_plots": 0,
-                    "warmup_steps": 0, "plateau_patience": 0, "clip_norm": 0, "weight_decay": 0, "min_lr": 0,
-                    "decode_ratio": 0, "decode_max_input_len": 1}  # fmt: skip
+        at_least = {
+            "log_every": 1,
+            "accumulate": 1,
+            "valid_max_tokens": 1,
+            "decode_extra": 1,
+            "max_steps": 0,
+            "max_epochs": 0,
+            "max_minutes": 0,
+            "max_flops": 0,
+            "validations": 0,
+            "valid_every": 0,
+            "threads": 0,
+            "patience": 0,
+            "keep_checkpoints": 0,
+            "num_samples": 0,
+            "num_plots": 0,
+            "warmup_steps": 0,
+            "plateau_patience": 0,
+            "clip_norm": 0,
+            "weight_decay": 0,
+            "min_lr": 0,
+            "decode_ratio": 0,
+            "decode_max_input_len": 1,
+        }
         for key, low in at_least.items():
             if not getattr(self, key) >= low:  # NaN too
                 raise UserError(f"trainer.{key}={getattr(self, key)}: must be at least {low}")
         for key in ("max_minutes", "max_flops", "lr", "clip_norm", "decode_ratio", "min_lr"):
             if math.isinf(getattr(self, key)):  # a budget of inf never stops a run; 0 is "no limit"
-                raise UserError(f"trainer.{key}={getattr(self, key)}: must be a finite number"
-                                + (" (0: no limit of this kind)" if key.startswith("max_") else ""))  # fmt: skip
+                raise UserError(
+                    f"trainer.{key}={getattr(self, key)}: must be a finite number"
+                    + (" (0: no limit of this kind)" if key.startswith("max_") else "")
+                )
         if not self.lr > 0:
             raise UserError(f"trainer.lr={self.lr}: the learning rate must be above 0")
         for key in ("label_smoothing", "plateau_factor"):
@@ -212,8 +244,10 @@ class TrainerConfig:
                 "training: set at least one (e.g. trainer.max_flops=8e13)"
             )
         if self.validations and not self.max_flops:
-            raise UserError(f"trainer.validations={self.validations} divides the compute budget, but trainer.max_flops "
-                            "is 0: set it, or validate with trainer.valid_every")  # fmt: skip
+            raise UserError(
+                f"trainer.validations={self.validations} divides the compute budget, but trainer.max_flops "
+                "is 0: set it, or validate with trainer.valid_every"
+            )
 
 
 # --- the commands ------------------------------------------------------------------------------------------------

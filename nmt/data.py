@@ -125,8 +125,12 @@ def build_vocabulary(
             return vocabulary
         except (RuntimeError, OSError) as error:  # a cache: a damaged copy is trained again and replaced
             reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            log.warning("the cached sentencepiece models %s and %s are unreadable (%s); training them again",
-                        paths[0], paths[1], reason)  # fmt: skip
+            log.warning(
+                "the cached sentencepiece models %s and %s are unreadable (%s); training them again",
+                paths[0],
+                paths[1],
+                reason,
+            )
     if joint:
         source_model = target_model = train_sentencepiece(sources + targets, vocab_size, model_type, character_coverage)
     else:
@@ -273,8 +277,9 @@ class TokenBatchSampler(torch.utils.data.Sampler):
         return len(self.batches())
 
 
-def check_splits(sampler: TokenBatchSampler, valid_pairs: Pairs, world: int, max_len: int,
-                 valid_option: str = "the data.valid files") -> None:  # fmt: skip
+def check_splits(
+    sampler: TokenBatchSampler, valid_pairs: Pairs, world: int, max_len: int, valid_option: str = "the data.valid files"
+) -> None:
     """Training needs a batch for every process and validation at least one pair; otherwise it could only spin."""
     if not len(sampler.kept):
         raise UserError(  # empty pairs were left out with the corpus: every one left is too long

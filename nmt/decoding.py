@@ -1,7 +1,7 @@
 """From a model and source sentences to translations and sacrebleu scores: the one place that does it.
 
-Validation, `evaluate.py`, `translate.py`, `scripts/compare.py` and the benchmark all decode through `translate` (or a
-`Translator`, which is a checkpoint with its vocabulary and search settings) and score through `score`.
+Validation, `evaluate.py`, `translate.py`, the study's comparison and the benchmark all decode through `translate` (or
+a `Translator`, which is a checkpoint with its vocabulary and search settings) and score through `score`.
 """
 
 from __future__ import annotations
@@ -42,11 +42,15 @@ class Search:
             if value < 1:
                 raise UserError(f"{option}={value}: must be at least 1")
         if not math.isfinite(self.alpha) or self.alpha < 0:
-            raise UserError(f"alpha={self.alpha}: the length penalty's exponent must be 0 (rank by log-probability) "
-                            "or more (GNMT: 0.6 to 1)")  # fmt: skip
+            raise UserError(
+                f"alpha={self.alpha}: the length penalty's exponent must be 0 (rank by log-probability) "
+                "or more (GNMT: 0.6 to 1)"
+            )
         if not (math.isfinite(self.ratio) and self.ratio >= 0 and self.extra >= 1):
-            raise UserError(f"ratio={self.ratio}, extra={self.extra}: the output stops at ratio x the source length "
-                            "+ extra tokens; ratio must be at least 0 and extra at least 1")  # fmt: skip
+            raise UserError(
+                f"ratio={self.ratio}, extra={self.extra}: the output stops at ratio x the source length "
+                "+ extra tokens; ratio must be at least 0 and extra at least 1"
+            )
 
 
 def translate(
@@ -64,10 +68,12 @@ def translate(
     check_input_lengths(dataset.source_lengths, [i + 1 for i in texts], search.max_input_len, "max_input_len")
     longest = int(dataset.source_lengths.max())
     if search.beam > 1 and search.beam * longest > search.max_tokens:  # one line's beams must fit a batch
-        raise UserError(f"beam={search.beam}: the longest line ({longest:,} subwords) times the beam is "
-                        f"{search.beam * longest:,} tokens, more than a batch holds "
-                        f"(max_tokens={search.max_tokens:,}); lower the beam, or raise max_tokens (memory grows "
-                        "with it)")  # fmt: skip
+        raise UserError(
+            f"beam={search.beam}: the longest line ({longest:,} subwords) times the beam is "
+            f"{search.beam * longest:,} tokens, more than a batch holds "
+            f"(max_tokens={search.max_tokens:,}); lower the beam, or raise max_tokens (memory grows "
+            "with it)"
+        )
     budget = max(search.max_tokens // search.beam, longest)  # greedy: at least one line a batch
     model.eval()
     with torch.no_grad(), autocast(device, dtype):
@@ -92,8 +98,9 @@ def check_input_lengths(lengths, line_numbers: list[int], limit: int, option: st
     if too_long:
         listed = ", ".join(f"{where} {number} ({length:,} subwords)" for number, length in too_long[:3])
         more = f" and {len(too_long) - 3} more" if len(too_long) > 3 else ""
-        raise UserError(f"{listed}{more}: longer than {option}={limit} subwords. Split such lines into sentences, "
-                        f"or raise {option}")  # fmt: skip
+        raise UserError(
+            f"{listed}{more}: longer than {option}={limit} subwords. Split such lines into sentences, or raise {option}"
+        )
 
 
 @dataclass
@@ -124,8 +131,10 @@ def load_model(path: str | Path, device: torch.device) -> tuple[torch.nn.Module,
     """Rebuild the model a checkpoint holds, with the vocabulary and resolved config it was trained with."""
     payload = checkpoint.load(path)
     if "model" not in payload["config"]:
-        raise UserError(f"{path}: holds no model config (a Trainer used from Python without `run_config`): it can "
-                        "resume that Trainer, not be decoded")  # fmt: skip
+        raise UserError(
+            f"{path}: holds no model config (a Trainer used from Python without `run_config`): it can "
+            "resume that Trainer, not be decoded"
+        )
     vocabulary = Vocabulary(payload["vocabulary"]["source"], payload["vocabulary"]["target"])
     model = build.model(payload["config"]["model"], vocabulary)
     model.load_state_dict(payload["model"])
@@ -145,9 +154,15 @@ class Translator:
 
     @classmethod
     def load(
-        cls, path: str | Path, beam: int = 1, alpha: float = 0.6, device: str = "auto", precision: str = "auto",
-        max_tokens: int = 8000, max_input_len: int = 1024,
-    ) -> Translator:  # fmt: skip
+        cls,
+        path: str | Path,
+        beam: int = 1,
+        alpha: float = 0.6,
+        device: str = "auto",
+        precision: str = "auto",
+        max_tokens: int = 8000,
+        max_input_len: int = 1024,
+    ) -> Translator:
         """The model of checkpoint `path`, its output length limit as it was trained; the precision as `precision`
         chooses for this device (`auto`: bf16 where it runs natively, whatever the model was trained in; `trained`:
         the run's own `trainer.precision`, so that a study that pinned fp32 decodes in fp32 on any machine)."""

@@ -29,9 +29,18 @@ CHOICES = ("auto", *PRECISIONS)
 # oneDNN's instruction-set levels (ONEDNN_MAX_CPU_ISA) that include native bf16 arithmetic: AVX512_CORE_BF16 and
 # everything above it. AVX512_CORE and AVX512_CORE_VNNI convert bf16 in software; AVX2 and below have no bf16 kernels.
 ONEDNN_NATIVE_BF16 = {
-    "AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX10_1_512", "AVX512_CORE_AMX", "AVX10_1_512_AMX",
-    "AVX512_CORE_AMX_FP16", "AVX10_1_512_AMX_FP16", "AVX10_2_512", "AVX10_2_512_AMX_2", "ALL", "DEFAULT",
-}  # fmt: skip
+    "AVX512_CORE_BF16",
+    "AVX512_CORE_FP16",
+    "AVX10_1_512",
+    "AVX512_CORE_AMX",
+    "AVX10_1_512_AMX",
+    "AVX512_CORE_AMX_FP16",
+    "AVX10_1_512_AMX_FP16",
+    "AVX10_2_512",
+    "AVX10_2_512_AMX_2",
+    "ALL",
+    "DEFAULT",
+}
 
 
 def device(name: str, option: str = "trainer.device") -> torch.device:
@@ -68,8 +77,11 @@ def cpu_name() -> str:
 def cpu_capability() -> Capability:
     """The CPU's bf16 support as oneDNN will use it: the hardware's instructions (AVX512_BF16 or AMX) and the level
     oneDNN is held to (ONEDNN_MAX_CPU_ISA or DNNL_MAX_CPU_ISA), which hides instructions the CPU has."""
-    hardware = [name for name, has in (("AVX512_BF16", "_is_avx512_bf16_supported"), ("AMX", "_is_amx_tile_supported"))
-                if getattr(torch.cpu, has, lambda: False)()]  # fmt: skip
+    hardware = [
+        name
+        for name, has in (("AVX512_BF16", "_is_avx512_bf16_supported"), ("AMX", "_is_amx_tile_supported"))
+        if getattr(torch.cpu, has, lambda: False)()
+    ]
     cap = os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA")
     kernels = bool(getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)())
     capped = cap is not None and cap.strip().upper() not in ONEDNN_NATIVE_BF16

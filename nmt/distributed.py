@@ -51,9 +51,13 @@ def from_slurm(environ: Mapping[str, str]) -> dict[str, str]:
         return {}
     nodes = environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST") or "localhost"
     job = int(environ.get("SLURM_JOB_ID", "0"))
-    return {"RANK": environ["SLURM_PROCID"], "LOCAL_RANK": environ.get("SLURM_LOCALID", "0"),
-            "WORLD_SIZE": environ["SLURM_NTASKS"], "MASTER_ADDR": environ.get("MASTER_ADDR", first_host(nodes)),
-            "MASTER_PORT": environ.get("MASTER_PORT", str(20000 + job % 20000))}  # fmt: skip
+    return {
+        "RANK": environ["SLURM_PROCID"],
+        "LOCAL_RANK": environ.get("SLURM_LOCALID", "0"),
+        "WORLD_SIZE": environ["SLURM_NTASKS"],
+        "MASTER_ADDR": environ.get("MASTER_ADDR", first_host(nodes)),
+        "MASTER_PORT": environ.get("MASTER_PORT", str(20000 + job % 20000)),
+    }
 
 
 def setup(device: torch.device) -> torch.device:

@@ -71,8 +71,14 @@ def alignment_map_of(translator: Translator, requested: str | None, data_dir: st
     valid_report = None
     if not requested and len(available) > 1 and translator.config.get("data", {}).get("corpus") == "sample":
         splits = corpus_of(translator.config, data_dir)
-        valid_report = attention_report(translator.model, translator.vocabulary, splits.valid, translator.device,
-                                        translator.dtype, splits.alignments["valid"])  # fmt: skip
+        valid_report = attention_report(
+            translator.model,
+            translator.vocabulary,
+            splits.valid,
+            translator.device,
+            translator.dtype,
+            splits.alignments["valid"],
+        )
     return choose_map(available, requested, valid_report)
 
 
@@ -82,14 +88,15 @@ def score_alignment(translator: Translator, pairs: Pairs, gold: list[Gold], chos
     if chosen is None:
         print("alignment: this model has no attention (the Sutskever model), so no alignment to score")
         return {}
-    report = attention_report(translator.model, translator.vocabulary, pairs, translator.device, translator.dtype,
-                              gold)  # fmt: skip
+    report = attention_report(translator.model, translator.vocabulary, pairs, translator.device, translator.dtype, gold)
     print("alignment (argmax of each target word's attention, force-decoding the reference; Och and Ney 2003):")
     print(f"  {'map':24} {'AER':>6} {'prec.':>6} {'recall':>6} {'entropy':>8} {'diag.':>6}")
     for name, figures in report.items():
         mark = " <" if name == chosen else ""
-        print(f"  {name:24} {figures['aer']:6.3f} {figures['precision']:6.3f} {figures['recall']:6.3f} "
-              f"{figures['entropy']:8.3f} {figures['diagonality']:6.3f}{mark}")  # fmt: skip
+        print(
+            f"  {name:24} {figures['aer']:6.3f} {figures['precision']:6.3f} {figures['recall']:6.3f} "
+            f"{figures['entropy']:8.3f} {figures['diagonality']:6.3f}{mark}"
+        )
     return {"alignment_map": chosen, **report[chosen]}
 
 
@@ -136,9 +143,13 @@ def evaluate(
     for label, metric, result in zip(["BLEU", "chrF", "TER"], metrics, scores):
         print(f"{label:5} {result.score:6.2f}  {metric.get_signature()}")
     buckets = bleu_by_length(sources, hypotheses, references)
-    print("BLEU by source length (words): " + ", ".join(
-        f"{low}-{high if high < 1000 else ''}: {bleu:.1f} ({count})" for (low, high), (bleu, count) in buckets.items()
-    ))  # fmt: skip
+    print(
+        "BLEU by source length (words): "
+        + ", ".join(
+            f"{low}-{high if high < 1000 else ''}: {bleu:.1f} ({count})"
+            for (low, high), (bleu, count) in buckets.items()
+        )
+    )
     results = {
         "bleu": scores[0].score,
         "chrf": scores[1].score,
@@ -170,8 +181,11 @@ def translate_file(
     translation's word alignment to its line in Pharaoh format (source word i - translation word j, 0-based)."""
     output_path = output_file(output, "output", (source, checkpoint_path), overwrite) if output else None
     folder = output_folder(attention, "attention") if attention else None
-    links_path = output_file(alignments, "alignments", (source, checkpoint_path), overwrite,
-                             also_written=(output,)) if alignments else None  # fmt: skip
+    links_path = (
+        output_file(alignments, "alignments", (source, checkpoint_path), overwrite, also_written=(output,))
+        if alignments
+        else None
+    )
     translator = Translator.load(checkpoint_path, beam, alpha, device, precision, max_tokens, max_input_len)
     if (folder or links_path) and not translator.has_attention():
         option = "attention=" if folder else "alignments="
@@ -187,8 +201,15 @@ def translate_file(
                 close(figure)
     if links_path:
         key = parse_key(chosen)
-        matrices = word_attention(translator.model, translator.vocabulary, list(zip(lines, translations)),
-                                  translator.device, translator.dtype, [key[0]], (key[1],))[key]  # fmt: skip
+        matrices = word_attention(
+            translator.model,
+            translator.vocabulary,
+            list(zip(lines, translations)),
+            translator.device,
+            translator.dtype,
+            [key[0]],
+            (key[1],),
+        )[key]
         write_text(links_path, "".join(format_links(links) + "\n" for links in links_of(matrices)))
     text = "".join(t + "\n" for t in translations)
     if output_path:

@@ -62,8 +62,7 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
 def train_in(settings: TrainConfig, resolved: dict, run_dir: Path, where: torch.device, precision: str) -> dict:
     """`train` once this process holds the run directory: keep a finished run, or continue or start one."""
     if settings.trainer.resume == "auto" and (kept := finished_run(run_dir, resolved, precision)) is not None:
-        log.info("%s holds this run, finished with these settings: kept (test BLEU %s)", run_dir,
-                 kept.get("test/bleu"))  # fmt: skip
+        log.info("%s holds this run, finished with these settings: kept (test BLEU %s)", run_dir, kept.get("test/bleu"))
         return kept
     resumed = checkpoint_to_resume(run_dir, settings.trainer.resume, in_sweep())  # before run_dir is written
     changes = check_changes(resumed[1]["config"], resolved, resumed[0]) if resumed else {}
@@ -73,8 +72,19 @@ def train_in(settings: TrainConfig, resolved: dict, run_dir: Path, where: torch.
     model = build.model(resolved["model"], vocabulary)
     log.info("model %s: %s parameters", resolved["model"]["_target_"], f"{parameter_count(model):,}")
     gold = splits.alignments["valid"] if splits.alignments else None
-    trainer = Trainer(model, vocabulary, splits.train, splits.valid, run_dir, settings.trainer,
-                      settings.data.max_tokens, settings.data.max_len, settings.seed, resolved, gold)  # fmt: skip
+    trainer = Trainer(
+        model,
+        vocabulary,
+        splits.train,
+        splits.valid,
+        run_dir,
+        settings.trainer,
+        settings.data.max_tokens,
+        settings.data.max_len,
+        settings.seed,
+        resolved,
+        gold,
+    )
     if resumed:
         trainer.restore_payload(*resumed)
         if "trainer.lr" in changes:
@@ -84,8 +94,10 @@ def train_in(settings: TrainConfig, resolved: dict, run_dir: Path, where: torch.
     if trainer.train() == "interrupted":
         trainer.log.close()
         how = "the sweep's command again" if in_sweep() else f"trainer.resume=true hydra.run.dir={run_dir}"
-        raise Interrupted(f"interrupted at step {trainer.step}; {run_dir / 'last.pt'} holds the run. Continue it with "
-                          f"{how}", trainer.stop_signal)  # fmt: skip
+        raise Interrupted(
+            f"interrupted at step {trainer.step}; {run_dir / 'last.pt'} holds the run. Continue it with {how}",
+            trainer.stop_signal,
+        )
     if not replicas_agree(trainer):
         return {}
     results = summary(trainer)
@@ -115,8 +127,12 @@ def corpus_and_vocabulary(settings: TrainConfig, run_dir: Path) -> tuple[Splits,
         distributed.barrier()
     log.info(
         "corpus: %d train / %d valid / %d test pairs; vocabulary %d source / %d target subwords",
-        len(splits.train), len(splits.valid), len(splits.test), vocabulary.source_size, vocabulary.target_size,
-    )  # fmt: skip
+        len(splits.train),
+        len(splits.valid),
+        len(splits.test),
+        vocabulary.source_size,
+        vocabulary.target_size,
+    )
     return splits, vocabulary
 
 
@@ -155,15 +171,22 @@ def evaluate_best(trainer: Trainer, test_pairs, run_dir: Path) -> dict[str, floa
     """Greedy test BLEU and chrF of the best checkpoint: `best.test.hyp` and `results.json` in the run directory."""
     best = checkpoint.load(run_dir / "best.pt")
     trainer.model.load_state_dict(best["model"])
-    texts, _, scores = decode_split(trainer.model, trainer.vocabulary, test_pairs, trainer.search, trainer.device,
-                                    trainer.dtype)  # fmt: skip
+    texts, _, scores = decode_split(
+        trainer.model, trainer.vocabulary, test_pairs, trainer.search, trainer.device, trainer.dtype
+    )
     (run_dir / "best.test.hyp").write_text("".join(h + "\n" for h in texts), encoding="utf-8")
     results = {"test/bleu": scores.bleu, "test/chrf": scores.chrf, "best/step": best["progress"]["step"]}
-    report = {**summary(trainer), **results, "model": trainer.run_config["model"]["_target_"],
-              "precision": trainer.precision.name, "signature": scores.bleu_signature}  # fmt: skip
+    report = {
+        **summary(trainer),
+        **results,
+        "model": trainer.run_config["model"]["_target_"],
+        "precision": trainer.precision.name,
+        "signature": scores.bleu_signature,
+    }
     (run_dir / "results.json").write_text(json.dumps(report, indent=2) + "\n")
-    log.info("test (best checkpoint, greedy): BLEU %.2f chrF %.2f  [%s]", scores.bleu, scores.chrf,
-             scores.bleu_signature)  # fmt: skip
+    log.info(
+        "test (best checkpoint, greedy): BLEU %.2f chrF %.2f  [%s]", scores.bleu, scores.chrf, scores.bleu_signature
+    )
     print(f"test BLEU {scores.bleu:.2f} chrF {scores.chrf:.2f} (best checkpoint, greedy; {scores.bleu_signature})")
     return results
 
@@ -199,9 +222,15 @@ def record_provenance(run_dir: Path, where: torch.device, precision: str = "") -
     The commit is the one checked out when this process loaded the code, not when the run starts."""
     path = run_dir / "provenance.json"
     machine = torch.cuda.get_device_name(where) if where.type == "cuda" else cpu_name()
-    entry = {**LOADED, "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-             "machine": machine, "platform": platform.platform(), "torch": torch.__version__,
-             "threads": torch.get_num_threads(), "precision": precision}  # fmt: skip
+    entry = {
+        **LOADED,
+        "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine,
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "precision": precision,
+    }
     history = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
     write_text(path, json.dumps([*history, entry], indent=1) + "\n")
 
@@ -213,15 +242,26 @@ def read_provenance(run_dir: Path) -> dict:
     long-lived worker process had loaded."""
     path = run_dir / "provenance.json"
     results = run_dir / "results.json"
-    finished = {"finished": datetime.datetime.fromtimestamp(results.stat().st_mtime, datetime.timezone.utc)
-                .isoformat(timespec="seconds")} if results.is_file() else {}  # fmt: skip
+    finished = (
+        {
+            "finished": datetime.datetime.fromtimestamp(results.stat().st_mtime, datetime.timezone.utc).isoformat(
+                timespec="seconds"
+            )
+        }
+        if results.is_file()
+        else {}
+    )
     if path.is_file():
         entries = json.loads(path.read_text(encoding="utf-8"))
-        return finished | {"commits": sorted({e["commit"] + ("+changes" if e["uncommitted_changes"] else "")
-                                              for e in entries if e["commit"]}),
-                "dates": [e["started"] for e in entries],
-                "machines": sorted({e["machine"] + (f" ({e['precision']})" if e.get("precision") else "")
-                                    for e in entries})}  # fmt: skip
+        return finished | {
+            "commits": sorted(
+                {e["commit"] + ("+changes" if e["uncommitted_changes"] else "") for e in entries if e["commit"]}
+            ),
+            "dates": [e["started"] for e in entries],
+            "machines": sorted(
+                {e["machine"] + (f" ({e['precision']})" if e.get("precision") else "") for e in entries}
+            ),
+        }
     records = sorted(p.name for p in run_dir.glob(".hydra/*") if p.is_dir())  # .hydra/<%Y-%m-%d_%H-%M-%S>
     dates = [f"{day}T{time.replace('-', ':')}" for day, time in (r.split("_") for r in records)]
     return finished | {"commits": [], "dates": dates, "machines": []}  # the commit was not recorded

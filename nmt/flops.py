@@ -61,8 +61,9 @@ def output_and_loss(shape: Shape, features: int, vocabulary: int) -> int:
     return linear(shape.target_tokens, features, vocabulary)
 
 
-def packed_rnn(lengths: Sequence[int], input_size: int, hidden_size: int, gates: int, layers: int,
-               bidirectional: bool) -> int:  # fmt: skip
+def packed_rnn(
+    lengths: Sequence[int], input_size: int, hidden_size: int, gates: int, layers: int, bidirectional: bool
+) -> int:
     """A packed (B, lengths) RNN encoder: per layer and direction, the gate products of every real token
     (gates = 4 for an LSTM, 3 for a GRU). A sentence's first step reads a zero state, whose gradient is not formed:
     B of them in the forward direction, and in the backward direction those of the longest sentences, which start the
@@ -80,8 +81,10 @@ def packed_rnn(lengths: Sequence[int], input_size: int, hidden_size: int, gates:
 def padded_rnn(rows: int, input_size: int, hidden_size: int, gates: int, layers: int) -> int:
     """An RNN run over `rows` = B x T positions, padding included (nn.LSTM over a padded batch, or an RNN cell step
     by step): every product of every position, with its gradients."""
-    return sum(linear(rows, (input_size if layer == 0 else hidden_size) + hidden_size, gates * hidden_size)
-               for layer in range(layers))  # fmt: skip
+    return sum(
+        linear(rows, (input_size if layer == 0 else hidden_size) + hidden_size, gates * hidden_size)
+        for layer in range(layers)
+    )
 
 
 def attention_products(queries: int, positions: int, size: int) -> int:

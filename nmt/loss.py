@@ -122,9 +122,14 @@ def batch_loss(model, features_of, batch, smoothing: float, device: torch.device
     positions = batch.target_positions  # real tokens, found on the CPU: no host sync here
     output = model.output
     loss, token_loss = linear_cross_entropy(
-        features.flatten(0, 1).index_select(0, positions), output.weight, output.bias,
-        batch.target_out.flatten().index_select(0, positions), smoothing, dtype, per_token=True,
-    )  # fmt: skip
+        features.flatten(0, 1).index_select(0, positions),
+        output.weight,
+        output.bias,
+        batch.target_out.flatten().index_select(0, positions),
+        smoothing,
+        dtype,
+        per_token=True,
+    )
     if attention is not None and attention.requires_grad:
         token_loss = torch.zeros(real.shape, device=real.device).masked_scatter(real, token_loss)  # (B, T)
         policy = model.attention_loss(attention, real, token_loss)

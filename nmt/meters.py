@@ -94,13 +94,22 @@ class ProgressBar:
         self.limited = bool(config.max_steps or config.max_epochs or config.max_minutes or config.max_flops)
         self.loss = self.speed = self.lr = self.valid_bleu = None
         bar_format = "{l_bar}{bar}| {elapsed}<{remaining}{postfix}" if self.limited else None
-        self.bar = tqdm(total=1000 if self.limited else None, initial=0 if self.limited else progress.step,
-                        disable=not enabled, unit="step", dynamic_ncols=True, bar_format=bar_format)  # fmt: skip
+        self.bar = tqdm(
+            total=1000 if self.limited else None,
+            initial=0 if self.limited else progress.step,
+            disable=not enabled,
+            unit="step",
+            dynamic_ncols=True,
+            bar_format=bar_format,
+        )
 
     def fraction(self, batches_in_epoch: int, clock: Clock) -> float:
         c, p = self.config, self.progress
-        done = [p.step / c.max_steps if c.max_steps else 0.0, c.max_minutes and clock.seconds() / (60 * c.max_minutes),
-                c.max_flops and p.flops / c.max_flops]  # fmt: skip
+        done = [
+            p.step / c.max_steps if c.max_steps else 0.0,
+            c.max_minutes and clock.seconds() / (60 * c.max_minutes),
+            c.max_flops and p.flops / c.max_flops,
+        ]
         if c.max_epochs:
             done.append((p.epoch + p.batch_in_epoch / max(batches_in_epoch, 1)) / c.max_epochs)
         return min(1.0, max(done))

@@ -3,7 +3,7 @@ which jobs failed and why (`failed.txt`, `FailedJobs`), stop signals that reach 
 callback of the sweep's config says not to run (`skip_job`: a study that has a record of the run already).
 
 The toolkit's own module: `train.py` imports it, and the study configures what it needs through Hydra's callback
-config (nmt.study.comparison.RecordRun), so neither imports the other's internals.
+config (nmt.study.records.RecordRun), so neither imports the other's internals.
 """
 
 from __future__ import annotations
@@ -66,8 +66,12 @@ class FailedJobs(Callback):
             for worker in descendants(os.getpid()):  # reaches the whole process group, SIGTERM only this process
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(worker, signal.SIGTERM)
-        print(f"{signal.Signals(signal_number).name}: the running jobs save their runs and stop, no other job starts "
-              "(Ctrl-C again stops at once)", file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"{signal.Signals(signal_number).name}: the running jobs save their runs and stop, no other job starts "
+            "(Ctrl-C again stops at once)",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def on_job_start(self, config: DictConfig, **kwargs) -> None:
         """In a joblib worker, a stop signal is only noted, from its first job on: a worker that waits for work while
@@ -85,16 +89,21 @@ class FailedJobs(Callback):
         failed = sorted(path for path in sweep_dir.rglob(FAILED) if path.stat().st_mtime >= self.started - 1)
         reasons = "".join(f"  {path.parent}: {failure(path.parent)}\n" for path in failed)
         if SweepStop.signal_number:
-            print(f"stopped by {signal.Signals(SweepStop.signal_number).name}: the jobs that were running saved their "
-                  f"runs, the others did not start:\n{reasons}Rerun the same command with trainer.resume=auto to "
-                  "continue: finished jobs are kept, interrupted ones resume.", file=sys.stderr)  # fmt: skip
+            print(
+                f"stopped by {signal.Signals(SweepStop.signal_number).name}: the jobs that were running saved their "
+                f"runs, the others did not start:\n{reasons}Rerun the same command with trainer.resume=auto to "
+                "continue: finished jobs are kept, interrupted ones resume.",
+                file=sys.stderr,
+            )
             raise SystemExit(128 + SweepStop.signal_number)
         if not failed:
             return
         jobs = "1 job" if len(failed) == 1 else f"{len(failed)} jobs"
-        raise SystemExit(f"error: {jobs} of this sweep failed (the reason stays in each folder's {FAILED}):\n{reasons}"
-                         "Fix the cause and rerun the same command with trainer.resume=auto: the finished jobs are "
-                         "kept, the others train.")  # fmt: skip
+        raise SystemExit(
+            f"error: {jobs} of this sweep failed (the reason stays in each folder's {FAILED}):\n{reasons}"
+            "Fix the cause and rerun the same command with trainer.resume=auto: the finished jobs are "
+            "kept, the others train."
+        )
 
 
 def descendants(pid: int) -> list[int]:

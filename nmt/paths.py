@@ -26,9 +26,21 @@ os.umask(UMASK)  # the process's umask, read once (reading it means setting it)
 # A folder holds a training run when it has one of these (or a step<N>.pt); then RUN_FILES name the run's own files.
 RUN_MARKS = ("last.pt", "previous.pt", "best.pt", "results.json")
 LOCK = ".lock"  # a run folder's lock file: who trains in it now (`run_lock`)
-RUN_FILES = ("last.pt", "previous.pt", "best.pt", "step*.pt", "results.json", "provenance.json", "spm.*.model",
-             "spm.*.vocab", "events.out.tfevents.*", "train.log", "best.test.hyp", "validations.jsonl",
-             LOCK)  # fmt: skip
+RUN_FILES = (
+    "last.pt",
+    "previous.pt",
+    "best.pt",
+    "step*.pt",
+    "results.json",
+    "provenance.json",
+    "spm.*.model",
+    "spm.*.vocab",
+    "events.out.tfevents.*",
+    "train.log",
+    "best.test.hyp",
+    "validations.jsonl",
+    LOCK,
+)
 
 
 def holds_a_run(folder: Path) -> str | None:
@@ -92,8 +104,9 @@ def run_file(path: Path) -> str | None:
     return None
 
 
-def output_file(path: str | Path, option: str, inputs: tuple = (), overwrite: bool | None = False,
-                also_written: tuple = ()) -> Path:  # fmt: skip
+def output_file(
+    path: str | Path, option: str, inputs: tuple = (), overwrite: bool | None = False, also_written: tuple = ()
+) -> Path:
     """`path` as a file that can be written: its folder exists and is writable, it is not a folder, it is none of
     the command's `inputs` (a source, a reference, a checkpoint) nor of the other files it writes (`also_written`),
     it is no file of a training run, and it does not exist unless `overwrite` (the user's overwrite option: True;
@@ -118,8 +131,10 @@ def output_file(path: str | Path, option: str, inputs: tuple = (), overwrite: bo
     if path.exists() and not path.is_file():
         raise UserError(f"{option}={path}: is not a regular file; give the path of a file")
     if path.exists() and overwrite is False:
-        raise UserError(f"{option}={path}: exists, and this command would replace it; choose another path, or say "
-                        "so with the overwrite option (overwrite=true, --overwrite)")  # fmt: skip
+        raise UserError(
+            f"{option}={path}: exists, and this command would replace it; choose another path, or say "
+            "so with the overwrite option (overwrite=true, --overwrite)"
+        )
     return path
 
 
@@ -155,8 +170,9 @@ def written_by(record: Path, command: str) -> bool:
 MANIFEST = ".written-by-nmt"  # in an output folder: the files nmt's commands wrote there, which they may replace
 
 
-def output_folder(path: str | Path, option: str, fills: tuple[str, ...] = (),
-                  made_by: tuple[str, str] | None = None) -> Path:  # fmt: skip
+def output_folder(
+    path: str | Path, option: str, fills: tuple[str, ...] = (), made_by: tuple[str, str] | None = None
+) -> Path:
     """`path` as a folder to write into, created if it is missing (with its parents). `fills`: the files the command
     writes there (report.md, compare.json, ...); one of them already there that no nmt command wrote (the folder's
     MANIFEST lists those that one did) is a user's, and the folder is refused before any work. The names are then
@@ -178,9 +194,11 @@ def output_folder(path: str | Path, option: str, fills: tuple[str, ...] = (),
             ours = set(fills)  # the folder of an earlier run of this command, from before the manifest
         theirs = [name for name in fills if (path / name).exists() and name not in ours]
         if theirs:
-            raise UserError(f"{option}={path}: holds {', '.join(theirs)}, which this command would replace and no nmt "
-                            "command wrote; choose another folder, or move them away (written by an nmt from before "
-                            f"it kept {MANIFEST}? list their names in it)")  # fmt: skip
+            raise UserError(
+                f"{option}={path}: holds {', '.join(theirs)}, which this command would replace and no nmt "
+                "command wrote; choose another folder, or move them away (written by an nmt from before "
+                f"it kept {MANIFEST}? list their names in it)"
+            )
         write_text(manifest, "".join(f"{name}\n" for name in sorted(ours | set(fills))))
     return path
 

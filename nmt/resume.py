@@ -23,18 +23,45 @@ log = logging.getLogger(__name__)
 
 # What a finished run was trained for: a resumed run may change these (it trains on), but a finished run kept under
 # another budget would be reported as if it had trained for the one asked for.
-BUDGET = {"trainer.max_flops", "trainer.max_minutes", "trainer.max_steps", "trainer.max_epochs", "trainer.validations",
-          "trainer.valid_every", "trainer.patience"}  # fmt: skip
+BUDGET = {
+    "trainer.max_flops",
+    "trainer.max_minutes",
+    "trainer.max_steps",
+    "trainer.max_epochs",
+    "trainer.validations",
+    "trainer.valid_every",
+    "trainer.patience",
+}
 # Options a resumed run may change. Everything else under data, model, trainer and seed must match the checkpoint.
 SAFE = {
-    "data.dir", "data.url", "data.cache", "data.spm_cache",
-    "trainer.max_steps", "trainer.max_epochs", "trainer.max_minutes", "trainer.max_flops", "trainer.patience",
-    "trainer.valid_every", "trainer.validations",
-    "trainer.log_every", "trainer.progress", "trainer.test_at_end", "trainer.keep_checkpoints", "trainer.num_samples",
-    "trainer.num_plots", "trainer.valid_max_tokens", "trainer.decode_ratio", "trainer.decode_extra",
-    "trainer.device", "trainer.deterministic", "trainer.resume", "trainer.lr", "trainer.clip_norm",
-    "trainer.label_smoothing", "trainer.threads",
-}  # fmt: skip
+    "data.dir",
+    "data.url",
+    "data.cache",
+    "data.spm_cache",
+    "trainer.max_steps",
+    "trainer.max_epochs",
+    "trainer.max_minutes",
+    "trainer.max_flops",
+    "trainer.patience",
+    "trainer.valid_every",
+    "trainer.validations",
+    "trainer.log_every",
+    "trainer.progress",
+    "trainer.test_at_end",
+    "trainer.keep_checkpoints",
+    "trainer.num_samples",
+    "trainer.num_plots",
+    "trainer.valid_max_tokens",
+    "trainer.decode_ratio",
+    "trainer.decode_extra",
+    "trainer.device",
+    "trainer.deterministic",
+    "trainer.resume",
+    "trainer.lr",
+    "trainer.clip_norm",
+    "trainer.label_smoothing",
+    "trainer.threads",
+}
 
 
 def checkpoint_to_resume(run_dir: Path, option, sweep: bool = False) -> tuple[Path, dict] | None:
@@ -57,8 +84,10 @@ def checkpoint_to_resume(run_dir: Path, option, sweep: bool = False) -> tuple[Pa
         return latest_good(run_dir)
     path = Path(str(option)).expanduser()
     if not path.exists() and path.suffix != ".pt" and len(path.parts) == 1:  # a word, not a path: resume=yes
-        raise UserError(f"trainer.resume={option}: use true (continue this run directory), false (a new run), auto "
-                        "(a sweep's rerun) or the path of a checkpoint")  # fmt: skip
+        raise UserError(
+            f"trainer.resume={option}: use true (continue this run directory), false (a new run), auto "
+            "(a sweep's rerun) or the path of a checkpoint"
+        )
     if existing and path.resolve().parent != run_dir.resolve():
         raise UserError(
             f"{run_dir} already holds a run ({existing}); continuing {path} there would overwrite it. "
@@ -78,13 +107,18 @@ def finished_run(run_dir: Path, new: dict, precision_now: str | None = None) -> 
     try:
         kept = json.loads(results.read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
-        log.warning("%s is damaged (%s): the run counts as unfinished and continues from its last checkpoint",
-                    results, str(error).splitlines()[0] if str(error) else type(error).__name__)  # fmt: skip
+        log.warning(
+            "%s is damaged (%s): the run counts as unfinished and continues from its last checkpoint",
+            results,
+            str(error).splitlines()[0] if str(error) else type(error).__name__,
+        )
         return None
     changed, other = another_run(checkpoint.load(last)["config"], new, trained_precision(run_dir), precision_now)
     if other:
-        raise UserError(f"{run_dir} holds a finished run trained with other settings than asked for "
-                        f"({listed(changed, other, 'then')}): move it away, or ask for its settings")  # fmt: skip
+        raise UserError(
+            f"{run_dir} holds a finished run trained with other settings than asked for "
+            f"({listed(changed, other, 'then')}): move it away, or ask for its settings"
+        )
     return kept
 
 
@@ -105,12 +139,17 @@ def same_run_options() -> set[str]:
         ("trainer", TrainerConfig),
         *(("data", schema) for schema in (Multi30kConfig, SampleConfig, FilesConfig)),
     ]
-    return {f"{prefix}.{f.name}" for prefix, schema in schemas for f in dataclasses.fields(schema)
-            if f.metadata.get("same_run")}  # fmt: skip
+    return {
+        f"{prefix}.{f.name}"
+        for prefix, schema in schemas
+        for f in dataclasses.fields(schema)
+        if f.metadata.get("same_run")
+    }
 
 
-def another_run(saved: dict, new: dict, trained_in: str | None = None,
-                precision_now: str | None = None) -> tuple[dict[str, tuple], list[str]]:  # fmt: skip
+def another_run(
+    saved: dict, new: dict, trained_in: str | None = None, precision_now: str | None = None
+) -> tuple[dict[str, tuple], list[str]]:
     """{key: (old, new)} of the options that differ from the finished run's config `saved` to `new`, and the keys
     among them that make `new` another run than the one finished (`same_run_options`). The precision counts as what
     it was: `auto` stands for the precision the run trained in (`trained_in`, its provenance's) and for the one
@@ -166,8 +205,11 @@ def changes(saved: dict, new: dict) -> tuple[dict[str, tuple], list[str]]:
     """{key: (old, new)} of every option that differs from the saved config to the new one (options added since, at
     the value the saved run had, do not count), and the keys among them that make it a different run."""
     old_flat, new_flat = (flatten({k: c.get(k) for k in ("data", "model", "trainer", "seed")}) for c in (saved, new))
-    changed = {k: (old_flat.get(k), new_flat.get(k)) for k in old_flat.keys() | new_flat.keys()
-               if old_flat.get(k) != new_flat.get(k) and not added_at_its_default(k, old_flat, new_flat)}  # fmt: skip
+    changed = {
+        k: (old_flat.get(k), new_flat.get(k))
+        for k in old_flat.keys() | new_flat.keys()
+        if old_flat.get(k) != new_flat.get(k) and not added_at_its_default(k, old_flat, new_flat)
+    }
     precision = changed.get("trainer.precision", ())
     harmless = "fp16" not in precision  # bf16 <-> fp32 keeps every state; fp16 adds a gradient scaler's
     return changed, sorted(k for k in changed if k not in SAFE and not (k == "trainer.precision" and harmless))
@@ -208,8 +250,10 @@ def average(paths: list[str | Path]) -> dict:
             raise UserError(f"{path}: holds a different model from {paths[0]}; average checkpoints of one run only")
         _, other = changes(first["config"], payload["config"])  # what no resumed run of one run may change
         if other:
-            raise UserError(f"{path}: another run's checkpoint than {paths[0]} ({', '.join(other)} differ); "
-                            "average the checkpoints of one run only")  # fmt: skip
+            raise UserError(
+                f"{path}: another run's checkpoint than {paths[0]} ({', '.join(other)} differ); "
+                "average the checkpoints of one run only"
+            )
     averaged = {}
     for name, tensor in newest["model"].items():
         if tensor.is_floating_point():

@@ -174,9 +174,11 @@ class SutskeverSeq2Seq(nn.Module, Seq2Seq):
 
     def training_flops(self, shape: Shape) -> int:
         decoder, rows = self.decoder, shape.batch * shape.target_max
-        return (self.encoder.flops(shape.source)
-                + padded_rnn(rows, decoder.input_size, decoder.hidden_size, 4, decoder.num_layers)  # teacher forcing
-                + output_and_loss(shape, decoder.hidden_size, self.output.out_features))  # fmt: skip
+        return (
+            self.encoder.flops(shape.source)
+            + padded_rnn(rows, decoder.input_size, decoder.hidden_size, 4, decoder.num_layers)  # teacher forcing
+            + output_and_loss(shape, decoder.hidden_size, self.output.out_features)
+        )
 
 
 class BahdanauSeq2Seq(AlignmentMaps, nn.Module, Seq2Seq):
@@ -286,13 +288,15 @@ class BahdanauSeq2Seq(AlignmentMaps, nn.Module, Seq2Seq):
     def training_flops(self, shape: Shape) -> int:
         batch, source, target = shape.batch, shape.source_max, shape.target_max
         hidden, gates = self.decoder.hidden_size, 4 if self.cell_type == "lstm" else 3
-        return (self.encoder.flops(shape.source)
-                + linear(batch, hidden, hidden)  # s_0
-                + self.attention.flops(batch, target, source)
-                + self.attention.context_flops(batch * target, source, 2 * hidden)  # c_t = sum_i a_ti h_i
-                + padded_rnn(batch * target, self.decoder.input_size, hidden, gates, 1)  # every step of every row
-                + linear(batch * target, self.readout.in_features, self.readout.out_features)  # maxout
-                + output_and_loss(shape, self.output.in_features, self.output.out_features))  # fmt: skip
+        return (
+            self.encoder.flops(shape.source)
+            + linear(batch, hidden, hidden)  # s_0
+            + self.attention.flops(batch, target, source)
+            + self.attention.context_flops(batch * target, source, 2 * hidden)  # c_t = sum_i a_ti h_i
+            + padded_rnn(batch * target, self.decoder.input_size, hidden, gates, 1)  # every step of every row
+            + linear(batch * target, self.readout.in_features, self.readout.out_features)  # maxout
+            + output_and_loss(shape, self.output.in_features, self.output.out_features)
+        )
 
 
 class LuongSeq2Seq(AlignmentMaps, nn.Module, Seq2Seq):
@@ -336,12 +340,20 @@ class LuongSeq2Seq(AlignmentMaps, nn.Module, Seq2Seq):
         if alignment not in ("global", "local_m", "local_p"):
             raise ValueError(f"model.alignment={alignment!r}: use global, local_m or local_p")
         if bidirectional and hidden_size % 2:
-            raise ValueError(f"model.bidirectional=true splits model.hidden_size={hidden_size} between two directions: "
-                             "make it even")  # fmt: skip
+            raise ValueError(
+                f"model.bidirectional=true splits model.hidden_size={hidden_size} between two directions: make it even"
+            )
         self.input_feeding, self.feed_dropout, self.reverse_source = input_feeding, feed_dropout, reverse_source
         self.bidirectional = bidirectional
-        self.encoder = Encoder(source_vocab_size, pad_id, embedding_size, hidden_size // (1 + bidirectional), layers,
-                               dropout, bidirectional=bidirectional)  # fmt: skip
+        self.encoder = Encoder(
+            source_vocab_size,
+            pad_id,
+            embedding_size,
+            hidden_size // (1 + bidirectional),
+            layers,
+            dropout,
+            bidirectional=bidirectional,
+        )
         score = attention(query_size=hidden_size, key_size=hidden_size)
         if alignment == "global":
             self.attention = score
@@ -429,9 +441,11 @@ class LuongSeq2Seq(AlignmentMaps, nn.Module, Seq2Seq):
     def training_flops(self, shape: Shape) -> int:
         batch, source, target, decoder = shape.batch, shape.source_max, shape.target_max, self.decoder
         hidden = decoder.hidden_size
-        return (self.encoder.flops(shape.source)
-                + self.attention.flops(batch, target, source)
-                + attention_products(batch * target, source, hidden)  # c_t
-                + padded_rnn(batch * target, decoder.input_size, hidden, 4, decoder.num_layers)
-                + linear(batch * target, 2 * hidden, hidden)  # W_c [c_t; h_t], eq. 5
-                + output_and_loss(shape, hidden, self.output.out_features))  # fmt: skip
+        return (
+            self.encoder.flops(shape.source)
+            + self.attention.flops(batch, target, source)
+            + attention_products(batch * target, source, hidden)  # c_t
+            + padded_rnn(batch * target, decoder.input_size, hidden, 4, decoder.num_layers)
+            + linear(batch * target, 2 * hidden, hidden)  # W_c [c_t; h_t], eq. 5
+            + output_and_loss(shape, hidden, self.output.out_features)
+        )

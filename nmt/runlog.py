@@ -47,9 +47,16 @@ class RunLog:
         self.writer.add_text("valid/samples", "\n".join(rows), step)
 
     def attention(
-        self, model, vocabulary: Vocabulary, sources: list[str], decoded: list[Hypothesis], count: int,
-        device: torch.device, dtype: torch.dtype, step: int,
-    ) -> None:  # fmt: skip
+        self,
+        model,
+        vocabulary: Vocabulary,
+        sources: list[str],
+        decoded: list[Hypothesis],
+        count: int,
+        device: torch.device,
+        dtype: torch.dtype,
+        step: int,
+    ) -> None:
         """Heatmaps of the first `count` sentences, the same ones at every validation, so the images step through
         training: whatever the model's `attention_maps` returns for its own output (nothing without attention)."""
         if not self.writer:

@@ -200,8 +200,9 @@ class Grammar:
         if gender == "f":
             return join(words("in der", "in the"), words(de_noun, en_noun))
         contraction, preposition, article = Word("im"), Word("in"), Word("the")
-        contracted = Phrase([contraction], [preposition, article], [(contraction, preposition, True),
-                                                                   (contraction, article, False)])  # fmt: skip
+        contracted = Phrase(
+            [contraction], [preposition, article], [(contraction, preposition, True), (contraction, article, False)]
+        )
         return contracted + words(de_noun, en_noun)
 
     def companion(self) -> Phrase:
@@ -258,10 +259,21 @@ class Grammar:
 Clause = dict[str, Phrase]  # subject, verb, object, place, particle; `joined` for a separable verb
 
 
-def make_clause(subject: Phrase, verb: Phrase, object: Phrase | None = None, place: Phrase | None = None,
-           particle: Phrase | None = None, joined: Phrase | None = None) -> Clause:  # fmt: skip
-    parts = {"subject": subject, "verb": verb, "object": object or Phrase(), "place": place or Phrase(),
-             "particle": particle or Phrase()}  # fmt: skip
+def make_clause(
+    subject: Phrase,
+    verb: Phrase,
+    object: Phrase | None = None,
+    place: Phrase | None = None,
+    particle: Phrase | None = None,
+    joined: Phrase | None = None,
+) -> Clause:
+    parts = {
+        "subject": subject,
+        "verb": verb,
+        "object": object or Phrase(),
+        "place": place or Phrase(),
+        "particle": particle or Phrase(),
+    }
     return parts | ({"joined": joined} if joined else {})
 
 
@@ -309,8 +321,12 @@ def separable_verb(particle: str, stem: str, english: str) -> tuple[Phrase, Phra
     if len(en) == 1:
         links = [(stem_word, en[0], True), (particle_word, en[0], False)]
     else:
-        links = [(stem_word, en[0], True), (stem_word, en[1], False), (particle_word, en[1], True),
-                 (particle_word, en[0], False)]  # fmt: skip
+        links = [
+            (stem_word, en[0], True),
+            (stem_word, en[1], False),
+            (particle_word, en[1], True),
+            (particle_word, en[0], False),
+        ]
     joined = Phrase([joined_word], en, [(joined_word, e, True) for e in en])
     return Phrase([stem_word], en, links), Phrase([particle_word], [], []), joined
 
@@ -319,8 +335,9 @@ def render(de: list[Word], en: list[Word], links: list[tuple[Word, Word, bool]])
     """Sentence texts (capitalised, with a full stop on the last word) and the links as word indices."""
     de_index = {id(w): i for i, w in enumerate(de)}
     en_index = {id(w): j for j, w in enumerate(en)}
-    present = [(de_index[id(d)], en_index[id(e)], sure) for d, e, sure in links
-               if id(d) in de_index and id(e) in en_index]  # fmt: skip
+    present = [
+        (de_index[id(d)], en_index[id(e)], sure) for d, e, sure in links if id(d) in de_index and id(e) in en_index
+    ]
     gold = Gold.of([(i, j) for i, j, sure in present if sure], [(i, j) for i, j, sure in present if not sure])
     de_text, en_text = " ".join(w.text for w in de) + ".", " ".join(w.text for w in en) + "."
     return de_text[0].upper() + de_text[1:], en_text[0].upper() + en_text[1:], gold
@@ -336,9 +353,11 @@ def check_sizes(train: int, valid: int, test: int, option: str = "data.sizes") -
         if size < 0:
             raise UserError(f"{option}: {name}={size}; a number of sentence pairs cannot be negative")
     if train + valid + test > MAX_PAIRS:
-        raise UserError(f"{option}: {train + valid + test:,} pairs in all; the sample grammar gives at most "
-                        f"{MAX_PAIRS:,} (more takes minutes and runs short of distinct sentences): for a larger "
-                        "corpus use data=files")  # fmt: skip
+        raise UserError(
+            f"{option}: {train + valid + test:,} pairs in all; the sample grammar gives at most "
+            f"{MAX_PAIRS:,} (more takes minutes and runs short of distinct sentences): for a larger "
+            "corpus use data=files"
+        )
 
 
 def generate_aligned(
@@ -362,10 +381,12 @@ def generate_aligned(
         attempts += 1
         # At the rate found so far the limit comes first: refuse now, not after minutes of drawing
         if attempts > limit or (attempts % 2000 == 0 and len(seen) * limit < wanted * attempts):
-            raise UserError(f"data.grammar: the grammar gives too few distinct sentences of {options.min_words} to "
-                            f"{options.max_words or 'any number of'} words with these options ({len(seen):,} of the "
-                            f"{wanted:,} asked for in {attempts:,} drawn; the longest had {longest} words); allow "
-                            "more clauses or phrases, or fewer sentences")  # fmt: skip
+            raise UserError(
+                f"data.grammar: the grammar gives too few distinct sentences of {options.min_words} to "
+                f"{options.max_words or 'any number of'} words with these options ({len(seen):,} of the "
+                f"{wanted:,} asked for in {attempts:,} drawn; the longest had {longest} words); allow "
+                "more clauses or phrases, or fewer sentences"
+            )
     items = list(seen.items())
     bounds = {"train": (0, train), "valid": (train, train + valid), "test": (train + valid, wanted)}
     gold = {name: [links for _, (_, links) in items[a:b]] for name, (a, b) in bounds.items()}
@@ -400,8 +421,10 @@ def main(argv: list[str] | None = None) -> None:
             parser.add_argument(flag, type=type(value), default=value)
     args = parser.parse_args(argv)
     options = GrammarOptions(**{name: getattr(args, name) for name in vars(defaults)})
-    files = {name: tuple(args.folder / f"{name}.{suffix}" for suffix in ("de", "en", "align"))
-             for name in ("train", "valid", "test")}  # fmt: skip
+    files = {
+        name: tuple(args.folder / f"{name}.{suffix}" for suffix in ("de", "en", "align"))
+        for name in ("train", "valid", "test")
+    }
     try:
         check_sizes(*args.sizes, option="--sizes")
         output_folder(args.folder, "FOLDER")

@@ -73,9 +73,15 @@ def length_penalty(length: torch.Tensor, alpha: float) -> torch.Tensor:
 
 @torch.no_grad()
 def beam_search(
-    model, source: torch.Tensor, source_mask: torch.Tensor, beam_size: int = 5, alpha: float = 0.6,
-    ratio: float = 1.5, extra: int = 10, n_best: int = 1,
-) -> list[list[Hypothesis]]:  # fmt: skip
+    model,
+    source: torch.Tensor,
+    source_mask: torch.Tensor,
+    beam_size: int = 5,
+    alpha: float = 0.6,
+    ratio: float = 1.5,
+    extra: int = 10,
+    n_best: int = 1,
+) -> list[list[Hypothesis]]:
     """Batched beam search: every sentence keeps `beam_size` hypotheses, all advanced in one decode_step call.
 
     A finished hypothesis keeps its score and stops growing (it can only be followed by eos at no cost); hypotheses
@@ -159,10 +165,11 @@ def reorder(state: dict[str, torch.Tensor], origin: torch.Tensor, kept_rows: tor
     """The decoding state of the new hypotheses: rows `origin` of the old one; `source_*` entries only lose the rows
     of the sentences that left the batch (`kept_rows`, None when none left)."""
     return {
-        k: (v if kept_rows is None else v.index_select(0, kept_rows)) if k.startswith(SOURCE_SIDE)
+        k: (v if kept_rows is None else v.index_select(0, kept_rows))
+        if k.startswith(SOURCE_SIDE)
         else v.index_select(0, origin)
         for k, v in state.items()
-    }  # fmt: skip
+    }
 
 
 def best_continuations(logits: torch.Tensor, scores: torch.Tensor, finished: torch.Tensor):
@@ -203,10 +210,14 @@ def collect(chosen, alive, source_lengths, scores, lengths, finished, steps: Ste
     sentences = alive[chosen].tolist()
     real_lengths = source_lengths.index_select(0, alive[chosen]).repeat_interleave(order.shape[1]).tolist()
     hypotheses = []
-    for i, (score, length, ended, tokens) in enumerate(zip(
-        sentence_scores.gather(1, order).view(-1).tolist(), lengths.index_select(0, picked).tolist(),
-        finished.index_select(0, picked).tolist(), history.tolist(),
-    )):  # fmt: skip
+    for i, (score, length, ended, tokens) in enumerate(
+        zip(
+            sentence_scores.gather(1, order).view(-1).tolist(),
+            lengths.index_select(0, picked).tolist(),
+            finished.index_select(0, picked).tolist(),
+            history.tolist(),
+        )
+    ):
         tokens = tokens[: length - 1] if ended else tokens[:length]  # without eos
         weights = attention[i, :length, : real_lengths[i]] if attention is not None else None
         hypotheses.append(Hypothesis(tokens, score, weights))

@@ -79,15 +79,56 @@ class Trainer:
     """
 
     def __init__(
-        self, model: torch.nn.Module, vocabulary: Vocabulary, train_pairs: Pairs, valid_pairs: Pairs,
-        run_dir: str | Path, config: TrainerConfig | None = None, max_tokens: int = 4096, max_len: int = 100,
-        seed: int = 1234, run_config: dict | None = None, valid_alignments: list | None = None,
-    ):  # fmt: skip
+        self,
+        model: torch.nn.Module,
+        vocabulary: Vocabulary,
+        train_pairs: Pairs,
+        valid_pairs: Pairs,
+        run_dir: str | Path,
+        config: TrainerConfig | None = None,
+        max_tokens: int = 4096,
+        max_len: int = 100,
+        seed: int = 1234,
+        run_config: dict | None = None,
+        valid_alignments: list | None = None,
+    ):
         self.config = config = config or TrainerConfig()
         config.check()
         self.vocabulary, self.valid_pairs, self.run_dir, self.seed = vocabulary, valid_pairs, Path(run_dir), seed
         self.valid_alignments = valid_alignments  # gold links of the valid pairs, for valid AER
         self.run_config = run_config or {"trainer": asdict(config)}  # what checkpoints store as their config
+        self.place(model, seed)
+        self.dataset = ParallelDataset(train_pairs, vocabulary)
+        self.sampler = TokenBatchSampler(self.dataset, max_tokens, shuffle=True, seed=seed, max_len=max_len)
+        if self.sampler.dropped:
+            log.info("dropped %d training pairs longer than data.max_len=%d subwords", self.sampler.dropped, max_len)
+        corpus = self.run_config.get("data", {}).get("corpus")
+        valid_option = {"sample": "data.sizes.valid", "files": "the data.valid files"}.get(corpus, "the valid split")
+        check_splits(self.sampler, valid_pairs, self.world, max_len, valid_option)
+        self.valid_dataset = ParallelDataset(valid_pairs, vocabulary)
+        self.search = Search(
+            1, 0.6, config.decode_ratio, config.decode_extra, config.valid_max_tokens, config.decode_max_input_len
+        )
+        check_input_lengths(
+            self.valid_dataset.source_lengths,
+            range(1, len(valid_pairs) + 1),
+            config.decode_max_input_len,
+            "trainer.decode_max_input_len",
+            "valid line",
+        )
+        self.optimizer = make_optimizer(self.model, config)
+        self.schedule = make_schedule(self.optimizer, config)
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.dtype == torch.float16)
+        self.progress = Progress()
+        self.batches_in_epoch = 0  # set when an epoch's batches are drawn, so no step re-sorts the corpus
+        self.last_metrics: dict[str, float] = {}
+        self.log = RunLog(None)  # opened on the run directory when training starts (rank 0)
+        self.stop_signal = 0  # the signal that interrupted training, if one did
+
+    def place(self, model: torch.nn.Module, seed: int) -> None:
+        """The model on its device in the chosen precision (refused where it cannot run: nmt/device.py); under
+        torchrun, wrapped for data parallelism."""
+        config = self.config
         self.device = distributed.setup(find_device(config.device))
         if config.deterministic:
             make_deterministic()
@@ -104,26 +145,6 @@ class Trainer:
                 self.features, device_ids=[self.device] if self.device.type == "cuda" else None, broadcast_buffers=False
             )
             torch.manual_seed(seed + self.rank)
-        self.dataset = ParallelDataset(train_pairs, vocabulary)
-        self.sampler = TokenBatchSampler(self.dataset, max_tokens, shuffle=True, seed=seed, max_len=max_len)
-        if self.sampler.dropped:
-            log.info("dropped %d training pairs longer than data.max_len=%d subwords", self.sampler.dropped, max_len)
-        corpus = self.run_config.get("data", {}).get("corpus")
-        valid_option = {"sample": "data.sizes.valid", "files": "the data.valid files"}.get(corpus, "the valid split")
-        check_splits(self.sampler, valid_pairs, self.world, max_len, valid_option)
-        self.valid_dataset = ParallelDataset(valid_pairs, vocabulary)
-        self.search = Search(1, 0.6, config.decode_ratio, config.decode_extra, config.valid_max_tokens,
-                             config.decode_max_input_len)  # fmt: skip
-        check_input_lengths(self.valid_dataset.source_lengths, range(1, len(valid_pairs) + 1),
-                            config.decode_max_input_len, "trainer.decode_max_input_len", "valid line")  # fmt: skip
-        self.optimizer = make_optimizer(self.model, config)
-        self.schedule = make_schedule(self.optimizer, config)
-        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.dtype == torch.float16)
-        self.progress = Progress()
-        self.batches_in_epoch = 0  # set when an epoch's batches are drawn, so no step re-sorts the corpus
-        self.last_metrics: dict[str, float] = {}
-        self.log = RunLog(None)  # opened on the run directory when training starts (rank 0)
-        self.stop_signal = 0  # the signal that interrupted training, if one did
 
     @property
     def step(self) -> int:
@@ -142,9 +163,16 @@ class Trainer:
         if not bool(torch.stack([p.detach().isfinite().all() for p in self.model.parameters()]).all()):
             raise NonFiniteLoss(f"the weights became NaN or infinite by step {self.step}")
         return checkpoint.training_state(
-            self.model, self.optimizer, self.schedule, self.scaler, self.progress, self.last_metrics,
-            self.run_config, self.vocabulary, ranks,
-        )  # fmt: skip
+            self.model,
+            self.optimizer,
+            self.schedule,
+            self.scaler,
+            self.progress,
+            self.last_metrics,
+            self.run_config,
+            self.vocabulary,
+            ranks,
+        )
 
     def save(self, name: str) -> None:
         """Write a full checkpoint atomically. The `last.pt` it replaces stays as `previous.pt`, which resuming falls
@@ -195,8 +223,9 @@ class Trainer:
         for i, batch in enumerate(batches):
             last = i == len(batches) - 1
             with self.features.no_sync() if self.world > 1 and not last else contextlib.nullcontext():
-                loss_sum = batch_loss(self.model, self.features, batch, self.config.label_smoothing, self.device,
-                                      self.dtype)  # fmt: skip
+                loss_sum = batch_loss(
+                    self.model, self.features, batch, self.config.label_smoothing, self.device, self.dtype
+                )
                 self.scaler.scale(loss_sum * scale).backward()
             loss_total += loss_sum.detach()
         self.scaler.unscale_(self.optimizer)
@@ -300,15 +329,18 @@ class Trainer:
             self.save("last.pt")
         except NonFiniteLoss as error:
             raise self.non_finite(error) from None
-        log.info("interrupted at step %d; saved %s. Continue with trainer.resume=true.", self.step,
-                 self.run_dir / "last.pt")  # fmt: skip
+        log.info(
+            "interrupted at step %d; saved %s. Continue with trainer.resume=true.", self.step, self.run_dir / "last.pt"
+        )
 
     def non_finite(self, error: NonFiniteLoss) -> UserError:
         last = self.run_dir / "last.pt"
         good = f"the last good checkpoint is {last}" if last.is_file() else "no checkpoint had been written yet"
         advice = "Lower trainer.lr" + ("" if self.precision.name == "fp32" else " or use trainer.precision=fp32")
-        return UserError(f"{error}. Training stopped; {good} (no checkpoint is ever written with non-finite weights). "
-                         f"{advice} (trainer.lr={self.config.lr:g}).")  # fmt: skip
+        return UserError(
+            f"{error}. Training stopped; {good} (no checkpoint is ever written with non-finite weights). "
+            f"{advice} (trainer.lr={self.config.lr:g})."
+        )
 
     def finished(self, clock: Clock) -> str | None:
         """Why training stops now, or None."""
@@ -340,8 +372,13 @@ class Trainer:
         if distributed.agree([not math.isfinite(loss)], self.device)[0]:  # every process, at the same update
             raise NonFiniteLoss(f"the training loss became {loss} by step {self.step}")
         lr = self.optimizer.param_groups[0]["lr"]
-        scalars = {"train/loss": loss, "train/lr": lr, "train/grad_norm": float(norm), "train/tokens_per_second": speed,
-                   "train/petaflops": self.progress.flops / 1e15}  # fmt: skip
+        scalars = {
+            "train/loss": loss,
+            "train/lr": lr,
+            "train/grad_norm": float(norm),
+            "train/tokens_per_second": speed,
+            "train/petaflops": self.progress.flops / 1e15,
+        }
         self.log.scalars({**scalars, "train/epoch": self.progress.epoch + 1}, self.step)
         bar.loss, bar.speed, bar.lr = loss, speed, lr
 
@@ -350,8 +387,19 @@ class Trainer:
     def validate(self) -> dict[str, float]:
         """Valid loss, then greedy decoding with BLEU and chrF; logged with samples and heatmaps, and against the
         compute trained so far (`compute/valid_bleu`, its x the teraFLOPs, so runs of different models line up)."""
-        metrics = validate(self.model, self.vocabulary, self.valid_dataset, self.valid_pairs, self.search, self.config,
-                           self.log, self.progress.step, self.device, self.dtype, self.valid_alignments)  # fmt: skip
+        metrics = validate(
+            self.model,
+            self.vocabulary,
+            self.valid_dataset,
+            self.valid_pairs,
+            self.search,
+            self.config,
+            self.log,
+            self.progress.step,
+            self.device,
+            self.dtype,
+            self.valid_alignments,
+        )
         progress = self.progress
         metrics["petaflops"] = progress.flops / 1e15
         metrics["epochs"] = progress.epoch + progress.batch_in_epoch / max(self.batches_in_epoch, 1)
@@ -365,9 +413,14 @@ class Trainer:
         far), which the study, the tests and a person read; TensorBoard is for looking. A run resumed from last.pt
         may repeat a validation the stopped process had recorded: a reader keeps the last line of each update."""
         p = self.progress
-        line = {"step": p.step, "epochs": metrics["epochs"], "petaflops": metrics["petaflops"],
-                "train_minutes": p.train_seconds / 60, **{k: metrics[k] for k in RECORDED if k in metrics},
-                "best": improved}  # fmt: skip
+        line = {
+            "step": p.step,
+            "epochs": metrics["epochs"],
+            "petaflops": metrics["petaflops"],
+            "train_minutes": p.train_seconds / 60,
+            **{k: metrics[k] for k in RECORDED if k in metrics},
+            "best": improved,
+        }
         with open(self.run_dir / VALIDATIONS, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(line) + "\n")
 

@@ -95,8 +95,9 @@ class FeedForward(nn.Sequential):
         )
 
     def flops(self, rows: int) -> int:
-        return linear(rows, self[0].in_features, self[0].out_features) + linear(rows, self[-1].in_features,
-                                                                            self[-1].out_features)  # fmt: skip
+        return linear(rows, self[0].in_features, self[0].out_features) + linear(
+            rows, self[-1].in_features, self[-1].out_features
+        )
 
 
 class ResidualLayer(nn.Module):
@@ -308,8 +309,15 @@ class Transformer(nn.Module, Seq2Seq):
         for i, layer in enumerate(self.decoder):
             cross_keys, cross_values = layer.cross_attention.project_keys_values(memory, memory)
             last = i == len(self.decoder) - 1
-            x, weights, _ = layer(x, cross_keys, cross_values, mask, self_mask, need_weights=last and not self.training,
-                                  causal=self_mask is None)  # fmt: skip
+            x, weights, _ = layer(
+                x,
+                cross_keys,
+                cross_values,
+                mask,
+                self_mask,
+                need_weights=last and not self.training,
+                causal=self_mask is None,
+            )
         return self.decoder_norm(x), (weights.mean(1) if weights is not None else None)  # (B, T, D)
 
     @torch.no_grad()

@@ -33,9 +33,18 @@ def valid_loss(model, dataset: ParallelDataset, max_tokens: int, device: torch.d
 
 
 def validate(
-    model, vocabulary: Vocabulary, dataset: ParallelDataset, pairs: Pairs, search: Search, config: TrainerConfig,
-    run_log: RunLog, step: int, device: torch.device, dtype: torch.dtype, gold: list[Gold] | None = None,
-) -> dict[str, float]:  # fmt: skip
+    model,
+    vocabulary: Vocabulary,
+    dataset: ParallelDataset,
+    pairs: Pairs,
+    search: Search,
+    config: TrainerConfig,
+    run_log: RunLog,
+    step: int,
+    device: torch.device,
+    dtype: torch.dtype,
+    gold: list[Gold] | None = None,
+) -> dict[str, float]:
     """{step, loss, perplexity, bleu, chrf, seconds} of the model on the valid pairs, and `aer` when the gold
     alignments of the valid pairs are known; logged to `run_log` with sample translations, attention heatmaps and,
     for each attention map, its entropy, diagonality and AER (`nmt.alignment`)."""
@@ -45,8 +54,13 @@ def validate(
     if not run_log.signatures_logged:
         log.info("sacrebleu signatures: BLEU %s | chrF %s", scores.bleu_signature, scores.chrf_signature)
     run_log.signatures(scores, step)
-    metrics = {"step": step, "loss": loss, "perplexity": math.exp(min(loss, 50)), "bleu": scores.bleu,
-               "chrf": scores.chrf}  # fmt: skip
+    metrics = {
+        "step": step,
+        "loss": loss,
+        "perplexity": math.exp(min(loss, 50)),
+        "bleu": scores.bleu,
+        "chrf": scores.chrf,
+    }
     run_log.scalars({f"valid/{k}": metrics[k] for k in ("loss", "perplexity", "bleu", "chrf")}, step)
     report = attention_report(model, vocabulary, pairs, device, dtype, gold)
     for name, figures in report.items():

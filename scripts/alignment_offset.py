@@ -21,7 +21,7 @@ from nmt.alignment import alignment_error, choose_map, map_names, parse_key, shi
 from nmt.decoding import Translator  # noqa: E402
 from nmt.evaluate import corpus_of  # noqa: E402
 from nmt.study import results  # noqa: E402
-from nmt.study.comparison import variant_name  # noqa: E402
+from nmt.study.records import variant_name  # noqa: E402
 
 
 def offsets(run: Path, shifts: int) -> tuple[str, dict[int, float]]:
@@ -37,8 +37,9 @@ def offsets(run: Path, shifts: int) -> tuple[str, dict[int, float]]:
     if not names:
         raise UserError(f"{run}: this model has no attention")
     key = parse_key(choose_map(names, None))
-    matrices = word_attention(translator.model, translator.vocabulary, splits.test, translator.device,
-                              translator.dtype, [key[0]], (key[1],))[key]  # fmt: skip
+    matrices = word_attention(
+        translator.model, translator.vocabulary, splits.test, translator.device, translator.dtype, [key[0]], (key[1],)
+    )[key]
     gold = splits.alignments["test"]
     name = variant_name(translator.config["model"])
     seed = translator.config.get("seed")
@@ -50,8 +51,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", type=Path)
     parser.add_argument("--shifts", type=int, default=3)
-    parser.add_argument("--record", action="store_true", help="save the table as "
-                        "results/measured/alignment_offset.json (docs/alignment.md renders it)")  # fmt: skip
+    parser.add_argument(
+        "--record",
+        action="store_true",
+        help="save the table as results/measured/alignment_offset.json (docs/alignment.md renders it)",
+    )
     args = parser.parse_args(argv)
     columns = ["run", *(f"{k:+d}" for k in range(-args.shifts, args.shifts + 1))]
     rows = []
@@ -63,8 +67,10 @@ def main(argv: list[str] | None = None) -> None:
     print("|" + "---|" * len(columns))
     print("\n".join("| " + " | ".join(row) + " |" for row in rows))
     if args.record:
-        note = ("Test AER of each run's argmax links moved by k source words (bold: the lowest), on the sample "
-                "corpus's gold links.")  # fmt: skip
+        note = (
+            "Test AER of each run's argmax links moved by k source words (bold: the lowest), on the sample "
+            "corpus's gold links."
+        )
         print(f"wrote {results.record_measurement('alignment_offset', columns, rows, note, folder=results.RESULTS)}")
 
 

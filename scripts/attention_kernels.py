@@ -93,8 +93,9 @@ def step_seconds(model, batch: int, length: int, reps: int, device, dtype) -> fl
         start = time.perf_counter()
         with autocast(device, dtype):
             features, _ = model.features(source, mask, target)  # (B, T, D)
-        loss = linear_cross_entropy(features.flatten(0, 1), model.output.weight, model.output.bias,
-                                    target.flatten(), 0.1, dtype)  # fmt: skip
+        loss = linear_cross_entropy(
+            features.flatten(0, 1), model.output.weight, model.output.bias, target.flatten(), 0.1, dtype
+        )
         loss.backward()
         model.zero_grad(set_to_none=True)
         if device.type == "cuda":
@@ -113,8 +114,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reps", type=int, default=10, help="timed steps per setting")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--output", type=Path, default=Path("bench"))
-    parser.add_argument("--record", action="store_true", help="also save the timings as "
-                        "results/measured/attention_kernels.json (docs/attention.md renders it)")  # fmt: skip
+    parser.add_argument(
+        "--record",
+        action="store_true",
+        help="also save the timings as results/measured/attention_kernels.json (docs/attention.md renders it)",
+    )
     args = parser.parse_args(argv)
     args.output = output_folder(args.output, "--output", ("attention_kernels.md", "attention_kernels.json"))
     torch.set_num_threads(args.threads)
@@ -135,9 +139,17 @@ def main(argv: list[str] | None = None) -> None:
             MultiHeadAttention.fused_on_cpu = fused  # on a GPU the fused kernel runs either way
             for window, model in models.items():
                 seconds = step_seconds(model, batch, length, args.reps, device, dtype)
-                timings.append({"shape": name, "batch": batch, "length": length, "window": window,
-                                "path": "fused" if fused or device.type == "cuda" else "explicit",
-                                "seconds": seconds, "tokens_per_second": batch * length / seconds})  # fmt: skip
+                timings.append(
+                    {
+                        "shape": name,
+                        "batch": batch,
+                        "length": length,
+                        "window": window,
+                        "path": "fused" if fused or device.type == "cuda" else "explicit",
+                        "seconds": seconds,
+                        "tokens_per_second": batch * length / seconds,
+                    }
+                )
                 print(f"{name:26} {timings[-1]['path']:8} window {window}: {seconds * 1000:.1f} ms", flush=True)
     machine = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {args.threads} threads"
     write(args.output, kernels, timings, machine, dtype, args)
@@ -180,10 +192,12 @@ def write(folder: Path, kernels: list[dict], timings: list[dict], machine: str, 
     print(f"wrote {folder / 'attention_kernels.md'}")
     if args.record:
         found = ", ".join(f"`{k}`" for k in dict.fromkeys(k["kernel"] for k in kernels))
-        note = (f"One training step of the default Transformer on random batches of {args.tokens} target tokens, "
-                f"forward and backward, median of {args.reps} steps, in {str(dtype).removeprefix('torch.')} on "
-                f"{machine}; SDPA dispatched every attention (self and encoder-decoder, global or windowed) to "
-                f"{found} (the profiler).")  # fmt: skip
+        note = (
+            f"One training step of the default Transformer on random batches of {args.tokens} target tokens, "
+            f"forward and backward, median of {args.reps} steps, in {str(dtype).removeprefix('torch.')} on "
+            f"{machine}; SDPA dispatched every attention (self and encoder-decoder, global or windowed) to "
+            f"{found} (the profiler)."
+        )
         path = results.record_measurement("attention_kernels", columns, rows, note, results.RESULTS, figures)
         print(f"wrote {path}")
 

@@ -33,16 +33,21 @@ def main() -> None:
     parser.add_argument("inputs", nargs="+", type=Path, help="a run directory, or checkpoint files")
     parser.add_argument("--last", type=int, default=5, help="how many of a run directory's newest checkpoints")
     parser.add_argument("--output", type=Path, help="default: averaged.pt in the run directory (or beside the first)")
-    parser.add_argument("--overwrite", action="store_true", help="--output may replace an existing file (never a "
-                        "run's own checkpoints)")  # fmt: skip
+    parser.add_argument(
+        "--overwrite", action="store_true", help="--output may replace an existing file (never a run's own checkpoints)"
+    )
     args = parser.parse_args()
     try:
         if args.last < 1:
             raise UserError(f"--last {args.last}: average at least one checkpoint")
         paths = choose(args.inputs, args.last)
         folder = args.inputs[0] if args.inputs[0].is_dir() else args.inputs[0].parent
-        output = output_file(args.output or folder / "averaged.pt", "--output", tuple(paths),
-                             args.overwrite or (None if args.output is None else False))  # fmt: skip
+        output = output_file(
+            args.output or folder / "averaged.pt",
+            "--output",
+            tuple(paths),
+            args.overwrite or (None if args.output is None else False),
+        )
         payload = resume.average(paths)
         checkpoint.save(payload, output)
     except UserError as error:

@@ -21,8 +21,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from nmt.study.significance import Resampler, Runs, contrast  # noqa: E402
 
-REGIMES = {"seeds dominate": (1.0, 0.5, 0.0), "sentences dominate": (0.05, 2.0, 0.0),
-           "a test-set effect": (0.05, 0.5, 1.0), "mixed": (0.3, 1.0, 0.5)}  # seed sd, noise sd, effect sd  # fmt: skip
+REGIMES = {
+    "seeds dominate": (1.0, 0.5, 0.0),
+    "sentences dominate": (0.05, 2.0, 0.0),
+    "a test-set effect": (0.05, 0.5, 1.0),
+    "mixed": (0.3, 1.0, 0.5),
+}  # seed sd, noise sd, effect sd
 
 
 def study(rng, counts, seeds: int, seed_sd: float, noise_sd: float, effect_sd: float, runs_class=Runs):
@@ -51,8 +55,10 @@ def main() -> None:
     print(f"false positives at the 0.05 level, {args.seeds} against {args.seeds} seeds, {args.studies} studies each")
     for regime, noise in REGIMES.items():
         rng = np.random.default_rng(1)
-        found = sum(contrast([(1.0, a), (-1.0, b)]).p < 0.05 for a, b in
-                    (study(rng, counts, args.seeds, *noise) for _ in range(args.studies)))  # fmt: skip
+        found = sum(
+            contrast([(1.0, a), (-1.0, b)]).p < 0.05
+            for a, b in (study(rng, counts, args.seeds, *noise) for _ in range(args.studies))
+        )
         line = f"  {regime:18} now {found / args.studies:.3f}"
         if old is not None:
             rng = np.random.default_rng(1)

@@ -49,8 +49,14 @@ def measure(model_name: str, beam: int, length: int) -> dict:
         greedy(model, source, mask) if beam == 1 else beam_search(model, source, mask, beam)
     seconds = time.perf_counter() - started
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10
-    return {"model": model_name, "beam": beam, "length": length, "before_mib": before, "peak_mib": peak,
-            "seconds": seconds}  # fmt: skip
+    return {
+        "model": model_name,
+        "beam": beam,
+        "length": length,
+        "before_mib": before,
+        "peak_mib": peak,
+        "seconds": seconds,
+    }
 
 
 def record(length: int) -> None:
@@ -58,8 +64,17 @@ def record(length: int) -> None:
     found = {}
     for model_name in RECORDED[0]:
         for beam in RECORDED[1]:
-            command = [sys.executable, __file__, "--model", model_name, "--beam", str(beam), "--length", str(length),
-                       "--json"]  # fmt: skip
+            command = [
+                sys.executable,
+                __file__,
+                "--model",
+                model_name,
+                "--beam",
+                str(beam),
+                "--length",
+                str(length),
+                "--json",
+            ]
             done = subprocess.run(command, capture_output=True, text=True, check=True)
             found[model_name, beam] = json.loads(done.stdout.strip().splitlines()[-1])
             print(f"{model_name}, beam {beam}: {found[model_name, beam]['peak_mib']:,.0f} MiB", file=sys.stderr)
@@ -67,11 +82,19 @@ def record(length: int) -> None:
     def cell(m: dict) -> str:
         return f"{m['peak_mib']:,.0f} MiB, {m['seconds']:.1f} s"
 
-    rows = [[name, f"{min(found[name, b]['before_mib'] for b in RECORDED[1]):,.0f} MiB",
-             *(cell(found[name, b]) for b in RECORDED[1])] for name in RECORDED[0]]  # fmt: skip
+    rows = [
+        [
+            name,
+            f"{min(found[name, b]['before_mib'] for b in RECORDED[1]):,.0f} MiB",
+            *(cell(found[name, b]) for b in RECORDED[1]),
+        ]
+        for name in RECORDED[0]
+    ]
     beams = ["greedy" if b == 1 else f"beam {b}" for b in RECORDED[1]]
-    note = (f"One line of {length:,} subwords decoded to its length limit ({int(length * 1.5 + 10):,} steps), bf16, an "
-            "untrained default model; peak RSS of the process, and the search's seconds.")  # fmt: skip
+    note = (
+        f"One line of {length:,} subwords decoded to its length limit ({int(length * 1.5 + 10):,} steps), bf16, an "
+        "untrained default model; peak RSS of the process, and the search's seconds."
+    )
     path = results.record_measurement("decode_memory", ["model", "before decoding", *beams], rows, note)
     print(f"wrote {path}", file=sys.stderr)
 

@@ -10,10 +10,10 @@
 #                                          there: `make results`' PART (claims or main) for VARIANTS (comma-separated),
 #                                          JOBS runs at once on the one GPU, for at most SECONDS; every run that
 #                                          finishes is recorded by its own job, and the records come back as
-#                                          $OUT/records.tgz (untar it into results/runs/, then `scripts/results.py
+#                                          $OUT/records.tgz (untar it into results/runs/, then `python -m nmt.study results
 #                                          --parts PART --record` here makes the report and tables)
 #
-# Back here, copy $OUT's benchmark_cuda.json into results/measured/ and run `python scripts/results.py --render`:
+# Back here, copy $OUT's benchmark_cuda.json into results/measured/ and run `python -m nmt.study results --render`:
 # docs/speed.md's GPU table is rendered from it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -61,14 +61,14 @@ if [[ "${1:-}" == "study" ]]; then
     ( while sleep 20; do nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader; done ) \
         > "$OUT/gpu_use.csv" 2>&1 &
     start=$(date +%s)
-    timeout --kill-after=20 "$seconds" "$PYTHON" scripts/results.py --parts "$part" --only "$variants" \
+    timeout --kill-after=20 "$seconds" "$PYTHON" -m nmt.study results --parts "$part" --only "$variants" \
         --seeds 3 --jobs "$jobs" --runs /tmp/results \
         --extra "data.dir=$NMT_DATA_DIR" "data.spm_cache=$PWD/$GPU/spm" > "$OUT/study.log" 2>&1 || true
     echo "wall seconds: $(( $(date +%s) - start ))" >> "$OUT/study.log"
     pkill -TERM -f "train.py" || true; pkill -TERM -f loky || true; sleep 2; kill %1 2>/dev/null || true
     # Records of runs whose job could not record them (stopped by the time limit after finishing), then one archive
     # each for the records and the logs: the device tool brings back a limited number of files
-    "$PYTHON" -c "from pathlib import Path; from nmt.study.comparison import record_runs; \
+    "$PYTHON" -c "from pathlib import Path; from nmt.study.records import record_runs; \
 record_runs(Path('/tmp/results/$part/runs'), Path('results/runs/$part'), 5)" >> "$OUT/study.log" 2>&1 || true
     tar czf "$OUT/records.tgz" -C results/runs "$part" 2>/dev/null || true
     tar czf "$OUT/logs.tgz" -C /tmp/results --exclude='*.pt' --exclude='events.out*' --exclude='*.hyp' . 2>/dev/null \
@@ -80,7 +80,7 @@ fi
 status=0
 timeout 300 "$PYTHON" -m pytest tests/test_cuda.py -rs -p no:cacheprovider -o addopts="" 2>&1 | tee "$OUT/cuda_tests.log" \
     || status=1
-timeout 240 "$PYTHON" scripts/benchmark.py --record benchmark_cuda --train-only --device cuda \
+timeout 240 "$PYTHON" -m nmt.study measure --record benchmark_cuda --train-only --device cuda \
     --data-dir "$NMT_DATA_DIR" --output "$OUT/bench" 2>&1 | tee "$OUT/benchmark.log" || status=1
 cp results/measured/benchmark_cuda.json "$OUT/" 2>/dev/null || status=1
 exit $status

@@ -8,8 +8,9 @@ test2016 greedy and with beam 5 with what they learnt, then trains each again fo
 $WORK/out. This reads from there each model's training speed (the mean of Joey's own "Tokens per Sec" log lines,
 which count target tokens), the peak RSS of its training process (/usr/bin/time) and its decoding speed (Joey's own
 "Generation took" time over the sentences it wrote), and saves them as results/measured/<name>.json; the tables of
-docs/speed.md put them beside `scripts/benchmark.py --record`'s figures of the same session. Run both alone on the
-machine, one after the other; for `joeynmt_fp32`, run.sh with the variables that hold the CPU to AVX2 (docs/speed.md).
+docs/speed.md put them beside `python -m nmt.study measure --record`'s figures of the same session. Run both alone on
+the machine, one after the other; for `joeynmt_fp32`, run.sh with the variables that hold the CPU to AVX2
+(docs/speed.md).
 """
 
 from __future__ import annotations
@@ -26,8 +27,14 @@ from nmt import UserError  # noqa: E402
 from nmt.study import results  # noqa: E402
 
 MODELS = {"rnn": "rnn", "transformer": "tf"}  # our name for each of run.sh's models: its file prefix
-COLUMNS = ["model", "params", "train tok/s (target), long / short run", "peak RSS training", "greedy sent/s",
-           "beam 5 sent/s"]  # fmt: skip
+COLUMNS = [
+    "model",
+    "params",
+    "train tok/s (target), long / short run",
+    "peak RSS training",
+    "greedy sent/s",
+    "beam 5 sent/s",
+]
 
 
 def read(path: Path) -> str:
@@ -88,21 +95,28 @@ def measure(work: Path) -> dict[str, dict]:
 def row(model: str, figures: dict) -> list[str]:
     parameters = f"{figures['parameters']:,}" if figures["parameters"] else "-"
     short = figures["train_tokens_per_second_short"]
-    return [model, parameters, f"{figures['train_tokens_per_second']:,.0f} / {f'{short:,.0f}' if short else '-'}",
-            f"{figures['peak_rss_gib']:.2f} GiB",
-            f"{figures['decode_beam1_sentences_per_second']:,.1f}",
-            f"{figures['decode_beam5_sentences_per_second']:,.1f}"]  # fmt: skip
+    return [
+        model,
+        parameters,
+        f"{figures['train_tokens_per_second']:,.0f} / {f'{short:,.0f}' if short else '-'}",
+        f"{figures['peak_rss_gib']:.2f} GiB",
+        f"{figures['decode_beam1_sentences_per_second']:,.1f}",
+        f"{figures['decode_beam5_sentences_per_second']:,.1f}",
+    ]
 
 
 def record(name: str, work: Path, folder: Path = results.RESULTS) -> Path:
     found = measure(work)
     versions_file = work / "out" / "versions.txt"
     versions = f": {versions_file.read_text().strip()}" if versions_file.is_file() else ""
-    long, short = (round(statistics.mean(f[key] for f in found.values()) / 60)
-                   for key in ("train_seconds", "train_seconds_short"))  # fmt: skip
-    note = (f"Joey NMT in fp32, its default, with the peer's configs (../shared/peers/joeynmt){versions}. Training "
-            f"runs of about {long} and {short} min without validation; decoding test2016 with the checkpoint of the "
-            "long run, 64 sentences a batch, Joey NMT's own generation time.")  # fmt: skip
+    long, short = (
+        round(statistics.mean(f[key] for f in found.values()) / 60) for key in ("train_seconds", "train_seconds_short")
+    )
+    note = (
+        f"Joey NMT in fp32, its default, with the peer's configs (../shared/peers/joeynmt){versions}. Training "
+        f"runs of about {long} and {short} min without validation; decoding test2016 with the checkpoint of the "
+        "long run, 64 sentences a batch, Joey NMT's own generation time."
+    )
     if name == "joeynmt_fp32":
         note += f" run.sh ran with {results.HELD_TO_AVX2}."
     rows = [row(m, f) for m, f in found.items()]
@@ -111,8 +125,13 @@ def record(name: str, work: Path, folder: Path = results.RESULTS) -> Path:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--record", nargs="?", const="joeynmt", choices=("joeynmt", "joeynmt_fp32"),
-                        help="save results/measured/<name>.json (without it: print the figures)")  # fmt: skip
+    parser.add_argument(
+        "--record",
+        nargs="?",
+        const="joeynmt",
+        choices=("joeynmt", "joeynmt_fp32"),
+        help="save results/measured/<name>.json (without it: print the figures)",
+    )
     parser.add_argument("--work", default="/tmp/peer-work", help="run.sh's $WORK")
     args = parser.parse_args(argv)
     try:

@@ -31,8 +31,9 @@ from nmt.study.sweep import composed  # noqa: E402
 
 def forming_gradients(features, weight, bias, target, smoothing=0.0, dtype=None, per_token=False):
     """The fused loss as it was: its inputs not detached under no_grad, so the Function forms their gradients."""
-    total, token_loss = loss._LinearCrossEntropy.apply(features, weight, bias, target, smoothing,
-                                                       dtype or features.dtype)  # fmt: skip
+    total, token_loss = loss._LinearCrossEntropy.apply(
+        features, weight, bias, target, smoothing, dtype or features.dtype
+    )
     return (total, token_loss) if per_token else total
 
 
@@ -55,9 +56,13 @@ def timed(model_name: str, repeats: int, data_dir: str | None) -> dict:
             validation.valid_loss(model, dataset, cfg.trainer.valid_max_tokens, device, dtype)
             times[name].append(time.perf_counter() - started)
     loss.linear_cross_entropy = fused
-    return {"pairs": len(dataset), "dtype": str(dtype).removeprefix("torch."),
-            "today": statistics.median(times["today"]), "before": statistics.median(times["gradients formed"]),
-            "each": {name: [round(t, 2) for t in values] for name, values in times.items()}}  # fmt: skip
+    return {
+        "pairs": len(dataset),
+        "dtype": str(dtype).removeprefix("torch."),
+        "today": statistics.median(times["today"]),
+        "before": statistics.median(times["gradients formed"]),
+        "each": {name: [round(t, 2) for t in values] for name, values in times.items()},
+    }
 
 
 def main() -> None:
@@ -65,8 +70,9 @@ def main() -> None:
     parser.add_argument("--model", default="bahdanau")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--data-dir", default=None)
-    parser.add_argument("--record", action="store_true",
-                        help="both models of docs/speed.md's table, saved in results/measured/")  # fmt: skip
+    parser.add_argument(
+        "--record", action="store_true", help="both models of docs/speed.md's table, saved in results/measured/"
+    )
     args = parser.parse_args()
     if args.repeats < 1:
         sys.exit("error: --repeats must be at least 1")
@@ -82,8 +88,10 @@ def main() -> None:
         )
         rows.append([name, f"{today:.2f} s", f"{before:.2f} s", f"{before - today:.1f} s ({before / today:.2f}x)"])
     if args.record:
-        note = (f"The valid loss pass over the {found['pairs']:,} valid pairs, {found['dtype']}, an untrained default "
-                f"model; medians of {args.repeats}, alternating.")  # fmt: skip
+        note = (
+            f"The valid loss pass over the {found['pairs']:,} valid pairs, {found['dtype']}, an untrained default "
+            f"model; medians of {args.repeats}, alternating."
+        )
         columns = ["model", "today", "with the gradients formed", "saved per validation"]
         print(f"wrote {results.record_measurement('validation_cost', columns, rows, note)}", file=sys.stderr)
 

@@ -71,8 +71,7 @@ def tiny_model_overrides(model: str, *extra: str) -> list[str]:
     file is tested as is. With `model/attention=none` (no attention), no attention sizes."""
     if model in TINY:
         fixed = "model/attention=none" in extra
-        return [f"model={model}", *(o for o in TINY[model] if not (fixed and o.startswith("model.attention."))),
-                *extra]  # fmt: skip
+        return [f"model={model}", *(o for o in TINY[model] if not (fixed and o.startswith("model.attention."))), *extra]
     cfg = compose_config(f"model={model}")
     shrunk = []
     for key, value in cfg.model.items():

@@ -118,8 +118,9 @@ def test_two_word_english_verbs_get_their_particle_from_the_german_one():
 def test_verb_final_subordinate_clause_with_a_joined_separable_verb():
     first = make_clause(words("das Kind", "the child"), words("lacht", "laughs"))
     verb, particle, joined = separable_verb("an", "ruft", "calls")
-    second = make_clause(words("der Mann", "the man"), verb, words("die Frau", "the woman"), particle=particle,
-                         joined=joined)  # fmt: skip
+    second = make_clause(
+        words("der Mann", "the man"), verb, words("die Frau", "the woman"), particle=particle, joined=joined
+    )
     de, en, gold = complex_sentence(first, [(words("weil", "because"), second)])
     assert de == "Das Kind lacht, weil der Mann die Frau anruft."
     assert en == "The child laughs because the man calls the woman."
@@ -232,8 +233,9 @@ class GoldAttention(torch.nn.Module):
 def test_an_attention_that_is_the_gold_alignment_scores_aer_zero_through_the_whole_extraction(sample_vocabulary):
     splits, gold = generate_aligned(0, 0, 40, seed=7)
     model = GoldAttention(sample_vocabulary, splits.test, gold["test"])
-    matrices = word_attention(model, sample_vocabulary, splits.test, torch.device("cpu"), torch.float32,
-                              ["alignment"], batch_size=16)[("alignment", False)]  # fmt: skip
+    matrices = word_attention(
+        model, sample_vocabulary, splits.test, torch.device("cpu"), torch.float32, ["alignment"], batch_size=16
+    )[("alignment", False)]
     predicted = links_of(matrices)
     assert all(len(p) == len(en.split()) for p, (_, en) in zip(predicted, splits.test))
     scores = alignment_error(predicted, gold["test"])

@@ -335,8 +335,12 @@ def test_reinforce_gradient_matches_the_exact_expectation_on_two_positions():
     (exact_weights[0, 0] * reward(memory[0])).sum().backward()
     exact, query.grad = query.grad.clone(), None
 
-    context, weights = module(query.expand(draws, 1, size), memory.expand(draws, 2, size),
-                              memory.expand(draws, 2, size), mask.expand(draws, 2))  # fmt: skip
+    context, weights = module(
+        query.expand(draws, 1, size),
+        memory.expand(draws, 2, size),
+        memory.expand(draws, 2, size),
+        mask.expand(draws, 2),
+    )
     losses = reward(context[:, 0]).detach()  # (draws,)
     policy = module.policy_loss(weights, torch.ones(draws, 1, dtype=torch.bool), losses[:, None])
     assert policy.item() == 0  # the term adds a gradient, not a value
@@ -364,8 +368,12 @@ def test_reinforce_estimates_the_gradient_of_the_expected_summed_loss_over_sever
     at_each = losses(memory[0][:, None, :].expand(2, 3, size))  # (positions, words)
     (exact_weights[0] * at_each.T).sum().backward()
     exact, queries.grad = queries.grad.clone(), None
-    context, weights = module(queries.expand(draws, 3, size), memory.expand(draws, 2, size),
-                              memory.expand(draws, 2, size), mask.expand(draws, 2))  # fmt: skip
+    context, weights = module(
+        queries.expand(draws, 3, size),
+        memory.expand(draws, 2, size),
+        memory.expand(draws, 2, size),
+        mask.expand(draws, 2),
+    )
     module.policy_loss(weights, torch.ones(draws, 3, dtype=torch.bool), losses(context).detach()).backward()
     estimate = queries.grad / draws * 3  # the term divides by the mean length
     torch.testing.assert_close(estimate, exact, atol=0.03, rtol=0.05)

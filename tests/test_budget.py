@@ -55,19 +55,42 @@ BURN = "import torch\nx = torch.randn(1500, 1500)\nwhile True:\n    x = torch.ta
 def test_the_same_seed_and_compute_budget_gives_bit_identical_weights_alone_and_beside_a_busy_process(tmp_path):
     """A compute budget stops where the work says, not the clock: the same run alone and beside a process that keeps
     both cores busy ends with the same weights and the same test translations."""
-    command = ["train.py", "data=sample", "model=bahdanau", "data.sizes.train=300", "data.sizes.valid=10",
-               "data.sizes.test=10", "model.embedding_size=32", "model.hidden_size=48", "model.readout_size=32",
-               "model.attention.attention_size=32", "trainer.max_minutes=0", "trainer.max_flops=4e9",
-               "trainer.validations=2", "trainer.progress=false", "trainer.num_plots=0",
-               f"data.spm_cache={tmp_path / 'spm'}"]  # fmt: skip
+    command = [
+        "train.py",
+        "data=sample",
+        "model=bahdanau",
+        "data.sizes.train=300",
+        "data.sizes.valid=10",
+        "data.sizes.test=10",
+        "model.embedding_size=32",
+        "model.hidden_size=48",
+        "model.readout_size=32",
+        "model.attention.attention_size=32",
+        "trainer.max_minutes=0",
+        "trainer.max_flops=4e9",
+        "trainer.validations=2",
+        "trainer.progress=false",
+        "trainer.num_plots=0",
+        f"data.spm_cache={tmp_path / 'spm'}",
+    ]
     environment = {**os.environ, "HYDRA_FULL_ERROR": "0"}
-    alone = subprocess.run([sys.executable, *command, f"hydra.run.dir={tmp_path / 'alone'}"], cwd=ROOT, text=True,
-                           capture_output=True, env=environment)  # fmt: skip
+    alone = subprocess.run(
+        [sys.executable, *command, f"hydra.run.dir={tmp_path / 'alone'}"],
+        cwd=ROOT,
+        text=True,
+        capture_output=True,
+        env=environment,
+    )
     assert alone.returncode == 0, alone.stderr[-2000:]
     burner = subprocess.Popen([sys.executable, "-c", BURN], env={**environment, "OMP_NUM_THREADS": "2"})
     try:
-        busy = subprocess.run([sys.executable, *command, f"hydra.run.dir={tmp_path / 'busy'}"], cwd=ROOT, text=True,
-                              capture_output=True, env=environment)  # fmt: skip
+        busy = subprocess.run(
+            [sys.executable, *command, f"hydra.run.dir={tmp_path / 'busy'}"],
+            cwd=ROOT,
+            text=True,
+            capture_output=True,
+            env=environment,
+        )
     finally:
         burner.kill()
         burner.wait()

@@ -78,13 +78,29 @@ def test_slurm_launcher_config_composes_with_the_submitit_plugin():
 @pytest.mark.slow
 def test_optuna_sweep_runs_trials_and_reports_the_best(tmp_path):
     sweep = subprocess.run(
-        [sys.executable, "train.py", "-m", "hydra/sweeper=lr_dropout", "hydra.sweeper.n_trials=2",
-         "experiment=demo", "data.sizes.train=300", "data.sizes.valid=10", "data.sizes.test=10", "trainer=debug",
-         "trainer.max_steps=2", "trainer.max_minutes=0", "trainer.progress=false", "trainer.test_at_end=false",
-         "trainer.num_plots=0",
-         f"data.spm_cache={tmp_path / 'spm'}", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
-        cwd=ROOT, capture_output=True, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "train.py",
+            "-m",
+            "hydra/sweeper=lr_dropout",
+            "hydra.sweeper.n_trials=2",
+            "experiment=demo",
+            "data.sizes.train=300",
+            "data.sizes.valid=10",
+            "data.sizes.test=10",
+            "trainer=debug",
+            "trainer.max_steps=2",
+            "trainer.max_minutes=0",
+            "trainer.progress=false",
+            "trainer.test_at_end=false",
+            "trainer.num_plots=0",
+            f"data.spm_cache={tmp_path / 'spm'}",
+            f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert sweep.returncode == 0, sweep.stderr[-3000:]
     best = (tmp_path / "sweep" / "optimization_results.yaml").read_text()
     assert "best_params" in best and "trainer.lr" in best
@@ -92,12 +108,14 @@ def test_optuna_sweep_runs_trials_and_reports_the_best(tmp_path):
 
 @pytest.mark.parametrize(
     "dropped, override, refused",
-    [(["model.attention.hard", "model.attention.temperature"], [], None),  # options newer than the checkpoint
-     (["model.attention.hard"], ["model.attention.hard=reinforce"], "model.attention.hard: None in the checkpoint"),
-     (["trainer.plateau_patience"], [], None),
-     (["trainer.plateau_patience"], ["trainer.plateau_patience=9"], "trainer.plateau_patience: None"),
-     (["model.window"], [], None)],
-)  # fmt: skip
+    [
+        (["model.attention.hard", "model.attention.temperature"], [], None),  # options newer than the checkpoint
+        (["model.attention.hard"], ["model.attention.hard=reinforce"], "model.attention.hard: None in the checkpoint"),
+        (["trainer.plateau_patience"], [], None),
+        (["trainer.plateau_patience"], ["trainer.plateau_patience=9"], "trainer.plateau_patience: None"),
+        (["model.window"], [], None),
+    ],
+)
 def test_a_checkpoint_that_predates_an_option_resumes_when_the_option_keeps_its_default(dropped, override, refused):
     """A run saved by an older nmt lacks the options added since; at their defaults the model and recipe are the
     ones it was trained with, so it continues. At another value it would be another run, and is refused."""

@@ -17,17 +17,27 @@ from nmt.device import cuda_capability
 from nmt.loss import linear_cross_entropy
 from nmt.transformer import band
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
-                                reason="no CUDA device on this machine: these run where a GPU is")  # fmt: skip
+pytestmark = pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="no CUDA device on this machine: these run where a GPU is"
+)
 CUDA = torch.device("cuda")
-SMALL = ["data=sample", "data.sizes.train=300", "data.sizes.valid=20", "data.sizes.test=20", "trainer=debug",
-         "trainer.valid_every=2", "trainer.progress=false", "trainer.device=cuda"]  # fmt: skip
+SMALL = [
+    "data=sample",
+    "data.sizes.train=300",
+    "data.sizes.valid=20",
+    "data.sizes.test=20",
+    "trainer=debug",
+    "trainer.valid_every=2",
+    "trainer.progress=false",
+    "trainer.device=cuda",
+]
 
 
 def run(*args):
     environment = {**os.environ, "HYDRA_FULL_ERROR": "1"}
-    return subprocess.run([sys.executable, *map(str, args)], cwd=ROOT, capture_output=True, text=True, env=environment,
-                          timeout=600)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, *map(str, args)], cwd=ROOT, capture_output=True, text=True, env=environment, timeout=600
+    )
 
 
 def bf16_supported() -> bool:
@@ -40,11 +50,26 @@ def test_train_resume_and_decode_on_cuda(tmp_path, precision, model):
     if precision == "bf16" and not bf16_supported():
         pytest.skip("this GPU has no native bf16 (compute capability below 8.0)")
     run_dir, spm = tmp_path / "run", f"data.spm_cache={tmp_path / 'spm'}"
-    first = run("train.py", *SMALL, f"model={model}", f"trainer.precision={precision}", "trainer.max_steps=4", spm,
-                f"hydra.run.dir={run_dir}")  # fmt: skip
+    first = run(
+        "train.py",
+        *SMALL,
+        f"model={model}",
+        f"trainer.precision={precision}",
+        "trainer.max_steps=4",
+        spm,
+        f"hydra.run.dir={run_dir}",
+    )
     assert first.returncode == 0, first.stderr[-3000:]
-    resumed = run("train.py", *SMALL, f"model={model}", f"trainer.precision={precision}", "trainer.max_steps=6", spm,
-                  f"hydra.run.dir={run_dir}", "trainer.resume=true")  # fmt: skip
+    resumed = run(
+        "train.py",
+        *SMALL,
+        f"model={model}",
+        f"trainer.precision={precision}",
+        "trainer.max_steps=6",
+        spm,
+        f"hydra.run.dir={run_dir}",
+        "trainer.resume=true",
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     last = checkpoint.load(run_dir / "last.pt")
     assert last["progress"]["step"] == 6 and last["config"]["trainer"]["precision"] == precision
@@ -53,8 +78,13 @@ def test_train_resume_and_decode_on_cuda(tmp_path, precision, model):
     assert results["precision"] == precision and 0 <= results["test/bleu"] <= 100
     scored = run("evaluate.py", f"checkpoint={run_dir / 'best.pt'}", "split=valid", "beam=3", "device=cuda")
     assert scored.returncode == 0, scored.stderr[-3000:]
-    on_cpu = run("evaluate.py", f"checkpoint={run_dir / 'best.pt'}", "split=valid", "device=cpu",
-                 f"output={tmp_path / 'cpu.hyp'}")  # fmt: skip
+    on_cpu = run(
+        "evaluate.py",
+        f"checkpoint={run_dir / 'best.pt'}",
+        "split=valid",
+        "device=cpu",
+        f"output={tmp_path / 'cpu.hyp'}",
+    )
     assert on_cpu.returncode == 0, on_cpu.stderr[-3000:]  # a GPU checkpoint decodes on the CPU, in its precision
 
 
@@ -94,8 +124,17 @@ def test_the_fused_attention_kernel_equals_the_explicit_product_on_cuda(causal):
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="data parallelism on NCCL needs two GPUs")
 def test_two_gpus_train_identical_replicas_on_nccl(tmp_path):
     run_dir = tmp_path / "run"
-    launched = run("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "train.py", *SMALL,
-                   "trainer.max_steps=4", f"data.spm_cache={tmp_path / 'spm'}", f"hydra.run.dir={run_dir}")  # fmt: skip
+    launched = run(
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "train.py",
+        *SMALL,
+        "trainer.max_steps=4",
+        f"data.spm_cache={tmp_path / 'spm'}",
+        f"hydra.run.dir={run_dir}",
+    )
     assert launched.returncode == 0, launched.stderr[-3000:]
     assert "all 2 replicas hold the same weights" in launched.stdout + launched.stderr
     assert checkpoint.load(run_dir / "last.pt")["progress"]["step"] == 4

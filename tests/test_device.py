@@ -28,11 +28,15 @@ HELD_DOWN = {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}  # a C
 
 @pytest.mark.parametrize(
     "found, chosen",
-    [(NATIVE_CPU, "bf16"), (EMULATED_CPU, "fp32"), (AVX2_CPU, "fp32"),
-     (Capability("cuda", "H100", True, True, True, "compute capability 9.0"), "bf16"),
-     (Capability("cuda", "T4", False, True, True, "compute capability 7.5"), "fp16"),
-     (Capability("cuda", "P40", False, True, False, "compute capability 6.1"), "fp32")],
-)  # fmt: skip
+    [
+        (NATIVE_CPU, "bf16"),
+        (EMULATED_CPU, "fp32"),
+        (AVX2_CPU, "fp32"),
+        (Capability("cuda", "H100", True, True, True, "compute capability 9.0"), "bf16"),
+        (Capability("cuda", "T4", False, True, True, "compute capability 7.5"), "fp16"),
+        (Capability("cuda", "P40", False, True, False, "compute capability 6.1"), "fp32"),
+    ],
+)
 def test_auto_takes_the_fastest_precision_the_hardware_runs_natively(found, chosen):
     precision = choose("auto", found)
     assert precision.name == chosen and precision.warning is None
@@ -40,8 +44,11 @@ def test_auto_takes_the_fastest_precision_the_hardware_runs_natively(found, chos
 
 
 def test_an_explicit_precision_the_hardware_cannot_run_is_refused_naming_the_fix():
-    with pytest.raises(UserError, match=r"trainer.precision=bf16: .*no bf16 kernels, so LSTMs fail.*trainer.precision="
-                                        r"auto \(fp32 here\)"):  # fmt: skip
+    with pytest.raises(
+        UserError,
+        match=r"trainer.precision=bf16: .*no bf16 kernels, so LSTMs fail.*trainer.precision="
+        r"auto \(fp32 here\)",
+    ):
         choose("bf16", AVX2_CPU)
     with pytest.raises(UserError, match=r"^precision=fp16 needs a GPU"):
         choose("fp16", NATIVE_CPU, option="precision")
@@ -85,19 +92,34 @@ def test_training_and_decoding_choose_for_the_cpu_they_run_on(tmp_path, sample_s
 
     cfg = compose_config("data=sample", *tiny_model_overrides("luong"))
     model = build.model(cfg.model, sample_vocabulary)
-    config = TrainerConfig(max_steps=2, max_minutes=0, valid_every=2, precision="bf16", device="cpu", progress=False,
-                           test_at_end=False, num_plots=0)  # fmt: skip
+    config = TrainerConfig(
+        max_steps=2,
+        max_minutes=0,
+        valid_every=2,
+        precision="bf16",
+        device="cpu",
+        progress=False,
+        test_at_end=False,
+        num_plots=0,
+    )
     monkeypatch.setattr(nmt.device, "cpu_capability", lambda: NATIVE_CPU)
     stored = {"model": OmegaConf.to_container(cfg.model, resolve=True), "trainer": asdict(config)}
-    trainer = Trainer(model, sample_vocabulary, sample_splits.train[:16], sample_splits.valid[:4], tmp_path, config,
-                      run_config=stored)  # fmt: skip
+    trainer = Trainer(
+        model, sample_vocabulary, sample_splits.train[:16], sample_splits.valid[:4], tmp_path, config, run_config=stored
+    )
     trainer.save("last.pt")  # a checkpoint trained in bf16
     monkeypatch.setattr(nmt.device, "cpu_capability", lambda: AVX2_CPU)
     assert Translator.load(tmp_path / "last.pt", device="cpu").dtype == torch.float32
     with pytest.raises(UserError, match="precision=bf16: .* has no bf16 kernels"):
         Translator.load(tmp_path / "last.pt", device="cpu", precision="bf16")
-    auto = Trainer(model, sample_vocabulary, sample_splits.train[:16], sample_splits.valid[:4], tmp_path / "b",
-                   TrainerConfig(**{**vars(config), "precision": "auto"}))  # fmt: skip
+    auto = Trainer(
+        model,
+        sample_vocabulary,
+        sample_splits.train[:16],
+        sample_splits.valid[:4],
+        tmp_path / "b",
+        TrainerConfig(**{**vars(config), "precision": "auto"}),
+    )
     assert auto.dtype == torch.float32
     with pytest.raises(UserError, match="trainer.precision=bf16"):
         Trainer(model, sample_vocabulary, sample_splits.train[:16], sample_splits.valid[:4], tmp_path / "c", config)
@@ -109,8 +131,15 @@ def test_an_update_the_gradient_scaler_skips_does_not_advance_the_schedule(tmp_p
 
     cfg = compose_config("data=sample", *tiny_model_overrides("transformer"))
     model = build.model(cfg.model, sample_vocabulary)
-    config = TrainerConfig(max_steps=2, max_minutes=0, precision="fp32", device="cpu", schedule="inverse_sqrt",
-                           warmup_steps=10, progress=False)  # fmt: skip
+    config = TrainerConfig(
+        max_steps=2,
+        max_minutes=0,
+        precision="fp32",
+        device="cpu",
+        schedule="inverse_sqrt",
+        warmup_steps=10,
+        progress=False,
+    )
     trainer = Trainer(model, sample_vocabulary, sample_splits.train[:16], sample_splits.valid[:4], tmp_path, config)
     trainer.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)  # what fp16 uses, on the CPU
     batches, tokens, _, _, _ = next(trainer.updates())
@@ -131,8 +160,17 @@ def run(*args, environment: dict[str, str] | None = None):
 
 # Every family and Luong variant, tiny: two multiruns (one process each) of train.py. Luong's variants take each
 # score, each alignment, and input feeding with a one-way encoder (luong_paper) once.
-RECURRENT = ["sutskever", "bahdanau", "luong", "luong_dot", "luong_concat", "luong_location", "luong_local_m",
-             "luong_local_p", "luong_paper"]  # fmt: skip
+RECURRENT = [
+    "sutskever",
+    "bahdanau",
+    "luong",
+    "luong_dot",
+    "luong_concat",
+    "luong_location",
+    "luong_local_m",
+    "luong_local_p",
+    "luong_paper",
+]
 SWEEPS = [
     [f"variant={','.join(RECURRENT)}", "model.embedding_size=16", "model.hidden_size=24"],
     [*tiny_model_overrides("transformer"), "model.window=0,4"],
@@ -146,9 +184,18 @@ def test_every_family_and_luong_variant_trains_and_decodes_from_the_command_line
     LSTMs fail in oneDNN and bf16 products are hundreds of times slower), where `auto` must choose fp32."""
     environment = HELD_DOWN if cpu != "native" else {}
     expected = "bf16" if cpu == "native" and cpu_capability().native_bf16 else "fp32"
-    small = ["-m", "data=sample", "data.sizes.train=300", "data.sizes.valid=8", "data.sizes.test=8",
-             "trainer.max_steps=2", "trainer.valid_every=2", "trainer.progress=false", "trainer.num_plots=0",
-             f"data.spm_cache={tmp_path / 'spm'}"]  # fmt: skip
+    small = [
+        "-m",
+        "data=sample",
+        "data.sizes.train=300",
+        "data.sizes.valid=8",
+        "data.sizes.test=8",
+        "trainer.max_steps=2",
+        "trainer.valid_every=2",
+        "trainer.progress=false",
+        "trainer.num_plots=0",
+        f"data.spm_cache={tmp_path / 'spm'}",
+    ]
     runs = []
     for i, sweep in enumerate(SWEEPS):
         trained = run("train.py", *small, *sweep, f"hydra.sweep.dir={tmp_path / str(i)}", environment=environment)
@@ -161,8 +208,15 @@ def test_every_family_and_luong_variant_trains_and_decodes_from_the_command_line
     assert decoded.returncode == 0 and "BLEU" in decoded.stdout, decoded.stderr[-3000:]
     assert f"precision {expected} (auto)" in decoded.stdout + decoded.stderr
     if cpu != "native":  # an explicit bf16 is refused with the reason and the fix, never oneDNN's error
-        refused = run("train.py", *small[1:], *SWEEPS[0][1:], "model=luong", "trainer.precision=bf16",
-                      f"hydra.run.dir={tmp_path / 'bf16'}", environment=environment)  # fmt: skip
+        refused = run(
+            "train.py",
+            *small[1:],
+            *SWEEPS[0][1:],
+            "model=luong",
+            "trainer.precision=bf16",
+            f"hydra.run.dir={tmp_path / 'bf16'}",
+            environment=environment,
+        )
         assert refused.returncode != 0 and "Traceback" not in refused.stderr
         assert "trainer.precision=bf16" in refused.stderr and "Use trainer.precision=auto (fp32 here)" in refused.stderr
         translated = run("translate.py", f"checkpoint={runs[2]}", "precision=bf16", environment=environment)

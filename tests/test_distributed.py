@@ -13,11 +13,21 @@ from nmt import checkpoint, distributed
 
 
 def test_a_slurm_task_gets_torchruns_variables():
-    slurm = {"SLURM_PROCID": "3", "SLURM_LOCALID": "1", "SLURM_NTASKS": "4", "SLURM_JOB_ID": "123456",
-             "SLURM_JOB_NODELIST": "gpu[07-08,11],cpu2"}  # fmt: skip
+    slurm = {
+        "SLURM_PROCID": "3",
+        "SLURM_LOCALID": "1",
+        "SLURM_NTASKS": "4",
+        "SLURM_JOB_ID": "123456",
+        "SLURM_JOB_NODELIST": "gpu[07-08,11],cpu2",
+    }
     port = str(20000 + 123456 % 20000)
-    assert distributed.from_slurm(slurm) == {"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4",
-                                             "MASTER_ADDR": "gpu07", "MASTER_PORT": port}  # fmt: skip
+    assert distributed.from_slurm(slurm) == {
+        "RANK": "3",
+        "LOCAL_RANK": "1",
+        "WORLD_SIZE": "4",
+        "MASTER_ADDR": "gpu07",
+        "MASTER_PORT": port,
+    }
     assert distributed.from_slurm({**slurm, "WORLD_SIZE": "4"}) == {}  # torchrun's own, left alone
     assert distributed.from_slurm({**slurm, "SLURM_NTASKS": "1"}) == {}  # one task: no process group
     assert distributed.from_slurm({}) == {}

@@ -23,9 +23,14 @@ VARIANTS = {
     "luong_concat_local_p": ["model=luong", "model/attention=concat", "model.alignment=local_p"],
     "luong_location": ["model=luong", "model/attention=location", "model.input_feeding=true"],
     "transformer": ["model=transformer"],
-    "transformer_window_post_norm_tied": ["model=transformer", "model.window=4", "model.pre_norm=false",
-                                          "model.tie_output=true", "model.share_embeddings=true"],
-}  # fmt: skip
+    "transformer_window_post_norm_tied": [
+        "model=transformer",
+        "model.window=4",
+        "model.pre_norm=false",
+        "model.tie_output=true",
+        "model.share_embeddings=true",
+    ],
+}
 SHAPES = [[8, 20, 33], [6], [12, 12, 12, 7, 40, 25, 9, 30]]  # sentences per batch, and their source lengths
 
 

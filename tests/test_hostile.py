@@ -116,8 +116,13 @@ def saved_checkpoint(tmp_path_factory, sample_vocabulary):
     return folder / "model.pt"
 
 
-@settings(max_examples=25, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
+@settings(
+    max_examples=25,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 @given(data=st.binary(max_size=200))
 def test_translate_reads_any_bytes_on_stdin_or_says_they_are_not_text(saved_checkpoint, monkeypatch, data):
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8"))

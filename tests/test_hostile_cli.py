@@ -19,16 +19,28 @@ from nmt.data import PAD_ID
 from nmt.rnn import BahdanauSeq2Seq
 from nmt.trainer import Trainer
 
-SMALL = ["experiment=demo", "data.sizes.train=300", "data.sizes.valid=10", "data.sizes.test=10", "trainer=debug",
-         "trainer.max_steps=4", "trainer.valid_every=2", "trainer.progress=false", "trainer.num_plots=0",
-         "model.hidden_size=32",
-         "model.embedding_size=16", "model.readout_size=16", "model.attention.attention_size=16"]  # fmt: skip
+SMALL = [
+    "experiment=demo",
+    "data.sizes.train=300",
+    "data.sizes.valid=10",
+    "data.sizes.test=10",
+    "trainer=debug",
+    "trainer.max_steps=4",
+    "trainer.valid_every=2",
+    "trainer.progress=false",
+    "trainer.num_plots=0",
+    "model.hidden_size=32",
+    "model.embedding_size=16",
+    "model.readout_size=16",
+    "model.attention.attention_size=16",
+]
 
 
 def run(*args, stdin: bytes | None = None, timeout: float = 90):
     environment = {**os.environ, "HYDRA_FULL_ERROR": "0", "LC_ALL": "C.UTF-8"}
-    return subprocess.run([sys.executable, *map(str, args)], cwd=ROOT, capture_output=True, env=environment,
-                          input=stdin, timeout=timeout)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, *map(str, args)], cwd=ROOT, capture_output=True, env=environment, input=stdin, timeout=timeout
+    )
 
 
 def snapshot(folder) -> dict:
@@ -37,8 +49,10 @@ def snapshot(folder) -> dict:
 
 def unchanged(before: dict, after: dict) -> bool:
     """Every file that was there is as it was; the run's log may only have grown."""
-    return all(after.get(name, b"").startswith(data) if name.endswith(".log") else after.get(name) == data
-               for name, data in before.items())  # fmt: skip
+    return all(
+        after.get(name, b"").startswith(data) if name.endswith(".log") else after.get(name) == data
+        for name, data in before.items()
+    )
 
 
 def refused(result, message: str) -> None:
@@ -73,11 +87,13 @@ def test_a_new_run_into_a_run_directory_that_holds_one_is_refused(trained):
 
 @pytest.mark.parametrize(
     "change, message",
-    [("data.vocab_size=200", "data.vocab_size: 250 in the checkpoint, 200 now"),
-     ("model.hidden_size=48", "model.hidden_size: 32 in the checkpoint, 48 now"),
-     ("seed=7", "seed: 1234 in the checkpoint, 7 now"),
-     ("model=transformer", "model._target_: 'nmt.rnn.BahdanauSeq2Seq' in the checkpoint")],
-)  # fmt: skip
+    [
+        ("data.vocab_size=200", "data.vocab_size: 250 in the checkpoint, 200 now"),
+        ("model.hidden_size=48", "model.hidden_size: 32 in the checkpoint, 48 now"),
+        ("seed=7", "seed: 1234 in the checkpoint, 7 now"),
+        ("model=transformer", "model._target_: 'nmt.rnn.BahdanauSeq2Seq' in the checkpoint"),
+    ],
+)
 def test_resuming_with_settings_that_make_another_run_is_refused_naming_them(trained, change, message):
     result, before, after = train_again(trained, "trainer.resume=true", "trainer.max_steps=6", change)
     refused(result, message)
@@ -86,8 +102,13 @@ def test_resuming_with_settings_that_make_another_run_is_refused_naming_them(tra
 
 def test_resuming_from_a_weights_only_checkpoint_is_refused(trained, tmp_path):
     step = sorted(trained[0].glob("step*.pt"))[-1]
-    result = run("train.py", *SMALL, f"data.spm_cache={trained[1]}", f"hydra.run.dir={tmp_path / 'new'}",
-                 f"trainer.resume={step}")  # fmt: skip
+    result = run(
+        "train.py",
+        *SMALL,
+        f"data.spm_cache={trained[1]}",
+        f"hydra.run.dir={tmp_path / 'new'}",
+        f"trainer.resume={step}",
+    )
     refused(result, "holds weights only")
 
 
@@ -97,8 +118,15 @@ def test_resuming_applies_a_new_learning_rate_and_budget(trained, tmp_path):
     for path in trained[0].iterdir():
         if path.is_file():
             (copy / path.name).write_bytes(path.read_bytes())
-    result = run("train.py", *SMALL, f"data.spm_cache={trained[1]}", f"hydra.run.dir={copy}", "trainer.resume=true",
-                 "trainer.max_steps=6", "trainer.lr=0.0005")  # fmt: skip
+    result = run(
+        "train.py",
+        *SMALL,
+        f"data.spm_cache={trained[1]}",
+        f"hydra.run.dir={copy}",
+        "trainer.resume=true",
+        "trainer.max_steps=6",
+        "trainer.lr=0.0005",
+    )
     assert result.returncode == 0, result.stderr.decode()[-2000:]
     assert "resuming with trainer.lr=0.0005 (the checkpoint had 0.003)" in result.stdout.decode()
     last = checkpoint.load(copy / "last.pt")
@@ -108,36 +136,44 @@ def test_resuming_applies_a_new_learning_rate_and_budget(trained, tmp_path):
 
 @pytest.mark.parametrize(
     "options, message",
-    [(["data.max_len=2"], "no training pair is left"),
-     (["trainer.log_every=0"], "trainer.log_every=0: must be at least 1"),
-     (["trainer.keep_checkpoints=abc"], "full_key: trainer.keep_checkpoints"),
-     (["trainer.clip_norm=-1"], "trainer.clip_norm=-1.0: must be at least 0"),
-     (["trainer.max_steps=0", "trainer.max_minutes=0", "trainer.max_flops=0"], "nothing would stop training"),
-     (["data.sizes.train=-5"], "data.sizes: train=-5; a number of sentence pairs cannot be negative"),
-     (["data.sizes.train=10000000000"], "the sample grammar gives at most 200,000"),
-     (["data.grammar.clauses=100000"], "at most 16 clauses and 4 phrases"),
-     (["data.grammar.phrases=100000"], "at most 16 clauses and 4 phrases"),
-     (["data.grammar.max_words=1"], "the grammar's shortest sentence has 3 words"),
-     (["data.grammar.min_words=1000"], "(0 of the 320 asked for in 2,000 drawn; the longest had"),  # in seconds
-     (["trainer.valid_every=-3"], "trainer.valid_every=-3: must be at least 0"),
-     (["trainer.max_flops=nan"], "trainer.max_flops=nan: must be at least 0"),
-     (["trainer.max_flops=inf"], "trainer.max_flops=inf: must be a finite number (0: no limit of this kind)"),
-     (["trainer.max_minutes=inf"], "trainer.max_minutes=inf: must be a finite number"),
-     (["trainer.optimizer=sgd"], "trainer.optimizer='sgd': use one of adam, adamw"),
-     (["trainer.resume=/nowhere/last.pt"], "/nowhere/last.pt: no such checkpoint"),
-     (["model/attention=dot"], "model/attention=dot: BahdanauSeq2Seq takes additive"),
-     (["model=luong", "model/attention=additive"], "LuongSeq2Seq takes dot, general, concat, location"),
-     (["model.cell=rnn"], "model.cell='rnn': use gru or lstm"),
-     (["data.max_len=2"], "all 300 are longer than data.max_len=2 subwords on one side or the other. Raise"),
-     (["data.sizes.valid=0"], "the valid split is empty: validation needs at least one pair (data.sizes.valid)"),
-     (["trainer.resume=yes"], "trainer.resume=yes: use true (continue this run directory), false"),
-     (["data.vocab_size=5"], "raise data.vocab_size to at least"),
-     (["data.vocab_size=100000"], "lower data.vocab_size to 250 or less"),
-     (["trainer.lr=1e30", "trainer.precision=fp32"], "Lower trainer.lr (trainer.lr=1e+30).")],
-)  # fmt: skip
+    [
+        (["data.max_len=2"], "no training pair is left"),
+        (["trainer.log_every=0"], "trainer.log_every=0: must be at least 1"),
+        (["trainer.keep_checkpoints=abc"], "full_key: trainer.keep_checkpoints"),
+        (["trainer.clip_norm=-1"], "trainer.clip_norm=-1.0: must be at least 0"),
+        (["trainer.max_steps=0", "trainer.max_minutes=0", "trainer.max_flops=0"], "nothing would stop training"),
+        (["data.sizes.train=-5"], "data.sizes: train=-5; a number of sentence pairs cannot be negative"),
+        (["data.sizes.train=10000000000"], "the sample grammar gives at most 200,000"),
+        (["data.grammar.clauses=100000"], "at most 16 clauses and 4 phrases"),
+        (["data.grammar.phrases=100000"], "at most 16 clauses and 4 phrases"),
+        (["data.grammar.max_words=1"], "the grammar's shortest sentence has 3 words"),
+        (["data.grammar.min_words=1000"], "(0 of the 320 asked for in 2,000 drawn; the longest had"),  # in seconds
+        (["trainer.valid_every=-3"], "trainer.valid_every=-3: must be at least 0"),
+        (["trainer.max_flops=nan"], "trainer.max_flops=nan: must be at least 0"),
+        (["trainer.max_flops=inf"], "trainer.max_flops=inf: must be a finite number (0: no limit of this kind)"),
+        (["trainer.max_minutes=inf"], "trainer.max_minutes=inf: must be a finite number"),
+        (["trainer.optimizer=sgd"], "trainer.optimizer='sgd': use one of adam, adamw"),
+        (["trainer.resume=/nowhere/last.pt"], "/nowhere/last.pt: no such checkpoint"),
+        (["model/attention=dot"], "model/attention=dot: BahdanauSeq2Seq takes additive"),
+        (["model=luong", "model/attention=additive"], "LuongSeq2Seq takes dot, general, concat, location"),
+        (["model.cell=rnn"], "model.cell='rnn': use gru or lstm"),
+        (["data.max_len=2"], "all 300 are longer than data.max_len=2 subwords on one side or the other. Raise"),
+        (["data.sizes.valid=0"], "the valid split is empty: validation needs at least one pair (data.sizes.valid)"),
+        (["trainer.resume=yes"], "trainer.resume=yes: use true (continue this run directory), false"),
+        (["data.vocab_size=5"], "raise data.vocab_size to at least"),
+        (["data.vocab_size=100000"], "lower data.vocab_size to 250 or less"),
+        (["trainer.lr=1e30", "trainer.precision=fp32"], "Lower trainer.lr (trainer.lr=1e+30)."),
+    ],
+)
 def test_option_values_that_make_no_sense_stop_before_training(tmp_path, options, message):
-    result = run("train.py", *SMALL, f"data.spm_cache={tmp_path / 'spm'}", f"hydra.run.dir={tmp_path / 'run'}",
-                 *options, timeout=60)  # fmt: skip
+    result = run(
+        "train.py",
+        *SMALL,
+        f"data.spm_cache={tmp_path / 'spm'}",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        *options,
+        timeout=60,
+    )
     refused(result, message)
     assert not list((tmp_path / "run").glob("*.pt"))
 
@@ -152,39 +188,62 @@ def test_an_empty_valid_or_test_split_is_refused_before_training(tmp_path, empty
         ):
             (tmp_path / f"{split}.{side}").write_text("" if split == empty else text)
             paths.append(f"data.{split}.{side}={tmp_path / f'{split}.{side}'}")
-    result = run("train.py", "data=files", "data.vocab_size=30", *paths, "trainer=debug", "trainer.progress=false",
-                 f"data.spm_cache={tmp_path / 'spm'}", f"hydra.run.dir={tmp_path / 'run'}")  # fmt: skip
+    result = run(
+        "train.py",
+        "data=files",
+        "data.vocab_size=30",
+        *paths,
+        "trainer=debug",
+        "trainer.progress=false",
+        f"data.spm_cache={tmp_path / 'spm'}",
+        f"hydra.run.dir={tmp_path / 'run'}",
+    )
     refused(result, f"the {empty} split is empty")
 
 
 def test_decoding_output_paths_are_checked_before_decoding(trained, tmp_path):
     best = trained[0] / "best.pt"
-    refused(run("translate.py", f"checkpoint={best}", "output=/missing/dir/x", stdin=b"Der Hund.\n"),
-            "output=/missing/dir/x: the folder /missing/dir does not exist")  # fmt: skip
+    refused(
+        run("translate.py", f"checkpoint={best}", "output=/missing/dir/x", stdin=b"Der Hund.\n"),
+        "output=/missing/dir/x: the folder /missing/dir does not exist",
+    )
     refused(run("evaluate.py", f"checkpoint={best}", "split=valid", "output=/missing/y.hyp"), "/missing")
-    refused(run("evaluate.py", f"checkpoint={best}", "split=valid", "alignments=/missing/gold.align"),
-            "alignments=/missing/gold.align: no such file")  # fmt: skip
-    refused(run("translate.py", f"checkpoint={best}", "alignments=/missing/dir/x", stdin=b"Der Hund.\n"),
-            "alignments=/missing/dir/x: the folder /missing/dir does not exist")  # fmt: skip
+    refused(
+        run("evaluate.py", f"checkpoint={best}", "split=valid", "alignments=/missing/gold.align"),
+        "alignments=/missing/gold.align: no such file",
+    )
+    refused(
+        run("translate.py", f"checkpoint={best}", "alignments=/missing/dir/x", stdin=b"Der Hund.\n"),
+        "alignments=/missing/dir/x: the folder /missing/dir does not exist",
+    )
     (tmp_path / "a.png").mkdir()
-    refused(run("scripts/plot_attention.py", f"checkpoint={best}", "text=Der Hund.", f"output={tmp_path / 'a.png'}"),
-            "is a folder")  # fmt: skip
+    refused(
+        run("scripts/plot_attention.py", f"checkpoint={best}", "text=Der Hund.", f"output={tmp_path / 'a.png'}"),
+        "is a folder",
+    )
     refused(run("scripts/average_checkpoints.py", trained[0], "--output", "/missing/averaged.pt"), "does not exist")
 
 
 @pytest.mark.parametrize(
     "command, target",
-    [(["evaluate.py", "split=valid"], "output=RUN/last.pt"),
-     (["evaluate.py", "split=valid", "overwrite=true"], "output=RUN/results.json"),
-     (["translate.py", "overwrite=true"], "output=RUN/results.json"),
-     (["translate.py"], "output=RUN/spm.src.model"),
-     (["translate.py"], "alignments=RUN/provenance.json")],
-)  # fmt: skip
+    [
+        (["evaluate.py", "split=valid"], "output=RUN/last.pt"),
+        (["evaluate.py", "split=valid", "overwrite=true"], "output=RUN/results.json"),
+        (["translate.py", "overwrite=true"], "output=RUN/results.json"),
+        (["translate.py"], "output=RUN/spm.src.model"),
+        (["translate.py"], "alignments=RUN/provenance.json"),
+    ],
+)
 def test_no_output_option_replaces_a_file_of_a_training_run(trained, command, target):
     run_dir = trained[0]
     before = snapshot(run_dir)
-    result = run(command[0], f"checkpoint={run_dir / 'best.pt'}", *command[1:], target.replace("RUN", str(run_dir)),
-                 stdin=b"Der Hund.\n")  # fmt: skip
+    result = run(
+        command[0],
+        f"checkpoint={run_dir / 'best.pt'}",
+        *command[1:],
+        target.replace("RUN", str(run_dir)),
+        stdin=b"Der Hund.\n",
+    )
     refused(result, "a file of the training run in")
     assert unchanged(before, snapshot(run_dir))
 
@@ -192,15 +251,27 @@ def test_no_output_option_replaces_a_file_of_a_training_run(trained, command, ta
 def test_an_existing_file_is_replaced_only_when_the_user_says_so(trained, tmp_path):
     best, mine = trained[0] / "best.pt", tmp_path / "mine.txt"
     mine.write_text("my notes\n")
-    refused(run("translate.py", f"checkpoint={best}", f"output={mine}", stdin=b"Der Hund.\n"),
-            f"output={mine}: exists, and this command would replace it")  # fmt: skip
-    refused(run("translate.py", f"checkpoint={best}", f"output={tmp_path / 'a'}", f"alignments={tmp_path / 'a'}",
-                stdin=b"Der Hund.\n"), "writes another file there too")  # fmt: skip
+    refused(
+        run("translate.py", f"checkpoint={best}", f"output={mine}", stdin=b"Der Hund.\n"),
+        f"output={mine}: exists, and this command would replace it",
+    )
+    refused(
+        run(
+            "translate.py",
+            f"checkpoint={best}",
+            f"output={tmp_path / 'a'}",
+            f"alignments={tmp_path / 'a'}",
+            stdin=b"Der Hund.\n",
+        ),
+        "writes another file there too",
+    )
     assert mine.read_text() == "my notes\n" and not (tmp_path / "a").exists()
     replaced = run("translate.py", f"checkpoint={best}", f"output={mine}", "overwrite=true", stdin=b"Der Hund.\n")
     assert replaced.returncode == 0 and mine.read_text() != "my notes\n"
-    refused(run("scripts/average_checkpoints.py", trained[0], "--last", "2", "--output", trained[0] / "last.pt"),
-            "a file of the training run in")  # fmt: skip
+    refused(
+        run("scripts/average_checkpoints.py", trained[0], "--last", "2", "--output", trained[0] / "last.pt"),
+        "a file of the training run in",
+    )
     refused(run("scripts/average_checkpoints.py", trained[0], "--last", "2", "--output", mine), "exists")
     assert (
         run("scripts/average_checkpoints.py", trained[0], "--last", "2", "--output", mine, "--overwrite").returncode
@@ -224,21 +295,30 @@ def test_the_sample_writer_keeps_existing_files_and_refuses_impossible_sizes(tmp
 def test_evaluate_never_overwrites_its_own_inputs(trained, tmp_path):
     (tmp_path / "my.de").write_text("Der Hund läuft.\n")
     (tmp_path / "my.en").write_text("The dog runs.\n")
-    result = run("evaluate.py", f"checkpoint={trained[0] / 'best.pt'}", f"source={tmp_path / 'my.de'}",
-                 f"reference={tmp_path / 'my.en'}", f"output={tmp_path / 'my.en'}")  # fmt: skip
+    result = run(
+        "evaluate.py",
+        f"checkpoint={trained[0] / 'best.pt'}",
+        f"source={tmp_path / 'my.de'}",
+        f"reference={tmp_path / 'my.en'}",
+        f"output={tmp_path / 'my.en'}",
+    )
     refused(result, "is one of this command's inputs and would be overwritten")
     assert (tmp_path / "my.en").read_text() == "The dog runs.\n"
 
 
 @pytest.mark.parametrize(
     "options, message",
-    [(["beam=abc"], "full_key: beam"), (["beam=0"], "beam=0: the beam size must be 1"),
-     (["split=dev"], "split='dev' is not a split"),
-     (["beam=1000000"], "tokens, more than a batch holds (max_tokens=8,000); lower the beam, or raise max_tokens"),
-     (["max_tokens=0"], "max_tokens=0: must be at least 1"), (["alpha=nan"], "alpha=nan: the length penalty's"),
-     (["max_input_len=-1"], "max_input_len=-1: must be at least 1"),
-     (["device=gpu"], "error: device='gpu': use auto, cpu or cuda")],
-)  # fmt: skip
+    [
+        (["beam=abc"], "full_key: beam"),
+        (["beam=0"], "beam=0: the beam size must be 1"),
+        (["split=dev"], "split='dev' is not a split"),
+        (["beam=1000000"], "tokens, more than a batch holds (max_tokens=8,000); lower the beam, or raise max_tokens"),
+        (["max_tokens=0"], "max_tokens=0: must be at least 1"),
+        (["alpha=nan"], "alpha=nan: the length penalty's"),
+        (["max_input_len=-1"], "max_input_len=-1: must be at least 1"),
+        (["device=gpu"], "error: device='gpu': use auto, cpu or cuda"),
+    ],
+)
 def test_evaluate_options_are_checked(trained, options, message):
     refused(run("evaluate.py", f"checkpoint={trained[0] / 'best.pt'}", *options), message)
 
@@ -246,25 +326,37 @@ def test_evaluate_options_are_checked(trained, options, message):
 def test_evaluate_on_empty_files_says_so(trained, tmp_path):
     (tmp_path / "empty.de").write_text("")
     (tmp_path / "empty.en").write_text("")
-    result = run("evaluate.py", f"checkpoint={trained[0] / 'best.pt'}", f"source={tmp_path / 'empty.de'}",
-                 f"reference={tmp_path / 'empty.en'}")  # fmt: skip
+    result = run(
+        "evaluate.py",
+        f"checkpoint={trained[0] / 'best.pt'}",
+        f"source={tmp_path / 'empty.de'}",
+        f"reference={tmp_path / 'empty.en'}",
+    )
     refused(result, "no sentences to score")
 
 
 @pytest.mark.parametrize(
     "gold, options, message",
-    [("0-0 1-1\n1:2\n", [], "gold.align:2: '1:2' is not a link: write i-j (sure) or i?j / ipj (possible)"),
-     ("0-0\n", [], "gold.align: 1 lines of links, 2 sentence pairs: write one line per pair"),
-     ("0-0\n0-9\n", [], "gold.align:2: link 0-9 is past the sentence"),
-     ("\n0?1\n", [], "no sure link in any of its 2 lines, so AER (which divides by the sure links) is undefined"),
-     ("0-0\n0-0\n", ["alignment_map=cross_layer_9"], "alignment_map='cross_layer_9': this model has alignment")],
-)  # fmt: skip
+    [
+        ("0-0 1-1\n1:2\n", [], "gold.align:2: '1:2' is not a link: write i-j (sure) or i?j / ipj (possible)"),
+        ("0-0\n", [], "gold.align: 1 lines of links, 2 sentence pairs: write one line per pair"),
+        ("0-0\n0-9\n", [], "gold.align:2: link 0-9 is past the sentence"),
+        ("\n0?1\n", [], "no sure link in any of its 2 lines, so AER (which divides by the sure links) is undefined"),
+        ("0-0\n0-0\n", ["alignment_map=cross_layer_9"], "alignment_map='cross_layer_9': this model has alignment"),
+    ],
+)
 def test_gold_alignments_are_checked_before_decoding_naming_the_line(trained, tmp_path, gold, options, message):
     (tmp_path / "my.de").write_text("Der Hund läuft.\nDie Katze schläft.\n")
     (tmp_path / "my.en").write_text("The dog runs.\nThe cat sleeps.\n")
     (tmp_path / "gold.align").write_text(gold)
-    result = run("evaluate.py", f"checkpoint={trained[0] / 'best.pt'}", f"source={tmp_path / 'my.de'}",
-                 f"reference={tmp_path / 'my.en'}", f"alignments={tmp_path / 'gold.align'}", *options)  # fmt: skip
+    result = run(
+        "evaluate.py",
+        f"checkpoint={trained[0] / 'best.pt'}",
+        f"source={tmp_path / 'my.de'}",
+        f"reference={tmp_path / 'my.en'}",
+        f"alignments={tmp_path / 'gold.align'}",
+        *options,
+    )
     refused(result, message)
     assert not list(tmp_path.glob("*.hyp"))
 
@@ -273,8 +365,13 @@ def test_gold_alignments_of_your_own_files_are_scored(trained, tmp_path):
     (tmp_path / "my.de").write_text("Der Hund läuft.\nDie Katze schläft.\n")
     (tmp_path / "my.en").write_text("The dog runs.\nThe cat sleeps.\n")
     (tmp_path / "gold.align").write_text("0-0 1-1 2-2\n0-0 1-1 2-2\n")
-    result = run("evaluate.py", f"checkpoint={trained[0] / 'best.pt'}", f"source={tmp_path / 'my.de'}",
-                 f"reference={tmp_path / 'my.en'}", f"alignments={tmp_path / 'gold.align'}")  # fmt: skip
+    result = run(
+        "evaluate.py",
+        f"checkpoint={trained[0] / 'best.pt'}",
+        f"source={tmp_path / 'my.de'}",
+        f"reference={tmp_path / 'my.en'}",
+        f"alignments={tmp_path / 'gold.align'}",
+    )
     assert result.returncode == 0, result.stderr.decode()[-2000:]
     assert "alignment (argmax" in result.stdout.decode() and " <" in result.stdout.decode()
 
@@ -286,11 +383,28 @@ def test_invalid_utf8_on_stdin_names_the_line(trained):
 
 def test_a_nan_loss_never_reaches_a_checkpoint(tmp_path, sample_splits, sample_vocabulary):
     torch.manual_seed(0)
-    model = BahdanauSeq2Seq(sample_vocabulary.source_size, sample_vocabulary.target_size, PAD_ID,
-                            attention=partial(AdditiveAttention, attention_size=16), embedding_size=16,
-                            hidden_size=16, encoder_layers=1, readout_size=16, dropout=0.0, cell="gru")  # fmt: skip
-    config = TrainerConfig(max_steps=4, max_minutes=0, valid_every=2, log_every=50, precision="fp32", device="cpu",
-                           progress=False, schedule="constant")  # fmt: skip
+    model = BahdanauSeq2Seq(
+        sample_vocabulary.source_size,
+        sample_vocabulary.target_size,
+        PAD_ID,
+        attention=partial(AdditiveAttention, attention_size=16),
+        embedding_size=16,
+        hidden_size=16,
+        encoder_layers=1,
+        readout_size=16,
+        dropout=0.0,
+        cell="gru",
+    )
+    config = TrainerConfig(
+        max_steps=4,
+        max_minutes=0,
+        valid_every=2,
+        log_every=50,
+        precision="fp32",
+        device="cpu",
+        progress=False,
+        schedule="constant",
+    )
     trainer = Trainer(model, sample_vocabulary, sample_splits.train[:100], sample_splits.valid[:4], tmp_path, config)
     trainer.train()
     trainer.config.max_steps = 30
@@ -312,8 +426,13 @@ def test_ctrl_c_in_translate_stops_without_a_traceback_and_writes_nothing(traine
     command = [sys.executable, "translate.py", f"checkpoint={trained[0] / 'best.pt'}", f"output={output}"]
     # A job a shell starts in the background (`bash .ci/run &`) has Ctrl-C ignored, and so has every process it
     # starts, unless it sets a handler of its own: Python then installs none, and this SIGINT would do nothing
-    process = subprocess.Popen(command, cwd=ROOT, stdin=subprocess.PIPE, stderr=subprocess.PIPE,
-                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+    process = subprocess.Popen(
+        command,
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     process.stdin.write(b"Der Hund.\n")
     process.stdin.flush()  # the input stays open: translate.py waits for the rest, the model loaded
     wchan = Path(f"/proc/{process.pid}/wchan")
@@ -328,15 +447,19 @@ def test_ctrl_c_in_translate_stops_without_a_traceback_and_writes_nothing(traine
 
 
 def test_benchmark_options_are_checked_before_anything_is_measured(tmp_path):
-    refused(run("scripts/benchmark.py", "--steps", "0", "--output", tmp_path / "b"), "--steps 0: must be at least 1")
+    refused(
+        run("-m", "nmt.study", "measure", "--steps", "0", "--output", tmp_path / "b"), "--steps 0: must be at least 1"
+    )
     (tmp_path / "file").write_text("mine\n")
-    refused(run("scripts/benchmark.py", "--output", tmp_path / "file"), "is a file, not a folder")
+    refused(run("-m", "nmt.study", "measure", "--output", tmp_path / "file"), "is a file, not a folder")
     assert (tmp_path / "file").read_text() == "mine\n" and not (tmp_path / "b").exists()
 
 
 def test_a_folder_given_as_a_text_file_is_named_as_one(trained, tmp_path):
-    refused(run("translate.py", f"checkpoint={trained[0] / 'best.pt'}", f"input={tmp_path}"),
-            f"{tmp_path}: a folder, not a text file")  # fmt: skip
+    refused(
+        run("translate.py", f"checkpoint={trained[0] / 'best.pt'}", f"input={tmp_path}"),
+        f"{tmp_path}: a folder, not a text file",
+    )
 
 
 # --- a checkpoint runs no code --------------------------------------------------------------------------------------
@@ -385,17 +508,20 @@ def data_url(config, canary):  # a type a schema refuses, in a section the model
 
 @pytest.mark.parametrize(
     "change, message",
-    [(logging_target, "model._target_='logging.basicConfig': not one of nmt's models"),
-     (os_target, "model._target_='os.remove': not one of nmt's models"),
-     (subprocess_target, "model._target_='subprocess.run': not one of nmt's models"),
-     (nested_attention_target, "model.attention._target_='os.truncate': not one of nmt's attentions"),
-     (positional_arguments, "model.attention._args_: a model config holds constructor arguments only"),
-     (interpolated_target, "config.model.attention=\"${oc.decode"),
-     (data_url, "data.sizes.train")],
-)  # fmt: skip
+    [
+        (logging_target, "model._target_='logging.basicConfig': not one of nmt's models"),
+        (os_target, "model._target_='os.remove': not one of nmt's models"),
+        (subprocess_target, "model._target_='subprocess.run': not one of nmt's models"),
+        (nested_attention_target, "model.attention._target_='os.truncate': not one of nmt's attentions"),
+        (positional_arguments, "model.attention._args_: a model config holds constructor arguments only"),
+        (interpolated_target, 'config.model.attention="${oc.decode'),
+        (data_url, "data.sizes.train"),
+    ],
+)
 @pytest.mark.parametrize("command", ["evaluate.py", "translate.py"])
-def test_a_checkpoint_whose_config_names_other_code_is_refused_and_nothing_happens(trained, tmp_path, change,
-                                                                                   message, command):  # fmt: skip
+def test_a_checkpoint_whose_config_names_other_code_is_refused_and_nothing_happens(
+    trained, tmp_path, change, message, command
+):
     path = hostile_checkpoint(trained, tmp_path, change)
     extra = ["split=valid"] if command == "evaluate.py" else []
     result = run(command, f"checkpoint={path}", *extra, stdin=b"Der Hund.\n")
@@ -420,14 +546,24 @@ def test_only_nmts_own_model_and_attention_classes_are_buildable():
     models, attentions = buildable()
     for info in pkgutil.walk_packages(nmt.__path__, "nmt."):
         importlib.import_module(info.name)
-    everywhere = {f"{c.__module__}.{c.__qualname__}" for base in (Seq2Seq, Attention) for c in all_subclasses(base)
-                  if c.__module__.startswith("nmt.") and not inspect.isabstract(c)}  # fmt: skip
+    everywhere = {
+        f"{c.__module__}.{c.__qualname__}"
+        for base in (Seq2Seq, Attention)
+        for c in all_subclasses(base)
+        if c.__module__.startswith("nmt.") and not inspect.isabstract(c)
+    }
     assert everywhere == set(models) | set(attentions)
     assert {"nmt.rnn.BahdanauSeq2Seq", "nmt.transformer.Transformer"} <= set(models)
     assert "nmt.attention.AdditiveAttention" in attentions and not set(models) & set(attentions)
     for path in (ROOT / "configs" / "model").rglob("*.yaml"):
-        target = next((line.split(":", 1)[1].strip() for line in path.read_text().splitlines()
-                       if line.strip().startswith("_target_:")), None)  # fmt: skip
+        target = next(
+            (
+                line.split(":", 1)[1].strip()
+                for line in path.read_text().splitlines()
+                if line.strip().startswith("_target_:")
+            ),
+            None,
+        )
         assert target in models or target in attentions, path
 
 
@@ -438,15 +574,17 @@ def all_subclasses(cls: type) -> set[type]:
 
 @pytest.mark.parametrize(
     "arguments, message",
-    [(["--train", "--flops", "inf"], "--flops must be a finite number above 0"),
-     (["--train", "--minutes", "inf"], "--minutes (a wall-clock budget instead) a finite number"),
-     (["RUNS", "--samples", "0"], "--samples 0: at least 20"),
-     (["RUNS", "--samples", "1"], "--samples 1: at least 20"),
-     (["RUNS", "--trials", "5"], "--trials 5: at least 20")],
-)  # fmt: skip
+    [
+        (["--train", "--flops", "inf"], "--flops must be a finite number above 0"),
+        (["--train", "--minutes", "inf"], "--minutes (a wall-clock budget instead) a finite number"),
+        (["RUNS", "--samples", "0"], "--samples 0: at least 20"),
+        (["RUNS", "--samples", "1"], "--samples 1: at least 20"),
+        (["RUNS", "--trials", "5"], "--trials 5: at least 20"),
+    ],
+)
 def test_a_comparison_with_no_end_or_no_statistics_is_refused_at_once(trained, tmp_path, arguments, message):
     arguments = [str(trained[0]) if a == "RUNS" else a for a in arguments]
-    result = run("scripts/compare.py", *arguments, "--output", str(tmp_path / "report"), timeout=30)
+    result = run("-m", "nmt.study", "compare", *arguments, "--output", str(tmp_path / "report"), timeout=30)
     refused(result, message)
     assert not (tmp_path / "report").exists()
 
@@ -462,17 +600,23 @@ def rerun_auto(trained, tmp_path, *options):
     if not copy.exists():
         shutil.copytree(trained[0], copy)
     before = snapshot(copy)
-    result = run("train.py", *SMALL, f"data.spm_cache={trained[1]}", f"hydra.run.dir={copy}", "trainer.resume=auto",
-                 *options)  # fmt: skip
+    result = run(
+        "train.py", *SMALL, f"data.spm_cache={trained[1]}", f"hydra.run.dir={copy}", "trainer.resume=auto", *options
+    )
     return result, before, copy
 
 
 @pytest.mark.parametrize(
     "option, key",
-    [("trainer.lr=0.5", "trainer.lr"), ("trainer.label_smoothing=0.2", "trainer.label_smoothing"),
-     ("trainer.clip_norm=5", "trainer.clip_norm"), ("trainer.deterministic=true", "trainer.deterministic"),
-     ("trainer.max_steps=5", "trainer.max_steps"), ("PRECISION", "trainer.precision")],
-)  # fmt: skip
+    [
+        ("trainer.lr=0.5", "trainer.lr"),
+        ("trainer.label_smoothing=0.2", "trainer.label_smoothing"),
+        ("trainer.clip_norm=5", "trainer.clip_norm"),
+        ("trainer.deterministic=true", "trainer.deterministic"),
+        ("trainer.max_steps=5", "trainer.max_steps"),
+        ("PRECISION", "trainer.precision"),
+    ],
+)
 def test_a_finished_run_is_kept_only_for_the_run_it_is(trained, tmp_path, option, key):
     """trainer.resume=auto keeps a finished run only when every option that changes what it trains matches; another
     learning rate, smoothing, clipping, precision, determinism or budget is another run: refused, named, nothing
@@ -487,8 +631,9 @@ def test_a_finished_run_is_kept_only_for_the_run_it_is(trained, tmp_path, option
     result, before, copy = rerun_auto(trained, tmp_path, option)
     refused(result, f"holds a finished run trained with other settings than asked for ({key}:")
     assert unchanged(before, snapshot(copy))
-    kept, before, copy = rerun_auto(trained, tmp_path, "trainer.threads=1", "trainer.log_every=7",
-                                    "trainer.num_plots=1")  # fmt: skip
+    kept, before, copy = rerun_auto(
+        trained, tmp_path, "trainer.threads=1", "trainer.log_every=7", "trainer.num_plots=1"
+    )
     output = kept.stdout.decode() + kept.stderr.decode()
     assert kept.returncode == 0 and "finished with these settings: kept" in output, output[-2000:]
     assert unchanged(before, snapshot(copy))
@@ -527,11 +672,21 @@ def test_a_second_writer_into_a_run_folder_is_refused_naming_the_first_and_a_kil
     import signal
 
     run_dir = tmp_path / "run"
-    options = [*SMALL, f"data.spm_cache={tmp_path / 'spm'}", f"hydra.run.dir={run_dir}", "trainer.max_steps=100000",
-               "trainer.valid_every=2"]  # fmt: skip
+    options = [
+        *SMALL,
+        f"data.spm_cache={tmp_path / 'spm'}",
+        f"hydra.run.dir={run_dir}",
+        "trainer.max_steps=100000",
+        "trainer.valid_every=2",
+    ]
     environment = {**os.environ, "HYDRA_FULL_ERROR": "0", "LC_ALL": "C.UTF-8"}
-    first = subprocess.Popen([sys.executable, "train.py", *options], cwd=ROOT, env=environment,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    first = subprocess.Popen(
+        [sys.executable, "train.py", *options],
+        cwd=ROOT,
+        env=environment,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         lock = run_dir / ".lock"
         assert wait_for(lambda: (run_dir / "last.pt").is_file() and lock.is_file() and lock.read_text().strip())
@@ -551,15 +706,27 @@ def test_a_second_writer_into_a_run_folder_is_refused_naming_the_first_and_a_kil
 # --- one writer rule everywhere; damaged state named ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("target", ["records/bahdanau/seed1234.record.json", "records/lab_luong/seed1234.lab.json",
-                                    "run/.hydra/2026-11-27_01-02-03/config.yaml"])  # fmt: skip
+@pytest.mark.parametrize(
+    "target",
+    [
+        "records/bahdanau/seed1234.record.json",
+        "records/lab_luong/seed1234.lab.json",
+        "run/.hydra/2026-11-27_01-02-03/config.yaml",
+    ],
+)
 def test_overwrite_never_reaches_a_runs_records_or_hydras(trained, tmp_path, target):
     path = tmp_path / target
     path.parent.mkdir(parents=True)
     path.write_text("{}")
     for command in (["evaluate.py", "split=valid"], ["translate.py"]):
-        result = run(command[0], f"checkpoint={trained[0] / 'best.pt'}", *command[1:], f"output={path}",
-                     "overwrite=true", stdin=b"Der Hund.\n")  # fmt: skip
+        result = run(
+            command[0],
+            f"checkpoint={trained[0] / 'best.pt'}",
+            *command[1:],
+            f"output={path}",
+            "overwrite=true",
+            stdin=b"Der Hund.\n",
+        )
         refused(result, "which this command must not replace")
         assert path.read_text() == "{}"
 
@@ -574,8 +741,10 @@ def test_checkpoints_of_another_run_are_not_averaged(trained, tmp_path):
     mixed.mkdir()
     shutil.copy(sorted(trained[0].glob("step*.pt"))[-1], mixed / "step00000001.pt")
     shutil.copy(sorted(other.glob("step*.pt"))[-1], mixed / "step00000002.pt")
-    refused(run("scripts/average_checkpoints.py", mixed, "--output", tmp_path / "averaged.pt"),
-            "another run's checkpoint than")  # fmt: skip
+    refused(
+        run("scripts/average_checkpoints.py", mixed, "--output", tmp_path / "averaged.pt"),
+        "another run's checkpoint than",
+    )
     assert not (tmp_path / "averaged.pt").exists()
 
 
@@ -598,7 +767,7 @@ def test_translations_are_reused_only_from_the_checkpoint_and_settings_that_made
     import shutil
 
     from nmt.paths import derived_from
-    from nmt.study.comparison import beam_hypotheses
+    from nmt.study.records import beam_hypotheses
 
     copy = tmp_path / "run"
     shutil.copytree(trained[0], copy)
@@ -617,7 +786,7 @@ def test_translations_are_reused_only_from_the_checkpoint_and_settings_that_made
 
 def test_damaged_records_and_reports_are_named_with_what_to_do(tmp_path, monkeypatch):
     """A record cut short stops the study's readers with its path and a remedy, never a JSONDecodeError."""
-    from nmt.study import results
+    from nmt.study import tables
     from nmt.study.sweep import recorded
 
     damaged = tmp_path / "bahdanau" / "seed1234.record.json"
@@ -627,35 +796,41 @@ def test_damaged_records_and_reports_are_named_with_what_to_do(tmp_path, monkeyp
         recorded(tmp_path, ["bahdanau"], [1234], ["trainer.progress=false"])
     (tmp_path / "claims.json").write_text("{")
     with pytest.raises(UserError, match=r"claims.json: damaged or unreadable .*restore it from git"):
-        results.render("claims_short", tmp_path)
-    report = run("scripts/compare.py", damaged.parent, "--output", tmp_path / "report", timeout=60)
+        tables.render("claims_short", tmp_path)
+    report = run("-m", "nmt.study", "compare", damaged.parent, "--output", tmp_path / "report", timeout=60)
     refused(report, "seed1234.record.json: not a run's record")
 
 
 def test_messages_name_what_was_given(trained, tmp_path):
     """A folder given as a checkpoint is named as one, with the checkpoints in it; a binary file given as gold
     alignments is named, not a UnicodeDecodeError."""
-    refused(run("evaluate.py", f"checkpoint={trained[0]}", "split=valid"),
-            f"{trained[0]}: is a folder; name a checkpoint file in it (best.pt, ")  # fmt: skip
+    refused(
+        run("evaluate.py", f"checkpoint={trained[0]}", "split=valid"),
+        f"{trained[0]}: is a folder; name a checkpoint file in it (best.pt, ",
+    )
     binary = tmp_path / "gold.align"
     binary.write_bytes(bytes(range(128, 256)))
-    refused(run("evaluate.py", f"checkpoint={trained[0] / 'best.pt'}", "split=valid", f"alignments={binary}"),
-            f"alignments={binary}: not a text file of links")  # fmt: skip
+    refused(
+        run("evaluate.py", f"checkpoint={trained[0] / 'best.pt'}", "split=valid", f"alignments={binary}"),
+        f"alignments={binary}: not a text file of links",
+    )
 
 
 @pytest.mark.parametrize(
     "script, arguments, name",
-    [("scripts/compare.py", ["RUNS"], "report.md"), ("scripts/compare.py", ["RUNS"], "compare.json"),
-     ("scripts/benchmark.py", ["--train-only", "--models", "sutskever"], "benchmark.md"),
-     ("scripts/attention_kernels.py", [], "attention_kernels.json")],
-)  # fmt: skip
-def test_an_output_folder_holding_a_users_files_is_refused_before_any_work(trained, tmp_path, script, arguments,
-                                                                          name):  # fmt: skip
+    [
+        (["-m", "nmt.study", "compare"], ["RUNS"], "report.md"),
+        (["-m", "nmt.study", "compare"], ["RUNS"], "compare.json"),
+        (["-m", "nmt.study", "measure"], ["--train-only", "--models", "sutskever"], "benchmark.md"),
+        (["scripts/attention_kernels.py"], [], "attention_kernels.json"),
+    ],
+)
+def test_an_output_folder_holding_a_users_files_is_refused_before_any_work(trained, tmp_path, script, arguments, name):
     folder = tmp_path / "mine"
     folder.mkdir()
     (folder / name).write_text("my own notes\n")
     arguments = [str(trained[0]) if a == "RUNS" else a for a in arguments]
-    result = run(script, *arguments, "--output", folder, timeout=60)
+    result = run(*script, *arguments, "--output", folder, timeout=60)
     refused(result, f"--output={folder}: holds {name}, which this command would replace and no nmt command wrote")
     assert (folder / name).read_text() == "my own notes\n"
 
@@ -672,9 +847,22 @@ def test_an_unexpected_exception_in_a_sweep_job_is_a_named_failure_not_a_traceba
     sweep = tmp_path / "sweep"
     path = os.pathsep.join([str(tmp_path / "patch"), os.environ.get("PYTHONPATH", "")])
     environment = {**os.environ, "HYDRA_FULL_ERROR": "0", "NMT_TEST_BOOM": "1", "PYTHONPATH": path}
-    result = subprocess.run([sys.executable, "train.py", "-m", *SMALL, "seed=1,2", f"data.spm_cache={tmp_path / 'spm'}",
-                             f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=seed${seed}"], cwd=ROOT,
-                            capture_output=True, env=environment, timeout=120)  # fmt: skip
+    result = subprocess.run(
+        [
+            sys.executable,
+            "train.py",
+            "-m",
+            *SMALL,
+            "seed=1,2",
+            f"data.spm_cache={tmp_path / 'spm'}",
+            f"hydra.sweep.dir={sweep}",
+            "hydra.sweep.subdir=seed${seed}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        env=environment,
+        timeout=120,
+    )
     stderr = result.stderr.decode()
     assert result.returncode == 1 and "error: 2 jobs of this sweep failed" in stderr, stderr[-2000:]
     assert "failed with RuntimeError: boom at 2" in stderr and "Traceback" not in stderr

@@ -17,15 +17,20 @@ def imported(path: Path) -> set[str]:
             found |= {alias.name for alias in node.names if alias.name.startswith("nmt")}
         elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("nmt") and not node.level:
             found.add(node.module)
-            found |= {f"{node.module}.{alias.name}" for alias in node.names
-                      if (ROOT / node.module.replace(".", "/") / f"{alias.name}.py").is_file()
-                      or (ROOT / node.module.replace(".", "/") / alias.name).is_dir()}  # fmt: skip
+            found |= {
+                f"{node.module}.{alias.name}"
+                for alias in node.names
+                if (ROOT / node.module.replace(".", "/") / f"{alias.name}.py").is_file()
+                or (ROOT / node.module.replace(".", "/") / alias.name).is_dir()
+            }
     return found
 
 
 def modules() -> dict[str, Path]:
-    return {".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): path
-            for path in (ROOT / "nmt").rglob("*.py")}  # fmt: skip
+    return {
+        ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): path
+        for path in (ROOT / "nmt").rglob("*.py")
+    }
 
 
 def test_the_toolkit_and_its_commands_never_import_the_study():

@@ -29,9 +29,15 @@ def test_the_library_defaults_are_the_command_line_defaults():
 
 @pytest.mark.parametrize(
     "override, key",
-    [("trainer.lr=abc", "trainer.lr"), ("trainer.lrr=0.1", "trainer.lrr"), ("seed=abc", "seed"), ("data=sample", None),
-     ("data.max_tokens=many", "data.max_tokens"), ("trainer.progress=maybe", "trainer.progress")],
-)  # fmt: skip
+    [
+        ("trainer.lr=abc", "trainer.lr"),
+        ("trainer.lrr=0.1", "trainer.lrr"),
+        ("seed=abc", "seed"),
+        ("data=sample", None),
+        ("data.max_tokens=many", "data.max_tokens"),
+        ("trainer.progress=maybe", "trainer.progress"),
+    ],
+)
 def test_a_wrong_type_or_unknown_key_is_refused_when_composing(override, key):
     if key is None:  # a valid override composes
         compose_config(override)
@@ -48,8 +54,16 @@ def test_the_command_line_and_plain_python_train_bit_identical_weights(tmp_path,
     """50 updates with dropout on the CPU: `train(cfg)` from composed configs, and the same run built by hand from
     the dataclasses and the model's constructor, end with the same weights bit for bit."""
     data = SampleConfig(sizes=SampleSizes(300, 12, 12), spm_cache=str(tmp_path / "spm"))
-    trainer = TrainerConfig(max_steps=50, max_minutes=0, valid_every=25, precision="fp32", device="cpu",
-                            progress=False, test_at_end=False, keep_checkpoints=0)  # fmt: skip
+    trainer = TrainerConfig(
+        max_steps=50,
+        max_minutes=0,
+        valid_every=25,
+        precision="fp32",
+        device="cpu",
+        progress=False,
+        test_at_end=False,
+        keep_checkpoints=0,
+    )
     overrides = [f"data.{k}={v}" for k, v in (("sizes.train", 300), ("sizes.valid", 12), ("sizes.test", 12))]
     overrides += [f"trainer.{k}={v}" for k, v in asdict(trainer).items() if v != getattr(TrainerConfig(), k)]
     overrides += [f"data.spm_cache={data.spm_cache}", "model.attention.attention_size=40"]
@@ -61,8 +75,9 @@ def test_the_command_line_and_plain_python_train_bit_identical_weights(tmp_path,
     vocabulary = build.vocabulary(data, splits)
     attention = partial(AdditiveAttention, attention_size=40)
     model = BahdanauSeq2Seq(vocabulary.source_size, vocabulary.target_size, PAD_ID, attention=attention, **SIZES)
-    Trainer(model, vocabulary, splits.train, splits.valid, tmp_path / "library", trainer, data.max_tokens,
-            data.max_len).train()  # fmt: skip
+    Trainer(
+        model, vocabulary, splits.train, splits.valid, tmp_path / "library", trainer, data.max_tokens, data.max_len
+    ).train()
 
     cli, library = (checkpoint.load(tmp_path / run / "last.pt") for run in ("cli", "library"))
     assert cli["progress"]["step"] == library["progress"]["step"] == 50
@@ -73,8 +88,13 @@ def test_the_command_line_and_plain_python_train_bit_identical_weights(tmp_path,
 def test_a_trainer_built_in_python_trains_and_saves(tmp_path, sample_splits, sample_vocabulary):
     torch.manual_seed(0)
     attention = partial(AdditiveAttention, attention_size=40)
-    model = BahdanauSeq2Seq(sample_vocabulary.source_size, sample_vocabulary.target_size, PAD_ID,
-                            attention=attention, **{**SIZES, "dropout": 0.0})  # fmt: skip
+    model = BahdanauSeq2Seq(
+        sample_vocabulary.source_size,
+        sample_vocabulary.target_size,
+        PAD_ID,
+        attention=attention,
+        **{**SIZES, "dropout": 0.0},
+    )
     config = replace(TrainerConfig(), max_steps=4, max_minutes=0, valid_every=2, device="cpu", progress=False)
     trainer = Trainer(model, sample_vocabulary, sample_splits.train[:50], sample_splits.valid[:5], tmp_path, config)
     assert trainer.train() == "reached trainer.max_steps=4"
@@ -93,8 +113,13 @@ def test_a_process_loads_every_model_at_once_and_records_the_commit_it_loaded(tm
 
     from nmt import experiment
 
-    loaded = subprocess.run([sys.executable, "-c", "import sys, nmt.experiment; print(sorted(sys.modules))"],
-                            cwd=ROOT, capture_output=True, text=True, check=True).stdout  # fmt: skip
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys, nmt.experiment; print(sorted(sys.modules))"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "'nmt.transformer'" in loaded and "'nmt.rnn'" in loaded and "'nmt.attention'" in loaded
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     assert experiment.LOADED["commit"] == (head or None)
@@ -114,8 +139,9 @@ def test_the_code_version_counts_changes_to_code_not_to_results_or_their_markdow
     from nmt import experiment
 
     def git(*args):
-        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
-                       capture_output=True)  # fmt: skip
+        subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True, capture_output=True
+        )
 
     for name in ("nmt/model.py", "README.md", "docs/results.md", "results/compare.json"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)

@@ -37,7 +37,7 @@ VARIANTS = (
     + [
         ["luong", "model.bidirectional=true", f"model.alignment={k}", f"model.input_feeding={f}"]
         for k, f in [("global", True), ("global", False), ("local_m", True), ("local_p", False)]
-    ]  # fmt: skip
+    ]
 )
 
 
@@ -153,8 +153,9 @@ def test_luong_parameters_start_uniform_in_the_papers_range_with_zero_padding(sa
 def test_luong_local_m_starts_at_the_first_source_words_even_with_a_reversed_source(sample_vocabulary, reverse):
     """p_t = t on the sentence as written: the first target word attends within [0, D], whatever the encoder's
     reading order (with a reversed source it used to attend to the last words)."""
-    model = make_model(sample_vocabulary, ["luong", "model.alignment=local_m", "model.window=2",
-                                           f"model.reverse_source={reverse}"])  # fmt: skip
+    model = make_model(
+        sample_vocabulary, ["luong", "model.alignment=local_m", "model.window=2", f"model.reverse_source={reverse}"]
+    )
     source, mask, target = batch(sample_vocabulary.source_size, lengths=(7, 6, 5))
     with torch.no_grad():
         _, attention = model(source, mask, target)  # (B, T, S)
@@ -208,8 +209,10 @@ def test_a_bidirectional_luong_encoder_needs_an_even_hidden_size(sample_vocabula
 def test_input_feeding_feeds_back_the_attentional_vector_before_dropout_unless_asked(sample_vocabulary, feed_dropout):
     """The output layer reads the dropped-out h~_t; the next step reads h~_t itself (model.feed_dropout=false), so no
     fresh dropout mask sits on the recurrent path, or the same dropped-out vector (true)."""
-    model = make_model(sample_vocabulary, ["luong", "model.input_feeding=true", "model.dropout=0.5",
-                                           f"model.feed_dropout={feed_dropout}"]).train()  # fmt: skip
+    model = make_model(
+        sample_vocabulary,
+        ["luong", "model.input_feeding=true", "model.dropout=0.5", f"model.feed_dropout={feed_dropout}"],
+    ).train()
     source, mask, target = batch(sample_vocabulary.source_size)
     torch.manual_seed(3)
     with torch.no_grad():
@@ -238,8 +241,9 @@ def test_the_fixed_context_is_each_directions_final_state_of_the_unpadded_senten
             alone, _ = model.encoder.rnn(model.encoder.embedding(source[row : row + 1, :length]))  # (1, S, 2H)
             expected = torch.cat([alone[0, -1, :hidden], alone[0, 0, hidden:]])
             query = torch.randn(1, 3, hidden)  # any query, any number of steps: the same context
-            context, weights = model.attention(query, state["source_keys"][row : row + 1],
-                                               state["source_memory"][row : row + 1], mask[row : row + 1])  # fmt: skip
+            context, weights = model.attention(
+                query, state["source_keys"][row : row + 1], state["source_memory"][row : row + 1], mask[row : row + 1]
+            )
             assert weights is None
             torch.testing.assert_close(context, expected.expand(1, 3, -1), atol=1e-5, rtol=1e-4)
         assert model.attention_maps(source, mask, target) == {}

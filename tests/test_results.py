@@ -6,22 +6,22 @@ import pytest
 from conftest import ROOT
 
 from nmt import UserError
-from nmt.study import results
+from nmt.study import results, tables
 
 
 def test_every_generated_table_matches_the_committed_results():
     for document in results.DOCUMENTS:
         text = (ROOT / document).read_text(encoding="utf-8")
-        found = results.blocks(text)
+        found = tables.blocks(text)
         assert found, f"{document} has no generated table"
         opened = text.count("<!-- results:")  # a marker the pattern misses would never be rendered, nor checked
         assert len(found) == opened == text.count("<!-- /results:"), f"{document}: a results marker is malformed"
         for name, body in found:
-            assert body == results.render(name), (
+            assert body == tables.render(name), (
                 f"{document}: the table results:{name} differs from what results/*.json gives; run "
-                "`python scripts/results.py --render` (make results-tables) and commit both"
+                "`python -m nmt.study results --render` (make results-tables) and commit both"
             )
-    assert {name for name, _ in results.blocks((ROOT / "README.md").read_text())} >= {"main_short", "claims_short"}
+    assert {name for name, _ in tables.blocks((ROOT / "README.md").read_text())} >= {"main_short", "claims_short"}
 
 
 def test_the_readme_reads_in_a_few_minutes():
@@ -32,89 +32,129 @@ def test_the_readme_reads_in_a_few_minutes():
 
 def record(variants: dict[str, list[float]]) -> dict:
     """A compare.json of made-up runs: {name: each seed's test BLEU}."""
-    runs = {name: [{"seed": 1234 + k, "valid_bleu": b - 1, "test_bleu": b - 0.5, "test_bleu_beam": b,
-                    "test_chrf": b + 20, "updates": 100, "parameters": 1000, "budget": "1e+14 FLOPs",
-                    "compute_curve": [[0.1, 2.5, b - 1]], "petaflops": 0.1, "config": {"trainer": {"patience": 5}},
-                    "provenance": {"commits": ["abcdef1234"], "dates": ["2026-11-24T10:00:00"],
-                                   "finished": "2026-11-24T11:30:00", "machines": ["a CPU (fp32)"]}}
-                   for k, b in enumerate(bleus)] for name, bleus in variants.items()}  # fmt: skip
-    return {"command": "python scripts/compare.py x", "torch": "2.13.0", "signatures": {"BLEU": "nrefs:1|tok:13a"},
-            "power": "Test BLEU moves by 1.00 from one seed to the next.", "best": "bahdanau (additive)",
-            "variants": {n: {"mean_valid_bleu": sum(b) / len(b) - 1, "runs": r} for (n, b), r in
-                         zip(variants.items(), runs.values())},
-            "intervals": {"baseline": {"bahdanau (additive)": {"BLEU": {"delta": 10.0, "low": 9.0, "high": 11.0,
-                                                                         "p": 0.0002}}}},
-            "claims": [{"claim": "Attention beats the fixed-vector encoder-decoder", "source": "Bahdanau",
-                        "verdict": "supported", "evidence": "+10.00 BLEU"}]}  # fmt: skip
+    runs = {
+        name: [
+            {
+                "seed": 1234 + k,
+                "valid_bleu": b - 1,
+                "test_bleu": b - 0.5,
+                "test_bleu_beam": b,
+                "test_chrf": b + 20,
+                "updates": 100,
+                "parameters": 1000,
+                "budget": "1e+14 FLOPs",
+                "compute_curve": [[0.1, 2.5, b - 1]],
+                "petaflops": 0.1,
+                "config": {"trainer": {"patience": 5}},
+                "provenance": {
+                    "commits": ["abcdef1234"],
+                    "dates": ["2026-11-24T10:00:00"],
+                    "finished": "2026-11-24T11:30:00",
+                    "machines": ["a CPU (fp32)"],
+                },
+            }
+            for k, b in enumerate(bleus)
+        ]
+        for name, bleus in variants.items()
+    }
+    return {
+        "command": "python -m nmt.study compare x",
+        "torch": "2.13.0",
+        "signatures": {"BLEU": "nrefs:1|tok:13a"},
+        "power": "Test BLEU moves by 1.00 from one seed to the next.",
+        "best": "bahdanau (additive)",
+        "variants": {
+            n: {"mean_valid_bleu": sum(b) / len(b) - 1, "runs": r} for (n, b), r in zip(variants.items(), runs.values())
+        },
+        "intervals": {
+            "baseline": {"bahdanau (additive)": {"BLEU": {"delta": 10.0, "low": 9.0, "high": 11.0, "p": 0.0002}}}
+        },
+        "claims": [
+            {
+                "claim": "Attention beats the fixed-vector encoder-decoder",
+                "source": "Bahdanau",
+                "verdict": "supported",
+                "evidence": "+10.00 BLEU",
+            }
+        ],
+    }
 
 
 def test_tables_render_from_the_json_and_say_where_the_runs_come_from(tmp_path):
     made = record({"sutskever": [10.0, 12.0, 11.0], "bahdanau (additive)": [30.0, 31.0, 32.0]})
-    made["intervals"]["best"] = {"sutskever": {"BLEU": {"delta": -20.0, "low": -21.0, "high": -19.0, "p": 0.0002,
-                                                        "seeds": 3}}}  # fmt: skip
-    made["claims"].append({"claim": "Input feeding helps", "source": "Luong", "verdict": "not measured",
-                           "evidence": "needs two Luong variants that differ only in input feeding"})  # fmt: skip
+    made["intervals"]["best"] = {
+        "sutskever": {"BLEU": {"delta": -20.0, "low": -21.0, "high": -19.0, "p": 0.0002, "seeds": 3}}
+    }
+    made["claims"].append(
+        {
+            "claim": "Input feeding helps",
+            "source": "Luong",
+            "verdict": "not measured",
+            "evidence": "needs two Luong variants that differ only in input feeding",
+        }
+    )
     (tmp_path / "main.json").write_text(json.dumps(made))
     (tmp_path / "compare.json").write_text(json.dumps(made))
     (tmp_path / "claims.json").write_text(json.dumps(made))
-    main = results.main_table(tmp_path)
+    main = tables.main_table(tmp_path)
     rows = [line for line in main.splitlines() if line.startswith("| ") and "seeds" not in line]
     assert rows[0].startswith("| bahdanau (additive) | 3 | 1,000 | 30.00 ± 1.00 | 30.50 ± 1.00 | 31.00 ± 1.00 |")
     assert "at commit abcdef1 on a CPU (fp32), torch 2.13.0" in main
     assert "trained 2026-11-24 10:00 to 2026-11-24 11:30 UTC" in main  # from the first start to the last end
     made["variants"]["sutskever"]["runs"][0]["provenance"]["machines"] = ["a CPU(R) 2"]  # before precisions were kept
     (tmp_path / "main.json").write_text(json.dumps(made))
-    assert "on a CPU (fp32); a CPU(R) 2 (precision not recorded), torch" in results.main_table(tmp_path)
+    assert "on a CPU (fp32); a CPU(R) 2 (precision not recorded), torch" in tables.main_table(tmp_path)
     assert "| 2.5 ± 0.0 | 100 | 0.10 ± 0.00 |" in rows[0]
     assert "1e+14 FLOPs each, or less where valid BLEU did not improve in 5 validations in a row" in main
     assert rows[0].split(" | ")[7] == "-" and "| -20.00 [-21.00, -19.00] 0.0002 | 2.5" in rows[1]  # Δ the best
     assert "minus that of the best on valid (bahdanau (additive))" in main
-    main_claims = results.render("main_claims", tmp_path)  # the claims four families can test, not the others
+    main_claims = tables.render("main_claims", tmp_path)  # the claims four families can test, not the others
     assert "| **supported** | +10.00 BLEU |" in main_claims and "Input feeding" not in main_claims
-    assert "Input feeding helps | Luong | **not measured**" in results.claims_table(tmp_path)
+    assert "Input feeding helps | Luong | **not measured**" in tables.claims_table(tmp_path)
     made["intervals"]["best"]["sutskever"]["BLEU"]["seeds"] = 1  # under 3 seeds: the sentences' variance alone
     (tmp_path / "main.json").write_text(json.dumps(made))
-    assert "| -20.00 [-21.00, -19.00] 0.0002, 1 seed | 2.5" in results.main_table(tmp_path)
-    compare = results.compare_table(tmp_path)
+    assert "| -20.00 [-21.00, -19.00] 0.0002, 1 seed | 2.5" in tables.main_table(tmp_path)
+    compare = tables.compare_table(tmp_path)
     assert "| +10.00 [+9.00, +11.00] 0.0002 |" in compare and "Best on valid: bahdanau (additive)" in compare
-    claims = results.claims_table(tmp_path)
+    claims = tables.claims_table(tmp_path)
     assert "| **supported** | +10.00 BLEU |" in claims and claims.count("Test BLEU moves by 1.00") == 1
-    assert "| **supported** | +10.00 BLEU |" in results.render("claims_short", tmp_path)  # no comparisons: as is
+    assert "| **supported** | +10.00 BLEU |" in tables.render("claims_short", tmp_path)  # no comparisons: as is
     interval = {"delta": 2.0, "low": 1.0, "high": 3.0}
     two = {"claim": "c", "comparisons": [interval, {**interval, "delta": -1.0, "low": -2.5}]}
-    assert results.brief(two) == "2 comparisons, BLEU: +2.00 [+1.00, +3.00], -1.00 [-2.50, +3.00]"
+    assert tables.brief(two) == "2 comparisons, BLEU: +2.00 [+1.00, +3.00], -1.00 [-2.50, +3.00]"
     three = {**two, "comparisons": [*two["comparisons"], {"delta": 4.0, "low": 3.5, "high": 4.5}]}
-    assert results.brief(three) == "3 comparisons, BLEU: -1.00 to +4.00, their 95% intervals within [-2.50, +4.50]"
+    assert tables.brief(three) == "3 comparisons, BLEU: -1.00 to +4.00, their 95% intervals within [-2.50, +4.50]"
     above = {**three, "comparisons": [c | {"low": c["delta"] - 0.5} for c in three["comparisons"][::2]] * 2}
-    assert results.brief(above).endswith("+2.00 to +4.00, every 95% interval above 0 (the lowest bound +1.50)")
+    assert tables.brief(above).endswith("+2.00 to +4.00, every 95% interval above 0 (the lowest bound +1.50)")
     below = {**three, "comparisons": [{"delta": -d, "low": -d - 1, "high": -d + 0.5} for d in (2.0, 3.0, 4.0)]}
-    assert results.brief(below).endswith("-4.00 to -2.00, every 95% interval below 0 (the highest bound -1.50)")
-    assert "Not run yet: `make results` writes results/lab.json" in results.lab_table(tmp_path)
+    assert tables.brief(below).endswith("-4.00 to -2.00, every 95% interval below 0 (the highest bound -1.50)")
+    assert "Not run yet: `make results` writes results/lab.json" in tables.lab_table(tmp_path)
 
 
 def test_marked_blocks_are_rewritten_in_place_and_nothing_else(tmp_path):
     (tmp_path / "main.json").write_text(json.dumps(record({"sutskever": [10.0]})))
     document = tmp_path / "README.md"
     document.write_text("intro\n<!-- results:main -->\nold table\n<!-- /results:main -->\nafter\n")
-    assert results.update_file(document, tmp_path)
+    assert tables.update_file(document, tmp_path)
     text = document.read_text()
     assert text.startswith("intro\n<!-- results:main -->\n| model |") and text.endswith(
         "<!-- /results:main -->\nafter\n"
     )
     assert "old table" not in text and "| sutskever | 1 |" in text
-    assert not results.update_file(document, tmp_path)  # rendered twice: the same
+    assert not tables.update_file(document, tmp_path)  # rendered twice: the same
     with pytest.raises(UserError, match="results:nosuch: no such table"):
-        results.rendered("<!-- results:nosuch -->\n<!-- /results:nosuch -->", tmp_path)
+        tables.rendered("<!-- results:nosuch -->\n<!-- /results:nosuch -->", tmp_path)
 
 
 def test_a_measurement_is_saved_with_where_and_when_and_rendered_as_its_table(tmp_path):
-    assert "Not measured yet: `python scripts/decode_memory.py --record`" in results.render("decode_memory", tmp_path)
-    path = results.record_measurement("decode_memory", ["model", "greedy"], [["bahdanau", "327 MiB, 1.0 s"]],
-                                      "One line.", folder=tmp_path)  # fmt: skip
+    assert "Not measured yet: `python scripts/decode_memory.py --record`" in tables.render("decode_memory", tmp_path)
+    path = results.record_measurement(
+        "decode_memory", ["model", "greedy"], [["bahdanau", "327 MiB, 1.0 s"]], "One line.", folder=tmp_path
+    )
     saved = json.loads(path.read_text())
     assert saved["rows"] == [["bahdanau", "327 MiB, 1.0 s"]] and saved["command"].startswith("python ")
     assert set(saved) >= {"commit", "uncommitted_changes", "date", "machine", "threads", "torch"}
-    table = results.render("decode_memory", tmp_path)
+    table = tables.render("decode_memory", tmp_path)
     assert table.startswith("| model | greedy |\n|---|---|\n| bahdanau | 327 MiB, 1.0 s |\n\nOne line. `python ")
     assert f"at commit {(saved['commit'] or 'not recorded')[:7]}" in table and "UTC" in table
     with pytest.raises(ValueError, match="not a measurement"):
@@ -122,17 +162,19 @@ def test_a_measurement_is_saved_with_where_and_when_and_rendered_as_its_table(tm
 
 
 def test_our_speed_beside_joey_nmts_is_rendered_with_the_ratio_and_where_each_comes_from(tmp_path):
-    assert results.render("versus_joeynmt", tmp_path).startswith("Not measured yet: `python scripts/benchmark.py")
+    assert tables.render("versus_joeynmt", tmp_path).startswith("Not measured yet: `python -m nmt.study measure")
     ours = {
         "bahdanau": {"train_tokens_per_second": 2000.0, "peak_rss_gib": 2.0},
         "transformer": {"train_tokens_per_second": 2700.0, "decode_beam1_sentences_per_second": 200.0},
     }
-    theirs = {"rnn": {"train_tokens_per_second": 625.0, "peak_rss_gib": 2.5},
-              "transformer": {"train_tokens_per_second": 540.0, "decode_beam1_sentences_per_second": 25.0}}  # fmt: skip
+    theirs = {
+        "rnn": {"train_tokens_per_second": 625.0, "peak_rss_gib": 2.5},
+        "transformer": {"train_tokens_per_second": 540.0, "decode_beam1_sentences_per_second": 25.0},
+    }
     results.record_measurement("benchmark", ["model"], [["bahdanau"]], "Ours, bf16.", tmp_path, values=ours)
-    assert "Not measured yet: `python scripts/joeynmt.py" in results.render("versus_joeynmt", tmp_path)
+    assert "Not measured yet: `python scripts/joeynmt.py" in tables.render("versus_joeynmt", tmp_path)
     results.record_measurement("joeynmt", ["model"], [["rnn"]], "Joey, fp32.", tmp_path, values=theirs)
-    table = results.render("versus_joeynmt", tmp_path)
+    table = tables.render("versus_joeynmt", tmp_path)
     assert "| bahdanau / Joey's rnn, train target tok/s | 2,000 | 625 | 3.20x |" in table
     assert "| bahdanau / Joey's rnn, peak RSS while training | 2.00 GiB | 2.50 GiB | 0.80x |" in table
     assert "| transformer / Joey's transformer, decoding test2016 greedy, sent/s | 200.0 | 25.0 | 8.00x |" in table
@@ -143,36 +185,69 @@ def test_our_speed_beside_joey_nmts_is_rendered_with_the_ratio_and_where_each_co
 def test_the_lab_is_rendered_from_its_json_as_the_lab_writes_its_report(tmp_path):
     alignment = {"aer": 0.08, "precision": 0.91, "recall": 0.92, "entropy": 0.8, "diagonality": 0.9, "support": 12.5}
     local_m = "luong (general, local_m, no feeding, bidirectional)"
-    lab = {"command": "python scripts/lab.py --seeds 3", "train_words": 20, "commits": ["abc1234"],
-           "results": [{"name": "bahdanau, sparsemax", "seeds": [{}, {}, {}], "test_bleu": 99.0,
-                        "alignment_map": "alignment", "by_length": {}, "test_alignment": alignment,
-                        "long_alignment": alignment},
-                       {"name": "sutskever", "seeds": [{}, {}, {}], "test_bleu": 75.0,
-                        "by_length": {"1-10": {"bleu": 97.9, "sentences": 100}}},
-                       {"name": local_m, "seeds": [{}, {}, {}], "test_bleu": 98.2, "alignment_map": "alignment",
-                        "by_length": {"1-10": {"bleu": 99.8, "sentences": 100},
-                                      "61-80": {"bleu": 73.7, "sentences": 100}},
-                        "test_alignment": {**alignment, "aer_sd": 0.006}, "long_alignment": {**alignment, "aer": 0.2}}],
-           "claims": [{"claim": "Local attention aligns better than global (lower AER)", "source": "Luong et al. 2015",
-                       "verdict": "inconclusive", "evidence": "AER -0.01"}]}  # fmt: skip
+    lab = {
+        "command": "python -m nmt.study lab --seeds 3",
+        "train_words": 20,
+        "commits": ["abc1234"],
+        "results": [
+            {
+                "name": "bahdanau, sparsemax",
+                "seeds": [{}, {}, {}],
+                "test_bleu": 99.0,
+                "alignment_map": "alignment",
+                "by_length": {},
+                "test_alignment": alignment,
+                "long_alignment": alignment,
+            },
+            {
+                "name": "sutskever",
+                "seeds": [{}, {}, {}],
+                "test_bleu": 75.0,
+                "by_length": {"1-10": {"bleu": 97.9, "sentences": 100}},
+            },
+            {
+                "name": local_m,
+                "seeds": [{}, {}, {}],
+                "test_bleu": 98.2,
+                "alignment_map": "alignment",
+                "by_length": {"1-10": {"bleu": 99.8, "sentences": 100}, "61-80": {"bleu": 73.7, "sentences": 100}},
+                "test_alignment": {**alignment, "aer_sd": 0.006},
+                "long_alignment": {**alignment, "aer": 0.2},
+            },
+        ],
+        "claims": [
+            {
+                "claim": "Local attention aligns better than global (lower AER)",
+                "source": "Luong et al. 2015",
+                "verdict": "inconclusive",
+                "evidence": "AER -0.01",
+            }
+        ],
+    }
     (tmp_path / "lab.json").write_text(json.dumps(lab))
-    table = results.render("lab", tmp_path)
+    table = tables.render("lab", tmp_path)
     assert table.startswith("Mean over 3 seeds (AER ± its standard deviation over seeds):")
-    assert (f"| {local_m} | alignment | 0.080 ± 0.006 | 0.910 | 0.920 | 0.200 | 12.5 | 0.80 | 0.90 | 0.34 | 98.20 |"
-            in table)  # the paper's AER for local-m beside ours  # fmt: skip
+    assert (
+        f"| {local_m} | alignment | 0.080 ± 0.006 | 0.910 | 0.920 | 0.200 | 12.5 | 0.80 | 0.90 | 0.34 | 98.20 |"
+        in table
+    )  # the paper's AER for local-m beside ours
     assert table.index(local_m) < table.index("| sutskever | no attention |")  # ranked by AER, no attention last
     assert "| model | 1-10 (100) | 11-20 (0) |" in table and f"| {local_m} | 99.8 | - | - | - | - | 73.7 |" in table
     assert "at most 20 words" in table and "| Local attention aligns better than global (lower AER) |" in table
-    assert table.rstrip().endswith("`python scripts/lab.py --seeds 3`; commits abc1234.")
-    family = results.render("lab_family", tmp_path)  # docs/attention.md's: Bahdanau's and the Transformer's variants
+    assert table.rstrip().endswith("`python -m nmt.study lab --seeds 3`; commits abc1234.")
+    family = tables.render("lab_family", tmp_path)  # docs/attention.md's: Bahdanau's and the Transformer's variants
     assert "sutskever" not in family and local_m not in family and family.rstrip().endswith("commits abc1234.")
-    provenance = {"commits": ["abc1234ff+changes"], "dates": ["2026-11-25T17:33:34"], "machines": ["a CPU (fp32)"],
-                  "finished": "2026-11-25T17:37:31"}  # fmt: skip
+    provenance = {
+        "commits": ["abc1234ff+changes"],
+        "dates": ["2026-11-25T17:33:34"],
+        "machines": ["a CPU (fp32)"],
+        "finished": "2026-11-25T17:37:31",
+    }
     for result in lab["results"]:  # the lab.json of today's make results keeps each run's provenance
         result["seeds"] = [{"provenance": {**provenance, "finished": f"2026-11-2{5 + k}T1{k}:00"}} for k in range(3)]
     (tmp_path / "lab.json").write_text(json.dumps({**lab, "torch": "2.13.0"}))
-    line = "9 runs, `python scripts/lab.py --seeds 3`, trained 2026-11-25 10:00 to 2026-11-27 12:00 UTC at commit "
-    assert results.render("lab", tmp_path).rstrip().endswith(f"{line}abc1234 on a CPU (fp32), torch 2.13.0.")
+    line = "9 runs, `python -m nmt.study lab --seeds 3`, trained 2026-11-25 10:00 to 2026-11-27 12:00 UTC at commit "
+    assert tables.render("lab", tmp_path).rstrip().endswith(f"{line}abc1234 on a CPU (fp32), torch 2.13.0.")
 
 
 def test_the_parts_table_says_which_parts_of_make_results_are_complete(tmp_path):
@@ -186,57 +261,57 @@ def test_the_parts_table_says_which_parts_of_make_results_are_complete(tmp_path)
     assert finished == {"bahdanau": [1234, 1235], "luong_dot": [1234], "sutskever": [1234, 1235, 1236]}
     claims = "| claims | 8 variants at 5e14 FLOPs, fp32 |"
     others = "| others | the comparison: 17 variants at 1e14 FLOPs "
-    assert f"{claims} no runs yet |" in results.render("parts", tmp_path)
+    assert f"{claims} no runs yet |" in tables.render("parts", tmp_path)
     (tmp_path / "compare.json").write_text(json.dumps({"finished": finished}))
-    table = results.render("parts", tmp_path)
+    table = tables.render("parts", tmp_path)
     assert f"{others}(early training) | 6 of 51 runs |" in table and f"{claims} no runs yet |" in table
     assert "| main | the 4 families' defaults, 5e14 FLOPs each | no runs yet |" in table
     (tmp_path / "main.json").write_text(json.dumps({"finished": {"bahdanau": [1234], "luong": [1234, 1235]}}))
-    assert "| main | the 4 families' defaults, 5e14 FLOPs each | 3 of 12 runs |" in results.render("parts", tmp_path)
+    assert "| main | the 4 families' defaults, 5e14 FLOPs each | 3 of 12 runs |" in tables.render("parts", tmp_path)
     assert not results.complete({"bahdanau": [1234], "luong": [1234, 1235]}, results.FAMILIES)
     assert results.complete({family: [1, 2, 3] for family in results.FAMILIES}, results.FAMILIES)
     every = {variant: [1234, 1235, 1236, 1237] for variant in results.CLAIM_VARIANTS}  # a 4th seed counts as 3
     (tmp_path / "claims.json").write_text(json.dumps({"finished": every}))
-    assert f"{claims} **complete**: 24 runs |" in results.render("parts", tmp_path)
+    assert f"{claims} **complete**: 24 runs |" in tables.render("parts", tmp_path)
     (tmp_path / "claims.json").unlink()  # runs recorded while the part goes on count before its report is made
     for seed in (1234, 1235):
         (runs / "claims" / "bahdanau_fixed").mkdir(parents=True, exist_ok=True)
         (runs / "claims" / "bahdanau_fixed" / f"seed{seed}.record.json").write_text("{}")
-    assert f"{claims} 2 of 24 runs |" in results.render("parts", tmp_path)
+    assert f"{claims} 2 of 24 runs |" in tables.render("parts", tmp_path)
     lab = "| lab | the attention variants on the sample grammar |"
-    assert f"{lab} no runs yet; its table is written when all its runs end |" in results.render("parts", tmp_path)
+    assert f"{lab} no runs yet; its table is written when all its runs end |" in tables.render("parts", tmp_path)
     for variant, seed in (("lab_bahdanau", 1234), ("lab_bahdanau", 1235), ("lab_sutskever", 1234)):
         (runs / "lab" / variant).mkdir(parents=True, exist_ok=True)
         (runs / "lab" / variant / f"seed{seed}.record.json").write_text("{}")  # the lab's records so far
-    assert f"{lab} 3 of 51 runs; its table is written when all its runs end |" in results.render("parts", tmp_path)
+    assert f"{lab} 3 of 51 runs; its table is written when all its runs end |" in tables.render("parts", tmp_path)
     (tmp_path / "lab.json").write_text(json.dumps({"results": [{"seeds": [{}]}, {"seeds": [{}]}]}))  # 1 seed each
     shown = "3 of 51 runs; its tables show the 1 seed every variant has so far |"
-    assert f"{lab} {shown}" in results.render("parts", tmp_path)
+    assert f"{lab} {shown}" in tables.render("parts", tmp_path)
     from nmt.study.lab import VARIANTS
 
     for variant in VARIANTS:
         (runs / "lab" / f"lab_{variant}").mkdir(parents=True, exist_ok=True)
         for seed in (1234, 1235, 1236):
             (runs / "lab" / f"lab_{variant}" / f"seed{seed}.record.json").write_text("{}")
-    assert f"{lab} **complete**: 51 runs; its tables show the 1 seed" in results.render("parts", tmp_path)
+    assert f"{lab} **complete**: 51 runs; its tables show the 1 seed" in tables.render("parts", tmp_path)
     (tmp_path / "lab.json").write_text(json.dumps({"results": [{"seeds": [{}, {}, {}]}]}))
-    assert f"{lab} **complete**: 51 runs |" in results.render("parts", tmp_path)
+    assert f"{lab} **complete**: 51 runs |" in tables.render("parts", tmp_path)
 
 
 def test_readme_shows_the_main_runs_figures_once_made_and_the_comparisons_until_then(tmp_path):
     figures, report = tmp_path / "figures", tmp_path / "report"
-    assert results.figures_block(tmp_path, figures).startswith("The figures (valid BLEU against compute")
+    assert tables.figures_block(tmp_path, figures).startswith("The figures (valid BLEU against compute")
     report.mkdir()
     for name in ("bleu_by_compute.png", "attention.png", "bleu_by_time.png"):
         (report / name).write_bytes(b"png")
     results.copy_figures(report, "compare", figures)
     assert sorted(p.name for p in figures.iterdir()) == ["compare_attention.png", "compare_bleu_by_compute.png"]
-    block = results.figures_block(tmp_path, figures)
+    block = tables.figures_block(tmp_path, figures)
     assert "![valid BLEU against training compute](docs/figures/results/compare_bleu_by_compute.png)" in block
     assert "From the comparison's runs" in block and "bleu_by_length" not in block  # only what was made
     results.copy_figures(report, "main", figures)
-    assert "docs/figures/results/main_attention.png" in results.figures_block(tmp_path, figures)
-    assert "compare_" not in results.figures_block(tmp_path, figures)
+    assert "docs/figures/results/main_attention.png" in tables.figures_block(tmp_path, figures)
+    assert "compare_" not in tables.figures_block(tmp_path, figures)
 
 
 def test_the_lab_tests_each_variant_against_the_one_it_changes_and_the_tables_show_it(tmp_path):
@@ -248,16 +323,24 @@ def test_the_lab_tests_each_variant_against_the_one_it_changes_and_the_tables_sh
     from nmt.study.lab import contrasts, contrasts_table
     from nmt.study.significance import Evidence
 
-    names = {"bahdanau": "bahdanau (additive)", "bahdanau_gumbel": "bahdanau (additive, hard gumbel)",
-             "bahdanau_entmax15": "bahdanau (additive, entmax15)", "luong": "luong (general, global)",
-             "luong_dot": "luong (dot, global)"}  # fmt: skip
+    names = {
+        "bahdanau": "bahdanau (additive)",
+        "bahdanau_gumbel": "bahdanau (additive, hard gumbel)",
+        "bahdanau_entmax15": "bahdanau (additive, entmax15)",
+        "luong": "luong (general, global)",
+        "luong_dot": "luong (dot, global)",
+    }
     rng = np.random.default_rng(0)
 
     def counts(hits: float) -> dict[int, np.ndarray]:  # sure hits, possible hits, links found, sure links
         return {seed: np.array([[h, h, 10, 10] for h in rng.binomial(10, hits, 60)]) for seed in (1, 2, 3)}
 
-    alignments = {names["bahdanau"]: counts(0.9), names["bahdanau_gumbel"]: counts(0.6),
-                  names["bahdanau_entmax15"]: counts(0.9), names["luong"]: counts(0.9)}  # fmt: skip
+    alignments = {
+        names["bahdanau"]: counts(0.9),
+        names["bahdanau_gumbel"]: counts(0.6),
+        names["bahdanau_entmax15"]: counts(0.9),
+        names["luong"]: counts(0.9),
+    }
     found = contrasts(Evidence({}, [""] * 60, alignments=alignments, resamples=1000), names)  # none for luong_dot
     pairs = [(names["bahdanau_entmax15"], names["bahdanau"]), (names["bahdanau_gumbel"], names["bahdanau"])]
     assert [(c["variant"], c["baseline"]) for c in found] == pairs
@@ -269,46 +352,81 @@ def test_the_lab_tests_each_variant_against_the_one_it_changes_and_the_tables_sh
     two_seeds = [{**c, "seeds": 2} for c in found]  # under 3 seeds: figures, no verdict
     assert contrasts_table(two_seeds)[3].endswith("| needs 3 seeds |")
     alignment = {"aer": 0.1, "precision": 0.9, "recall": 0.9, "entropy": 0.8, "diagonality": 0.9, "support": 12.5}
-    lab = {"command": "python scripts/lab.py --seeds 3", "train_words": 20, "commits": ["abc1234"], "claims": [],
-           "results": [{"name": n, "seeds": [{}, {}, {}], "test_bleu": 99.0, "alignment_map": "alignment",
-                        "by_length": {}, "test_alignment": alignment, "long_alignment": alignment}
-                       for n in names.values()],
-           "contrasts": [*found, {**entmax, "variant": names["luong_dot"], "baseline": names["luong"]}]}  # fmt: skip
+    lab = {
+        "command": "python -m nmt.study lab --seeds 3",
+        "train_words": 20,
+        "commits": ["abc1234"],
+        "claims": [],
+        "results": [
+            {
+                "name": n,
+                "seeds": [{}, {}, {}],
+                "test_bleu": 99.0,
+                "alignment_map": "alignment",
+                "by_length": {},
+                "test_alignment": alignment,
+                "long_alignment": alignment,
+            }
+            for n in names.values()
+        ],
+        "contrasts": [*found, {**entmax, "variant": names["luong_dot"], "baseline": names["luong"]}],
+    }
     (tmp_path / "lab.json").write_text(json.dumps(lab))
-    table, family = results.render("lab", tmp_path), results.render("lab_family", tmp_path)
+    table, family = tables.render("lab", tmp_path), tables.render("lab_family", tmp_path)
     line = "Each variant's test AER minus that of the variant it changes"
     assert line in table and f"| {names['luong_dot']} | {names['luong']} |" in table
     assert line in family and f"| {names['bahdanau_gumbel']} | {names['bahdanau']} |" in family
     assert names["luong_dot"] not in family
     del lab["contrasts"]  # a lab.json from before the differences: no table of them
     (tmp_path / "lab.json").write_text(json.dumps(lab))
-    assert line not in results.render("lab", tmp_path)
+    assert line not in tables.render("lab", tmp_path)
 
 
 def test_the_claims_table_takes_from_the_lab_only_what_the_comparison_could_not_measure(tmp_path):
     made = record({"sutskever": [10.0, 12.0, 11.0], "bahdanau (additive)": [30.0, 31.0, 32.0]})
     aligns = "Local attention aligns better than global (lower AER)"
-    made["claims"] += [{"claim": aligns, "source": "Luong", "verdict": "not measured", "evidence": "needs gold links"},
-                       {"claim": "The gap grows with sentence length", "source": "Bahdanau", "verdict": "inconclusive",
-                        "evidence": "Multi30k's"}]  # fmt: skip
+    made["claims"] += [
+        {"claim": aligns, "source": "Luong", "verdict": "not measured", "evidence": "needs gold links"},
+        {
+            "claim": "The gap grows with sentence length",
+            "source": "Bahdanau",
+            "verdict": "inconclusive",
+            "evidence": "Multi30k's",
+        },
+    ]
     (tmp_path / "claims.json").write_text(json.dumps(made))
     comparison = {"delta": 0.06, "low": 0.02, "high": 0.10}
-    lab_claims = [{"claim": aligns, "source": "Luong et al. 2015, Table 6", "verdict": "contradicted",
-                   "evidence": "local_p minus global: +0.06 AER", "comparisons": [comparison]},
-                  {"claim": "The gap grows with sentence length", "source": "Bahdanau", "verdict": "supported",
-                   "evidence": "the lab's", "comparisons": []}]  # fmt: skip
+    lab_claims = [
+        {
+            "claim": aligns,
+            "source": "Luong et al. 2015, Table 6",
+            "verdict": "contradicted",
+            "evidence": "local_p minus global: +0.06 AER",
+            "comparisons": [comparison],
+        },
+        {
+            "claim": "The gap grows with sentence length",
+            "source": "Bahdanau",
+            "verdict": "supported",
+            "evidence": "the lab's",
+            "comparisons": [],
+        },
+    ]
     provenance = {"commits": ["abc1234"], "dates": ["2026-11-25T17:33:34"], "machines": ["a CPU (fp32)"]}
-    lab = {"command": "python scripts/lab.py --seeds 3", "results": [{"seeds": [{"provenance": provenance}] * 3}],
-           "claims": [{**lab_claims[0], "verdict": "needs 3 seeds"}, lab_claims[1]]}  # fmt: skip
+    lab = {
+        "command": "python -m nmt.study lab --seeds 3",
+        "results": [{"seeds": [{"provenance": provenance}] * 3}],
+        "claims": [{**lab_claims[0], "verdict": "needs 3 seeds"}, lab_claims[1]],
+    }
     (tmp_path / "lab.json").write_text(json.dumps(lab))
-    assert f"| {aligns} | Luong | **not measured** |" in results.claims_table(tmp_path)  # the lab has no verdict yet
+    assert f"| {aligns} | Luong | **not measured** |" in tables.claims_table(tmp_path)  # the lab has no verdict yet
     (tmp_path / "lab.json").write_text(json.dumps({**lab, "claims": lab_claims}))
-    table = results.claims_table(tmp_path)
+    table = tables.claims_table(tmp_path)
     assert f"| {aligns} | Luong et al. 2015, Table 6 | **contradicted** | local_p minus global: +0.06 AER |" in table
     assert "| The gap grows with sentence length | Bahdanau | **inconclusive** | Multi30k's |" in table  # measured
     assert "The lab's claims: its 3 runs (`results/lab.json`), trained 2026-11-25 17:33" in table
-    short = results.render("claims_short", tmp_path)
+    short = tables.render("claims_short", tmp_path)
     assert "| **contradicted** | the lab: 1 comparison, AER: +0.06 [+0.02, +0.10] |" in short
     (tmp_path / "main.json").write_text(json.dumps(made))  # the main table's claims: its own runs' alone
-    main = results.claims_table(tmp_path, part="main")
+    main = tables.claims_table(tmp_path, part="main")
     assert aligns not in main and "The lab's claim" not in main

@@ -20,7 +20,9 @@ from nmt import UserError, checkpoint
 from nmt.device import autocast, resolve
 from nmt.flops import counted
 from nmt.study import comparison as compare
-from nmt.study import results
+from nmt.study import records as run_records
+from nmt.study import report as reports
+from nmt.study import results, tables
 from nmt.study.claims import (
     IMPROVING,
     MIXED,
@@ -40,8 +42,13 @@ from nmt.study.significance import (
     Interval,
 )
 
+STUDY_PROGRAMS = {"compare": "compare", "lab": "lab", "results": "results", "benchmark": "measure"}
+
 
 def load_script(name: str):
+    """scripts/<name>.py, or the study's program of that name (`python -m nmt.study compare|lab|results|measure`)."""
+    if name in STUDY_PROGRAMS:
+        return importlib.import_module(f"nmt.study.cli.{STUDY_PROGRAMS[name]}")
     spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -58,7 +65,7 @@ def test_runs_that_differ_only_in_seed_get_mean_and_spread():
     assert [r["seed"] for r in groups["bahdanau (additive)"]] == [1, 2]
     assert compare.spread([compare.headline(r) for r in groups["bahdanau (additive)"]]) == "33.00 ± 1.41"
     assert compare.spread([compare.headline(r) for r in groups["sutskever"]]) == "16.00"  # greedy when no beam
-    with pytest.raises(compare.UserError, match="both sutskever with seed 1"):
+    with pytest.raises(UserError, match="both sutskever with seed 1"):
         compare.group([*runs, {**runs[2], "run": "s1 again"}])
 
 
@@ -70,12 +77,19 @@ def test_two_runs_of_one_variant_and_seed_are_refused_before_anything_is_decoded
     paper, before = tmp_path / "luong_paper" / "seed1", tmp_path / "before" / "luong" / "seed1"
     dropouts = {paper: 0.2, before: 0.2}  # the same config, trained twice
     for run, dropout in dropouts.items():
-        config = settings(["model=luong", "model.bidirectional=false", "model.input_feeding=true", "seed=1",
-                           f"model.dropout={dropout}"])  # fmt: skip
+        config = settings(
+            [
+                "model=luong",
+                "model.bidirectional=false",
+                "model.input_feeding=true",
+                "seed=1",
+                f"model.dropout={dropout}",
+            ]
+        )
         (run / ".hydra").mkdir(parents=True)
         OmegaConf.save(config, run / ".hydra" / "config.yaml")  # no checkpoint: describing would fail otherwise
-    with pytest.raises(compare.UserError, match=r"both luong \(general, global\) with seed 1"):
-        compare.describe_runs([paper, before], beam=1)
+    with pytest.raises(UserError, match=r"both luong \(general, global\) with seed 1"):
+        run_records.describe_runs([paper, before], beam=1)
 
 
 def test_runs_are_seeds_of_one_variant_only_when_their_configs_differ_in_the_seed_alone():
@@ -85,49 +99,74 @@ def test_runs_are_seeds_of_one_variant_only_when_their_configs_differ_in_the_see
         config = settings(["model=luong", f"seed={seed}", *overrides])
         return {"name": "luong (general, global)", "seed": seed, "run": f"r{seed}{overrides}", "config": config}
 
-    runs = [run(1), run(2), run(1, "model.dropout=0.3"), run(4, "data.dir=/elsewhere", "trainer.progress=false"),
-            run(3, "trainer.max_flops=1e14")]  # fmt: skip
+    runs = [
+        run(1),
+        run(2),
+        run(1, "model.dropout=0.3"),
+        run(4, "data.dir=/elsewhere", "trainer.progress=false"),
+        run(3, "trainer.max_flops=1e14"),
+    ]
     groups = compare.group(runs)
-    assert sorted(groups) == ["luong (general, global) [model.dropout=0.2, trainer.max_flops=1e+14]",
-                              "luong (general, global) [model.dropout=0.2, trainer.max_flops=5e+14]",
-                              "luong (general, global) [model.dropout=0.3, trainer.max_flops=5e+14]"]  # fmt: skip
+    assert sorted(groups) == [
+        "luong (general, global) [model.dropout=0.2, trainer.max_flops=1e+14]",
+        "luong (general, global) [model.dropout=0.2, trainer.max_flops=5e+14]",
+        "luong (general, global) [model.dropout=0.3, trainer.max_flops=5e+14]",
+    ]
     defaults = "luong (general, global) [model.dropout=0.2, trainer.max_flops=5e+14]"
     assert [r["seed"] for r in groups[defaults]] == [1, 2, 4]
-    with pytest.raises(compare.UserError, match="both luong .* with seed 2"):
+    with pytest.raises(UserError, match="both luong .* with seed 2"):
         compare.group([*runs, run(2, "trainer.progress=false")])  # the same run again
     assert compare.group([run(1), run(2)]).keys() == {"luong (general, global)"}  # nothing tells them apart
 
 
 def test_variant_names_tell_the_score_alignment_normaliser_hard_mode_and_window():
     def bahdanau(**attention):
-        return {"_target_": "nmt.rnn.BahdanauSeq2Seq",
-                "attention": {"_target_": "nmt.attention.AdditiveAttention", **attention}}  # fmt: skip
+        return {
+            "_target_": "nmt.rnn.BahdanauSeq2Seq",
+            "attention": {"_target_": "nmt.attention.AdditiveAttention", **attention},
+        }
 
-    assert compare.variant_name(bahdanau()) == "bahdanau (additive)"  # a checkpoint from before the options
-    assert compare.variant_name(bahdanau(normalizer="softmax", hard="none")) == "bahdanau (additive)"
-    assert compare.variant_name(bahdanau(normalizer="sparsemax", hard="none")) == "bahdanau (additive, sparsemax)"
-    assert compare.variant_name(bahdanau(hard="reinforce")) == "bahdanau (additive, hard reinforce)"
-    luong = {"_target_": "nmt.rnn.LuongSeq2Seq", "alignment": "local_p", "window": 10, "input_feeding": False,
-             "attention": {"_target_": "nmt.attention.GeneralAttention", "normalizer": "entmax15"}}  # fmt: skip
-    assert compare.variant_name(luong) == "luong (general, local_p, no feeding, entmax15)"  # its window is local's
-    both_ways = {**luong, "alignment": "global", "input_feeding": True, "bidirectional": True,
-                 "attention": {"_target_": "nmt.attention.GeneralAttention"}}  # fmt: skip
-    assert compare.variant_name(both_ways) == "luong (general, global, bidirectional)"
+    assert run_records.variant_name(bahdanau()) == "bahdanau (additive)"  # a checkpoint from before the options
+    assert run_records.variant_name(bahdanau(normalizer="softmax", hard="none")) == "bahdanau (additive)"
+    assert run_records.variant_name(bahdanau(normalizer="sparsemax", hard="none")) == "bahdanau (additive, sparsemax)"
+    assert run_records.variant_name(bahdanau(hard="reinforce")) == "bahdanau (additive, hard reinforce)"
+    luong = {
+        "_target_": "nmt.rnn.LuongSeq2Seq",
+        "alignment": "local_p",
+        "window": 10,
+        "input_feeding": False,
+        "attention": {"_target_": "nmt.attention.GeneralAttention", "normalizer": "entmax15"},
+    }
+    assert run_records.variant_name(luong) == "luong (general, local_p, no feeding, entmax15)"  # its window is local's
+    both_ways = {
+        **luong,
+        "alignment": "global",
+        "input_feeding": True,
+        "bidirectional": True,
+        "attention": {"_target_": "nmt.attention.GeneralAttention"},
+    }
+    assert run_records.variant_name(both_ways) == "luong (general, global, bidirectional)"
     transformer = {"_target_": "nmt.transformer.Transformer", "window": 0}
-    assert compare.variant_name(transformer) == "transformer"
-    assert compare.variant_name({**transformer, "window": 4}) == "transformer (window 4)"
+    assert run_records.variant_name(transformer) == "transformer"
+    assert run_records.variant_name({**transformer, "window": 4}) == "transformer (window 4)"
 
 
-def test_the_time_curve_of_a_resumed_run_leaves_out_the_time_it_was_stopped(tmp_path):
+def test_the_curves_come_from_the_runs_validations_file_never_from_tensorboard(tmp_path):
+    """validations.jsonl: minutes trained (the time a run was stopped is not in them), the last line of an update a
+    resumed run validated twice, a line cut short by a crash skipped; event files are not read (a run with only
+    those has no curves)."""
     from torch.utils.tensorboard import SummaryWriter
 
-    for start, (step, bleu) in [(1000.0, (30, 5.0)), (5000.0, (60, 9.0))]:  # stopped for over an hour between them
-        writer = SummaryWriter(str(tmp_path), filename_suffix=f".{int(start)}")
-        writer.add_scalar("train/loss", 4.0, step - 29, walltime=start)
-        writer.add_scalar("valid/bleu", bleu, step, walltime=start + 90)
-        writer.add_scalar("train/loss", 3.0, step, walltime=start + 120)
-        writer.close()
-    assert compare.valid_curve(tmp_path) == [(1.5, 30, 5.0), (3.5, 60, 9.0)]
+    entry = {"train_minutes": 1.5, "step": 30, "bleu": 5.0, "petaflops": 0.1, "epochs": 0.5}
+    lines = [entry, {**entry, "bleu": 5.5}, {**entry, "train_minutes": 3.5, "step": 60, "bleu": 9.0, "epochs": 1.0}]
+    text = "".join(json.dumps(line) + "\n" for line in lines)
+    (tmp_path / "validations.jsonl").write_text(text + '{"step": 90, "bleu"')
+    assert run_records.valid_curve(tmp_path) == [(1.5, 30, 5.5), (3.5, 60, 9.0)]
+    assert run_records.compute_curve(tmp_path) == [(0.1, 0.5, 5.5), (0.1, 1.0, 9.0)]
+    older = tmp_path / "older"
+    with SummaryWriter(str(older)) as writer:
+        writer.add_scalar("valid/bleu", 7.0, 30)
+    assert run_records.valid_curve(older) == [] and run_records.compute_curve(older) == []
 
 
 def test_equal_updates_reads_every_curve_at_the_updates_all_of_them_reached():
@@ -144,7 +183,7 @@ def test_equal_updates_reads_every_curve_at_the_updates_all_of_them_reached():
 
 def test_the_curves_legend_sits_beside_the_axes_and_every_line_has_its_own_colour(tmp_path):
     lines = {f"luong (general, variant {i}, a long name)": ([0, 1, 2], [i, i + 1, i + 2]) for i in range(16)}
-    figure = compare.line_figure(lines, "updates", "valid BLEU", "sixteen variants", tmp_path / "curves.png")
+    figure = reports.line_figure(lines, "updates", "valid BLEU", "sixteen variants", tmp_path / "curves.png")
     assert (tmp_path / "curves.png").stat().st_size > 0
     renderer = figure.canvas.get_renderer()
     axes = figure.axes[0]
@@ -173,9 +212,9 @@ def test_the_heatmap_grids_title_sits_above_every_panels_title():
 def test_the_attention_figure_shows_our_own_sentence_for_multi30k_and_a_test_pair_elsewhere():
     pairs = [("kurz .", "short ."), (" ".join(["wort"] * 12), " ".join(["word"] * 12))]
     multi30k = {"corpus": "multi30k", "src_lang": "de", "tgt_lang": "fr"}
-    assert compare.shown_pair(multi30k, pairs) == (compare.OWN_SENTENCE["de"], compare.OWN_SENTENCE["fr"])
-    assert compare.shown_pair({"corpus": "sample", "src_lang": "de", "tgt_lang": "en"}, pairs) == pairs[1]
-    assert compare.shown_pair({"corpus": "files"}, pairs[:1]) == pairs[0]  # none of 10-14 words: the first
+    assert run_records.shown_pair(multi30k, pairs) == (run_records.OWN_SENTENCE["de"], run_records.OWN_SENTENCE["fr"])
+    assert run_records.shown_pair({"corpus": "sample", "src_lang": "de", "tgt_lang": "en"}, pairs) == pairs[1]
+    assert run_records.shown_pair({"corpus": "files"}, pairs[:1]) == pairs[0]  # none of 10-14 words: the first
 
 
 def test_the_claims_compare_like_with_like_and_follow_from_the_intervals():
@@ -184,10 +223,14 @@ def test_the_claims_compare_like_with_like_and_follow_from_the_intervals():
     learning at the end of its budget withholds the verdict; the length claim needs sentences over 30 words."""
     from test_significance import REFERENCES, system
 
-    local_m, local_p = ("luong (general, local_m, no feeding, bidirectional)",
-                        "luong (general, local_p, no feeding, bidirectional)")  # fmt: skip
-    glob, location = ("luong (general, global, no feeding, bidirectional)",
-                      "luong (location, global, no feeding, bidirectional)")  # fmt: skip
+    local_m, local_p = (
+        "luong (general, local_m, no feeding, bidirectional)",
+        "luong (general, local_p, no feeding, bidirectional)",
+    )
+    glob, location = (
+        "luong (general, global, no feeding, bidirectional)",
+        "luong (location, global, no feeding, bidirectional)",
+    )
     runs = {
         "sutskever": system(2),
         "bahdanau (additive)": system(8),
@@ -202,8 +245,12 @@ def test_the_claims_compare_like_with_like_and_follow_from_the_intervals():
     runs = {name: dict(zip((1, 2, 3), seeds.values())) for name, seeds in runs.items()}
     valid = {name: 20.0 for name in runs} | {"luong (general, global)": 25.0}  # Luong's family by valid BLEU
     right, wrong = np.array([[2, 3, 3, 2]] * 40), np.array([[1, 1, 3, 2]] * 40)  # AER 0 and 0.6
-    alignments = {local_p: {s: right for s in (1, 2, 3)}, local_m: {s: right for s in (1, 2, 3)},
-                  glob: {s: right for s in (1, 2, 3)}, location: {s: wrong for s in (1, 2, 3)}}  # fmt: skip
+    alignments = {
+        local_p: {s: right for s in (1, 2, 3)},
+        local_m: {s: right for s in (1, 2, 3)},
+        glob: {s: right for s in (1, 2, 3)},
+        location: {s: wrong for s in (1, 2, 3)},
+    }
     evidence = Evidence(runs, REFERENCES, [8] * len(REFERENCES), alignments, resamples=1000)
     claims = {c.claim: c for c in check_claims(evidence, valid)}
     assert {claim: c.verdict for claim, c in claims.items()} == {
@@ -217,8 +264,9 @@ def test_the_claims_compare_like_with_like_and_follow_from_the_intervals():
     attention = claims["Attention beats the fixed-vector encoder-decoder"]
     assert attention.comparisons[0]["label"] == "bahdanau (additive) minus bahdanau (fixed context)"
     assert attention.comparisons[0]["role"] == "primary" and attention.detectable > 0 and attention.unit == "BLEU"
-    assert all(c["label"].startswith("luong") and c["label"].endswith("minus sutskever")
-               for c in attention.comparisons[1:])  # Luong's own baseline; the Transformer has none  # fmt: skip
+    assert all(
+        c["label"].startswith("luong") and c["label"].endswith("minus sutskever") for c in attention.comparisons[1:]
+    )  # Luong's own baseline; the Transformer has none
     feeding = claims["Input feeding helps"]  # the one pair that differs only in feeding
     assert feeding.evidence.startswith("primary: luong (general, global, bidirectional) minus without feeding: +0.00")
     assert len(feeding.comparisons) == 1 and feeding.comparisons[0]["verdict"] == INCONCLUSIVE
@@ -226,25 +274,44 @@ def test_the_claims_compare_like_with_like_and_follow_from_the_intervals():
     assert [c["label"] for c in local] == [f"{local_p} minus {glob}"]  # its own encoder and feeding; no local-m
     aligns = claims["Local attention aligns better than global (lower AER)"]
     assert aligns.comparisons[0]["label"] == f"{local_p} minus {location}" and aligns.unit == "AER"
-    assert {c["label"] for c in aligns.comparisons[1:]} == {f"{local_p} minus {glob}", f"{local_m} minus {glob}",
-                                                            f"{local_m} minus {location}"}  # fmt: skip
+    assert {c["label"] for c in aligns.comparisons[1:]} == {
+        f"{local_p} minus {glob}",
+        f"{local_m} minus {glob}",
+        f"{local_m} minus {location}",
+    }
     transformer = claims["The Transformer beats the recurrent models"].comparisons
-    assert [c["label"].split(" minus ")[1] for c in transformer] == ["luong (general, global)", "sutskever",
-                                                                     "bahdanau (additive)"]  # fmt: skip
+    assert [c["label"].split(" minus ")[1] for c in transformer] == [
+        "luong (general, global)",
+        "sutskever",
+        "bahdanau (additive)",
+    ]
     assert [c["verdict"] for c in transformer] == [SUPPORTED, SUPPORTED, INCONCLUSIVE]
     assert all(c["p_holm"] >= c["p"] for c in transformer[1:]) and transformer[0]["p_holm"] is None
     mixed = dict(valid, **{"bahdanau (additive)": 30.0})  # the best recurrent is level: a secondary is above it
     worse = Evidence({**runs, "transformer": runs["luong (general, global)"]}, REFERENCES, resamples=1000)
     assert {c.claim: c for c in check_claims(worse, mixed)}["The Transformer beats the recurrent models"].verdict in (
-        MIXED, INCONCLUSIVE)  # fmt: skip
+        MIXED,
+        INCONCLUSIVE,
+    )
     improving = check_claims(evidence, valid, improving={"bahdanau (fixed context)"})[0]
     assert improving.verdict == IMPROVING and "bahdanau (fixed context) still improving" in improving.evidence
     one_seed = Evidence({n: {1: h[1]} for n, h in runs.items()}, REFERENCES, resamples=200)
     assert check_claims(one_seed, valid)[0].verdict == NEEDS_SEEDS  # figures, no verdict
-    assert all(c.verdict in (NOT_MEASURED, UNTESTABLE) for c in check_claims(
-        Evidence({"transformer": runs["transformer"]}, REFERENCES, resamples=100), valid))  # fmt: skip
-    lab = {"claims": [{"claim": "The gap grows with sentence length", "source": "Bahdanau", "verdict": SUPPORTED,
-                       "evidence": "long", "comparisons": []}]}  # fmt: skip
+    assert all(
+        c.verdict in (NOT_MEASURED, UNTESTABLE)
+        for c in check_claims(Evidence({"transformer": runs["transformer"]}, REFERENCES, resamples=100), valid)
+    )
+    lab = {
+        "claims": [
+            {
+                "claim": "The gap grows with sentence length",
+                "source": "Bahdanau",
+                "verdict": SUPPORTED,
+                "evidence": "long",
+                "comparisons": [],
+            }
+        ]
+    }
     from_lab = {c.claim: c for c in check_claims(evidence, valid, lab)}["The gap grows with sentence length"]
     assert from_lab.verdict == SUPPORTED and from_lab.evidence == "the lab: long"
 
@@ -277,23 +344,51 @@ def test_the_gap_by_length_compares_what_each_model_keeps_on_long_sentences():
     references, lengths = short + long, [5] * 60 + [40] * 60
     wrong_on_long = {s: short + [degrade(r, 2, s) for r in long] for s in (1, 2, 3)}
     right = {s: [degrade(r, 9, s) for r in references] for s in (1, 2, 3)}
-    evidence = Evidence({"bahdanau (fixed context)": wrong_on_long, "bahdanau (additive)": right}, references,
-                        lengths, resamples=500)  # fmt: skip
+    evidence = Evidence(
+        {"bahdanau (fixed context)": wrong_on_long, "bahdanau (additive)": right}, references, lengths, resamples=500
+    )
     claim = check_claims(evidence, {"bahdanau (fixed context)": 1.0, "bahdanau (additive)": 2.0})[1]
     assert claim.verdict == SUPPORTED and "BLEU kept on 31+ words (60 sentences)" in claim.evidence
-    few = Evidence({n: {s: h[:80] for s, h in runs.items()} for n, runs in evidence.hypotheses.items()},
-                   references[:80], lengths[:80], resamples=200)  # 20 long sentences: below LONG_MIN  # fmt: skip
+    few = Evidence(
+        {n: {s: h[:80] for s, h in runs.items()} for n, runs in evidence.hypotheses.items()},
+        references[:80],
+        lengths[:80],
+        resamples=200,
+    )  # 20 long sentences: below LONG_MIN
     claim = check_claims(few, {"bahdanau (fixed context)": 1.0, "bahdanau (additive)": 2.0})[1]
     assert claim.verdict == UNTESTABLE and claim.evidence.startswith("20 test sentences over 30 words")
 
 
 def test_the_comparison_trains_seeds_tests_significance_and_resumes(tmp_path, capfd, monkeypatch):
     script = load_script("compare")
-    small = ["--train", "--variants", "sutskever,luong", "--seeds", "2", "--flops", "1.2e9", "--validations", "2",
-             "--beam", "2", "--samples", "50", "--trials", "50", "--output", str(tmp_path / "compare"), "--extra",
-             "data=sample", "data.sizes.train=300", "data.sizes.valid=10", "data.sizes.test=12",
-             "model.embedding_size=16", "model.hidden_size=24", "trainer.num_plots=0",
-             f"data.spm_cache={tmp_path / 'spm'}"]  # fmt: skip
+    small = [
+        "--train",
+        "--variants",
+        "sutskever,luong",
+        "--seeds",
+        "2",
+        "--flops",
+        "1.2e9",
+        "--validations",
+        "2",
+        "--beam",
+        "2",
+        "--samples",
+        "50",
+        "--trials",
+        "50",
+        "--output",
+        str(tmp_path / "compare"),
+        "--extra",
+        "data=sample",
+        "data.sizes.train=300",
+        "data.sizes.valid=10",
+        "data.sizes.test=12",
+        "model.embedding_size=16",
+        "model.hidden_size=24",
+        "trainer.num_plots=0",
+        f"data.spm_cache={tmp_path / 'spm'}",
+    ]
     script.main(small)
     output = tmp_path / "compare"
     report = (output / "report.md").read_text()
@@ -312,8 +407,9 @@ def test_the_comparison_trains_seeds_tests_significance_and_resumes(tmp_path, ca
     assert record["variants"][luong]["mean_bleu"] == pytest.approx(sum(seeds) / 2)
     interval = record["intervals"]["baseline"][luong]["BLEU"]
     assert interval["seeds"] == 2 and 0 < interval["p"] <= 1 and interval["low"] <= interval["high"]
-    assert interval["delta"] == pytest.approx(record["variants"][luong]["mean_bleu"]
-                                              - record["variants"]["sutskever"]["mean_bleu"])  # fmt: skip
+    assert interval["delta"] == pytest.approx(
+        record["variants"][luong]["mean_bleu"] - record["variants"]["sutskever"]["mean_bleu"]
+    )
     assert "bs BLEU" in record["signatures"] and len(record["claims"]) == 6
     assert {c["verdict"] for c in record["claims"]} <= {"needs 3 seeds", "not measured", UNTESTABLE}
     assert record["best"] == max(record["variants"], key=lambda n: record["variants"][n]["mean_valid_bleu"])
@@ -340,9 +436,9 @@ def test_the_comparison_trains_seeds_tests_significance_and_resumes(tmp_path, ca
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     assert run["provenance"]["commits"][0].startswith(head) and run["provenance"]["machines"]
     assert exported["torch"] == torch.__version__ and run["seed"] == 1234
-    table = results.compare_table(tmp_path / "results")
+    table = tables.compare_table(tmp_path / "results")
     assert f"| {luong} | 2 |" in table and f"at commit {head[:7]}" in table
-    assert "These runs have 2 seeds per variant" in results.claims_table(tmp_path / "results", part="compare")
+    assert "These runs have 2 seeds per variant" in tables.claims_table(tmp_path / "results", part="compare")
     assert exported["finished"] == {"luong": [1234, 1235], "sutskever": [1234, 1235]}
     (tmp_path / "linked").symlink_to(output)  # make results' runs folder may be a link to another checkout's
     load_script("results").export(tmp_path / "linked", "compare")
@@ -362,10 +458,20 @@ def test_the_joblib_launcher_runs_two_jobs_at_once_and_gives_the_basic_launchers
     seed (each run with one torch thread either way: the thread count can change the sums' order, the launcher not)."""
     from nmt.study.sweep import sweep
 
-    overrides = ["data=sample", "data.sizes.train=300", "data.sizes.valid=10", "data.sizes.test=10",
-                 "model.embedding_size=16", "model.hidden_size=24", "trainer.max_minutes=0", "trainer.max_flops=8e8",
-                 "trainer.validations=2", "trainer.threads=1", "trainer.num_plots=0",
-                 f"data.spm_cache={tmp_path / 'spm'}"]  # fmt: skip
+    overrides = [
+        "data=sample",
+        "data.sizes.train=300",
+        "data.sizes.valid=10",
+        "data.sizes.test=10",
+        "model.embedding_size=16",
+        "model.hidden_size=24",
+        "trainer.max_minutes=0",
+        "trainer.max_flops=8e8",
+        "trainer.validations=2",
+        "trainer.threads=1",
+        "trainer.num_plots=0",
+        f"data.spm_cache={tmp_path / 'spm'}",
+    ]
     basic = sweep(["sutskever"], [1, 2], overrides, tmp_path / "basic")
     joblib = sweep(["sutskever"], [1, 2], overrides, tmp_path / "joblib", launcher="joblib", jobs=2)
     launched = (tmp_path / "joblib" / "multirun.yaml").read_text()
@@ -380,9 +486,18 @@ def test_the_joblib_launcher_runs_two_jobs_at_once_and_gives_the_basic_launchers
 def test_a_failing_job_of_a_sweep_lets_the_others_run_and_is_named_with_its_reason(tmp_path, capfd):
     from nmt.study.sweep import sweep
 
-    overrides = ["data=sample", "data.sizes.train=300", "data.sizes.valid=10", "data.sizes.test=10",
-                 "model.embedding_size=16", "model.hidden_size=25", "trainer.max_flops=4e8", "trainer.validations=1",
-                 "trainer.num_plots=0", f"data.spm_cache={tmp_path / 'spm'}"]  # fmt: skip
+    overrides = [
+        "data=sample",
+        "data.sizes.train=300",
+        "data.sizes.valid=10",
+        "data.sizes.test=10",
+        "model.embedding_size=16",
+        "model.hidden_size=25",
+        "trainer.max_flops=4e8",
+        "trainer.validations=1",
+        "trainer.num_plots=0",
+        f"data.spm_cache={tmp_path / 'spm'}",
+    ]
     for _ in range(2):  # Luong's bidirectional encoder needs an even size: its job fails, the others finish
         with pytest.raises(UserError) as error:
             sweep(["luong", "sutskever"], [1, 2], overrides, tmp_path / "sweep")
@@ -392,14 +507,29 @@ def test_a_failing_job_of_a_sweep_lets_the_others_run_and_is_named_with_its_reas
         assert "Rerun to train only these" in message
         assert all((tmp_path / "sweep" / "sutskever" / f"seed{s}" / "results.json").is_file() for s in (1, 2))
     assert capfd.readouterr().out.count("holds this run, finished with these settings: kept") == 2  # the rerun
-    rerun = subprocess.run([sys.executable, "train.py", "-m", "variant=sutskever", "seed=1", *overrides,
-                            f"hydra.sweep.dir={tmp_path / 'sweep'}", "hydra.sweep.subdir=sutskever/seed1"],
-                           cwd=ROOT, capture_output=True, text=True)  # without trainer.resume=auto  # fmt: skip
+    rerun = subprocess.run(
+        [
+            sys.executable,
+            "train.py",
+            "-m",
+            "variant=sutskever",
+            "seed=1",
+            *overrides,
+            f"hydra.sweep.dir={tmp_path / 'sweep'}",
+            "hydra.sweep.subdir=sutskever/seed1",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )  # without trainer.resume=auto
     failed_dir = tmp_path / "sweep" / "sutskever" / "seed1"
     failed = (failed_dir / "failed.txt").read_text()
     assert rerun.returncode == 1 and "already holds a run" in failed  # a sweep's options, not hydra.run.dir
-    assert f"error: 1 job of this sweep failed (the reason stays in each folder's failed.txt):\n  {failed_dir}: " \
-        in rerun.stderr and "Traceback" not in rerun.stderr + rerun.stdout  # fmt: skip
+    assert (
+        f"error: 1 job of this sweep failed (the reason stays in each folder's failed.txt):\n  {failed_dir}: "
+        in rerun.stderr
+        and "Traceback" not in rerun.stderr + rerun.stdout
+    )
     assert "trainer.resume=auto, or give the new run its own directory (hydra.sweep.dir=... or .subdir=...)" in failed
 
 
@@ -422,8 +552,9 @@ def ctrl_c(command: list[str], ready: Callable[[], bool], alone: int = 0) -> tup
     """Start `command` as a shell's job, press Ctrl-C once `ready()` and 2 s more have passed (the jobs are in their
     loops), and return its exit status and stderr; whatever still runs after it is killed. `alone`: send this
     signal to the command's own process instead (what kill, timeout and supervisors do)."""
-    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True)  # fmt: skip
+    process = subprocess.Popen(
+        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         deadline = time.monotonic() + 120
         while not ready():
@@ -452,10 +583,22 @@ def test_ctrl_c_stops_a_joblib_sweep_and_every_running_job_saves_its_last_update
     timeout, a supervisor) is passed on to train.py -m and from it to its workers. Either way each running job saves
     its run at the update it was at (none killed inside a checkpoint's write by a sibling's exit), no job starts
     after, the sweep says so, and no process of it is left."""
-    overrides = ["data=sample", "data.sizes.train=300", "data.sizes.valid=10", "data.sizes.test=10",
-                 "model.embedding_size=16", "model.hidden_size=24", "trainer.max_flops=0", "trainer.max_steps=100000",
-                 "trainer.max_minutes=0", "trainer.validations=0", "trainer.valid_every=0", "trainer.patience=0",
-                 "trainer.progress=false", f"data.spm_cache={tmp_path / 'spm'}"]  # fmt: skip
+    overrides = [
+        "data=sample",
+        "data.sizes.train=300",
+        "data.sizes.valid=10",
+        "data.sizes.test=10",
+        "model.embedding_size=16",
+        "model.hidden_size=24",
+        "trainer.max_flops=0",
+        "trainer.max_steps=100000",
+        "trainer.max_minutes=0",
+        "trainer.validations=0",
+        "trainer.valid_every=0",
+        "trainer.patience=0",
+        "trainer.progress=false",
+        f"data.spm_cache={tmp_path / 'spm'}",
+    ]
     sweep = tmp_path / "sweep"
     script = (
         "import sys\nfrom nmt import UserError\nfrom nmt.study.sweep import sweep\ntry:\n"
@@ -483,13 +626,34 @@ def test_ctrl_c_to_a_joblib_sweep_with_an_idle_worker_still_lets_the_busy_job_sa
     (loky would then kill its busy sibling before that saves its run): the idle worker notes the signal, the busy job
     saves its last update, the sweep exits 130."""
     sweep = tmp_path / "sweep"
-    command = [sys.executable, "train.py", "-m", "variant=sutskever", "data=sample", "data.sizes.train=300",
-               "data.sizes.valid=10", "data.sizes.test=10", "model.embedding_size=16", "model.hidden_size=24",
-               "trainer.max_flops=0", "trainer.max_minutes=0", "trainer.max_steps=2,100000", "trainer.validations=0",
-               "trainer.valid_every=0", "trainer.patience=0", "trainer.progress=false", "trainer.threads=1",
-               "trainer.num_plots=0", "trainer.test_at_end=false", f"data.spm_cache={tmp_path / 'spm'}",
-               f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=${hydra.job.num}", "hydra/launcher=joblib",
-               "hydra.launcher.n_jobs=2", "hydra.launcher.batch_size=1"]  # fmt: skip
+    command = [
+        sys.executable,
+        "train.py",
+        "-m",
+        "variant=sutskever",
+        "data=sample",
+        "data.sizes.train=300",
+        "data.sizes.valid=10",
+        "data.sizes.test=10",
+        "model.embedding_size=16",
+        "model.hidden_size=24",
+        "trainer.max_flops=0",
+        "trainer.max_minutes=0",
+        "trainer.max_steps=2,100000",
+        "trainer.validations=0",
+        "trainer.valid_every=0",
+        "trainer.patience=0",
+        "trainer.progress=false",
+        "trainer.threads=1",
+        "trainer.num_plots=0",
+        "trainer.test_at_end=false",
+        f"data.spm_cache={tmp_path / 'spm'}",
+        f"hydra.sweep.dir={sweep}",
+        "hydra.sweep.subdir=${hydra.job.num}",
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",
+        "hydra.launcher.batch_size=1",
+    ]
     short, long = sweep / "0", sweep / "1"
     returncode, stderr = ctrl_c(
         command, lambda: "stopped: reached" in text(short / "train.log") and "validation at" in text(long / "train.log")
@@ -518,8 +682,11 @@ def test_a_finished_run_is_kept_only_with_the_settings_asked_for_today(tmp_path)
     check_finished([("luong seed 7", overrides, run)])  # the same settings: kept
     before = {**today, "model": {k: v for k, v in today["model"].items() if k != "bidirectional"}}
     OmegaConf.save(OmegaConf.create({**before, "model": {**before["model"], "dropout": 0.3}}), record)
-    with pytest.raises(UserError, match=r"luong seed 7 \(.*seed7\): model.bidirectional: False then, True now; "
-                                        r"model.dropout: 0.3 then, 0.2 now\nMove these folders away"):  # fmt: skip
+    with pytest.raises(
+        UserError,
+        match=r"luong seed 7 \(.*seed7\): model.bidirectional: False then, True now; "
+        r"model.dropout: 0.3 then, 0.2 now\nMove these folders away",
+    ):
         check_finished([("luong seed 7", overrides, run)])  # written before the option existed: the paper's encoder
     check_finished([("luong seed 7", [*overrides, "model.bidirectional=false", "model.dropout=0.3"], run)])
     (run / "results.json").unlink()
@@ -554,17 +721,27 @@ def test_make_results_records_each_finished_run_and_reports_from_the_records_alo
     from nmt.build import load_corpus
     from nmt.study.sweep import recorded, settings
 
-    overrides = ["data=sample", "data.sizes.train=300", "data.sizes.valid=10", "data.sizes.test=12",
-                 "model.embedding_size=16", "model.hidden_size=24", "trainer.max_flops=4e8", "trainer.validations=1",
-                 "trainer.progress=false", "trainer.num_plots=0", f"data.spm_cache={tmp_path / 'spm'}"]  # fmt: skip
+    overrides = [
+        "data=sample",
+        "data.sizes.train=300",
+        "data.sizes.valid=10",
+        "data.sizes.test=12",
+        "model.embedding_size=16",
+        "model.hidden_size=24",
+        "trainer.max_flops=4e8",
+        "trainer.validations=1",
+        "trainer.progress=false",
+        "trainer.num_plots=0",
+        f"data.spm_cache={tmp_path / 'spm'}",
+    ]
     records = tmp_path / "records"
     with monkeypatch.context() as patched:
-        patched.setattr(compare, "record_runs", lambda *args: [])  # the job records its run itself, as it ends
-        compare.recorded_sweep(["sutskever"], [1], overrides, tmp_path / "first", records, 2)
+        patched.setattr(run_records, "record_runs", lambda *args: [])  # the job records its run itself, as it ends
+        run_records.recorded_sweep(["sutskever"], [1], overrides, tmp_path / "first", records, 2)
     assert (records / "sutskever" / "seed1.record.json").is_file()
     shutil.move(tmp_path / "first", tmp_path / "gone")  # the first machine is gone; its records stay
     later = tmp_path / "later"
-    made = compare.recorded_sweep(["sutskever", "bahdanau"], [1], overrides, later, records, 2)
+    made = run_records.recorded_sweep(["sutskever", "bahdanau"], [1], overrides, later, records, 2)
     assert [p.relative_to(later).as_posix() for p in later.glob("*/*/results.json")] == ["bahdanau/seed1/results.json"]
     assert all(path.is_file() for path in made) and len(made) == 2
     assert results.finished(records) == {"bahdanau": [1], "sutskever": [1]}
@@ -576,9 +753,9 @@ def test_make_results_records_each_finished_run_and_reports_from_the_records_alo
     assert not any(sentence in text for pair in test for sentence in pair)  # statistics, not translations
 
     def report(folders, name, beam=2):
-        described, pairs = compare.describe_runs(compare.find_runs(folders), beam)
+        described, pairs = run_records.describe_runs(run_records.find_runs(folders), beam)
         (tmp_path / name).mkdir()
-        compare.summarise(described, pairs, tmp_path / name, beam, "command", None, 50, 50)
+        reports.summarise(described, pairs, tmp_path / name, beam, "command", None, 50, 50)
         return json.loads((tmp_path / name / "compare.json").read_text())
 
     # The record's attention figures were measured in the job, the run folder's here: the thread counts may differ,
@@ -595,7 +772,7 @@ def test_make_results_records_each_finished_run_and_reports_from_the_records_alo
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     assert exported["finished"] == {"bahdanau": [1], "sutskever": [1]}
     assert all(r["provenance"]["commits"][0].startswith(head) for v in exported["variants"].values() for r in v["runs"])
-    assert "| 2 of 12 runs |" in results.render("parts", tmp_path / "results")
+    assert "| 2 of 12 runs |" in tables.render("parts", tmp_path / "results")
 
 
 def test_make_results_only_trains_the_named_share_of_each_part_and_reports_on_every_record(tmp_path, monkeypatch):
@@ -616,8 +793,11 @@ def test_make_results_only_trains_the_named_share_of_each_part_and_reports_on_ev
     monkeypatch.setattr(results, "copy_figures", lambda *args: None)
     monkeypatch.setattr(results, "complete", lambda *args: False)
     script.main(["--parts", "claims,main,others", "--only", "transformer,luong_dot", "--runs", str(tmp_path)])
-    assert trained == [("claims", ["transformer"], results.PINNED), ("main", ["transformer"], []),
-                       ("compare", ["luong_dot", "transformer"])]  # fmt: skip
+    assert trained == [
+        ("claims", ["transformer"], results.PINNED),
+        ("main", ["transformer"], []),
+        ("compare", ["luong_dot", "transformer"]),
+    ]
     assert reported == ["claims", "main"]
     trained.clear()
     script.main(["--parts", "claims,main", "--only", "bahdanau_fixed", "--runs", str(tmp_path)])
@@ -639,7 +819,8 @@ def test_make_results_record_reports_on_what_is_recorded_without_training(tmp_pa
     script = load_script("results")
     monkeypatch.setattr(results, "RECORDS", tmp_path / "records")
     calls = []
-    monkeypatch.setattr(script, "load_script", lambda name: SimpleNamespace(main=lambda argv: calls.append(argv)))
+    for program in ("compare", "lab"):
+        monkeypatch.setattr(script, program, SimpleNamespace(main=lambda argv: calls.append(argv)))
     monkeypatch.setattr(script, "export_lab", lambda folder: None)
     monkeypatch.setattr(script, "render", lambda: None)
 
@@ -680,17 +861,40 @@ def test_a_joblib_sweep_around_recorded_runs_keeps_every_core_busy_and_skips_the
     monkeypatch.setattr(sweeps, "check_finished", lambda runs: None)
     monkeypatch.setattr(sweeps, "waited", lambda command: commands.append(command) or 0)
     done = {("sutskever", 1)}
-    sweeps.sweep(["sutskever", "bahdanau"], [1, 2], [], tmp_path / "runs", "joblib", 2, done,
-                 compare.record_callback(records, 1), records)  # fmt: skip
+    sweeps.sweep(
+        ["sutskever", "bahdanau"],
+        [1, 2],
+        [],
+        tmp_path / "runs",
+        "joblib",
+        2,
+        done,
+        run_records.record_callback(records, 1),
+        records,
+    )
     assert len(commands) == 1 and "seed=1,2" in commands[0] and "variant=sutskever,bahdanau" in commands[0]
     assert "hydra.launcher.batch_size=1" in commands[0]  # no run queued behind a skipped job in one worker
     commands.clear()
     sweeps.sweep(["sutskever", "bahdanau"], [1, 2], [], tmp_path / "runs", "basic", 1, done)
-    assert [c[3:5] for c in commands] == [["seed=1", "variant=bahdanau"], ["seed=2", "variant=sutskever,bahdanau"]]
+    given = [c[len(sweeps.TRAIN) + 1 : len(sweeps.TRAIN) + 3] for c in commands]  # after train.py's -m
+    assert given == [["seed=1", "variant=bahdanau"], ["seed=2", "variant=sutskever,bahdanau"]]
     run = tmp_path / "runs" / "sutskever" / "seed1"
-    job = subprocess.run([sys.executable, "train.py", "-m", "variant=sutskever", "seed=1", "data=sample",
-                          f"hydra.sweep.dir={tmp_path / 'runs'}", "hydra.sweep.subdir=sutskever/seed1",
-                          *compare.record_callback(records, 1)], cwd=ROOT, capture_output=True, text=True)  # fmt: skip
+    job = subprocess.run(
+        [
+            sys.executable,
+            "train.py",
+            "-m",
+            "variant=sutskever",
+            "seed=1",
+            "data=sample",
+            f"hydra.sweep.dir={tmp_path / 'runs'}",
+            "hydra.sweep.subdir=sutskever/seed1",
+            *run_records.record_callback(records, 1),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert job.returncode == 0, job.stderr
     assert "recorded already in" in (run / "train.log").read_text() and not (run / "provenance.json").exists()
 
@@ -699,17 +903,25 @@ def test_a_joblib_sweep_around_recorded_runs_keeps_every_core_busy_and_skips_the
 def test_the_device_check_stops_where_there_is_no_gpu_before_it_writes_anything(tmp_path):
     """scripts/device_check.sh is for a lent GPU machine; anywhere else it says so and leaves $OUT empty."""
     environment = {**__import__("os").environ, "OUT": str(tmp_path), "PYTHON": sys.executable}
-    done = subprocess.run(["bash", str(ROOT / "scripts" / "device_check.sh")], cwd=ROOT, capture_output=True,
-                          text=True, env=environment)  # fmt: skip
+    done = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "device_check.sh")], cwd=ROOT, capture_output=True, text=True, env=environment
+    )
     assert done.returncode != 0 and "error: no CUDA device here" in done.stderr and "Traceback" not in done.stderr
     assert list(tmp_path.iterdir()) == []
 
 
 def test_benchmark_table_reports_flops_against_the_measured_peak():
     benchmark = load_script("benchmark")
-    result = {"model": "transformer", "parameters": 1_000_000, "train_tokens_per_second": 2000.0,
-              "flops_per_token": 6e6, "model_flops_per_second": 12e9, "peak_rss_gib": 1.5,
-              "decode_beam1_sentences_per_second": 100.0, "decode_beam5_sentences_per_second": 40.0}  # fmt: skip
+    result = {
+        "model": "transformer",
+        "parameters": 1_000_000,
+        "train_tokens_per_second": 2000.0,
+        "flops_per_token": 6e6,
+        "model_flops_per_second": 12e9,
+        "peak_rss_gib": 1.5,
+        "decode_beam1_sentences_per_second": 100.0,
+        "decode_beam5_sentences_per_second": 40.0,
+    }
     text = benchmark.table([result], peak=400e9, machine="test")
     assert "| transformer | 1,000,000 | 2,000 | 6 | 12 (3%) | 1.50 GiB | 100.0 | 40.0 |" in text
     on_gpu = benchmark.table([{**result, "peak_gpu_gib": 3.25, "gpu_utilization": 87.0}], peak=400e9, machine="test")
@@ -720,24 +932,42 @@ def test_benchmark_measures_and_profiles_a_small_model_on_the_sample_corpus(tmp_
     benchmark = load_script("benchmark")
     monkeypatch.chdir(tmp_path)  # the sample vocabulary is cached under data/spm of the working folder
     spec = "sutskever data=sample model.embedding_size=16 model.hidden_size=24 data.max_tokens=256"
-    args = benchmark.argparse.Namespace(threads=1, precision="fp32", device="cpu", data_dir=None, steps=2, windows=2,
-                                        profile=2, train_only=True, output=str(tmp_path / "bench"))  # fmt: skip
+    args = benchmark.argparse.Namespace(
+        threads=1,
+        precision="fp32",
+        device="cpu",
+        data_dir=None,
+        steps=2,
+        windows=2,
+        profile=2,
+        train_only=True,
+        output=str(tmp_path / "bench"),
+    )
     result = benchmark.measure(spec, args)
     assert result["train_tokens_per_second"] > 0 and len(result["train_windows"]) == 2
     # Counted products of a training step: at least the output layer's forward and two backward products per token.
     vocabulary = result["target_vocab_size"]
     assert result["flops_per_token"] > 3 * 2 * 24 * vocabulary
-    profile = (tmp_path / "bench" / "profile_sutskever_data=sample_model.embedding_size=16_model.hidden_size=24_"
-               "data.max_tokens=256.txt").read_text()  # fmt: skip
+    profile = (
+        tmp_path / "bench" / "profile_sutskever_data=sample_model.embedding_size=16_model.hidden_size=24_"
+        "data.max_tokens=256.txt"
+    ).read_text()
     assert "Self CPU" in profile and "aten::" in profile
 
 
 def test_benchmark_record_saves_the_table_and_each_models_figures(tmp_path, monkeypatch):
     benchmark = load_script("benchmark")
-    figures = {"model": "bahdanau", "parameters": 16_000_000, "train_tokens_per_second": 2000.0,
-               "flops_per_token": 8e7, "model_flops_per_second": 16e10, "peak_rss_gib": 2.0,
-               "decode_beam1_sentences_per_second": 250.0, "decode_beam5_sentences_per_second": 80.0,
-               "decoded_with": "runs/bahdanau/seed1234/best.pt"}  # fmt: skip
+    figures = {
+        "model": "bahdanau",
+        "parameters": 16_000_000,
+        "train_tokens_per_second": 2000.0,
+        "flops_per_token": 8e7,
+        "model_flops_per_second": 16e10,
+        "peak_rss_gib": 2.0,
+        "decode_beam1_sentences_per_second": 250.0,
+        "decode_beam5_sentences_per_second": 80.0,
+        "decoded_with": "runs/bahdanau/seed1234/best.pt",
+    }
     args = benchmark.argparse.Namespace(precision="bf16", windows=5, steps=8, checkpoints="runs/{model}/seed1234")
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
     path = benchmark.record("benchmark", [figures], 400e9, "test machine", args, folder=tmp_path)
@@ -752,9 +982,23 @@ def test_benchmark_record_saves_the_table_and_each_models_figures(tmp_path, monk
 
 
 def test_benchmark_record_refuses_to_time_an_untrained_models_decoding(tmp_path):
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "benchmark.py"), "--record", "--models", "luong",
-                           "--checkpoints", str(tmp_path / "{model}"), "--output", str(tmp_path / "bench")],
-                          capture_output=True, text=True)  # fmt: skip
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nmt.study",
+            "measure",
+            "--record",
+            "--models",
+            "luong",
+            "--checkpoints",
+            str(tmp_path / "{model}"),
+            "--output",
+            str(tmp_path / "bench"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 1 and "no trained checkpoint of luong" in done.stderr and "--train-only" in done.stderr
     assert not (tmp_path / "bench").exists()  # refused before anything was measured or written
 
@@ -765,17 +1009,20 @@ def joey_output(out, rate=600.0, generation=20.0):
     for name in ("rnn", "tf"):
         for prefix, seconds in (("", "5:00.50"), ("tp_", "1:00.20")):
             lines = ["2026-11-24 10:00:00,000 - INFO - joeynmt.model - Total params: 13182464"]
-            lines += [f"2026-11-24 10:0{i}:00,000 - INFO - joeynmt.training - Epoch   1, Step:      {100 * i}, Batch "
-                      f"Loss:     4.1, Batch Acc: 0.1, Tokens per Sec: {rate + 10 * i:8.0f}, Lr: 0.000200"
-                      for i in (1, 2)]  # fmt: skip
+            lines += [
+                f"2026-11-24 10:0{i}:00,000 - INFO - joeynmt.training - Epoch   1, Step:      {100 * i}, Batch "
+                f"Loss:     4.1, Batch Acc: 0.1, Tokens per Sec: {rate + 10 * i:8.0f}, Lr: 0.000200"
+                for i in (1, 2)
+            ]
             (out / f"{prefix}{name}.log").write_text("\n".join(lines) + "\n")
             (out / f"{prefix}{name}.time").write_text(
                 f"\tElapsed (wall clock) time (h:mm:ss or m:ss): {seconds}\n"
                 "\tMaximum resident set size (kbytes): 2742292\n"
             )
         for beam in (1, 5):
-            (out / f"{name}_b{beam}.log").write_text(f"... - INFO - joeynmt.prediction - Generation took "
-                                                     f"{generation * beam:.4f}[sec].\n")  # fmt: skip
+            (out / f"{name}_b{beam}.log").write_text(
+                f"... - INFO - joeynmt.prediction - Generation took {generation * beam:.4f}[sec].\n"
+            )
             (out / f"{name}_b{beam}.hyp.test").write_text("a man .\n" * 1000)
     (out / "versions.txt").write_text("python 3.11.7 torch 2.13.0+cpu joeynmt 2.3.0\n")
 
@@ -833,21 +1080,43 @@ def test_attention_kernels_records_the_window_against_global_per_shape_and_path(
     kernels.main(["--record", "--device", "cpu", "--precision", "fp32", "--output", str(tmp_path / "bench")])
     saved = json.loads((tmp_path / "results" / "measured" / "attention_kernels.json").read_text())
     assert saved["columns"] == ["shape", "path", "global ms", "window 4 ms", "window / global"]
-    assert saved["rows"][:2] == [["Multi30k (15 subwords)", "explicit", "400.0", "380.0", "0.95"],
-                                 ["Multi30k (15 subwords)", "fused", "500.0", "550.0", "1.10"]]  # fmt: skip
+    assert saved["rows"][:2] == [
+        ["Multi30k (15 subwords)", "explicit", "400.0", "380.0", "0.95"],
+        ["Multi30k (15 subwords)", "fused", "500.0", "550.0", "1.10"],
+    ]
     flash = "`aten::_scaled_dot_product_flash_attention_for_cpu` (the profiler)"
     assert len(saved["rows"]) == 4 and flash in saved["note"] and "in float32" in saved["note"]
-    table = results.measured_table("attention_kernels", tmp_path / "results")
+    table = tables.measured_table("attention_kernels", tmp_path / "results")
     assert "| lab long (100 subwords) | fused | 500.0 | 550.0 | 1.10 |" in table
 
 
 def test_the_lab_trains_scores_alignment_and_length_and_resumes_where_it_stopped(tmp_path, capfd, monkeypatch):
     lab = load_script("lab")
-    small = ["--variants", "bahdanau,bahdanau_fixed,luong_local_m", "--steps", "6", "--minutes", "0",
-             "--per-bucket", "20", "--samples", "50", "--trials", "50", "--output", str(tmp_path / "lab"), "--extra",
-             "data.sizes.train=300", "data.sizes.valid=10", "data.sizes.test=10", "trainer.valid_every=3",
-             "model.embedding_size=16", "model.hidden_size=24", "trainer.num_plots=0",
-             f"data.spm_cache={tmp_path / 'spm'}"]  # fmt: skip
+    small = [
+        "--variants",
+        "bahdanau,bahdanau_fixed,luong_local_m",
+        "--steps",
+        "6",
+        "--minutes",
+        "0",
+        "--per-bucket",
+        "20",
+        "--samples",
+        "50",
+        "--trials",
+        "50",
+        "--output",
+        str(tmp_path / "lab"),
+        "--extra",
+        "data.sizes.train=300",
+        "data.sizes.valid=10",
+        "data.sizes.test=10",
+        "trainer.valid_every=3",
+        "model.embedding_size=16",
+        "model.hidden_size=24",
+        "trainer.num_plots=0",
+        f"data.spm_cache={tmp_path / 'spm'}",
+    ]
     lab.main(small)
     report = (tmp_path / "lab" / "report.md").read_text()
     local_m = "luong (general, local_m, no feeding, bidirectional)"  # named from its config
@@ -879,7 +1148,8 @@ def test_the_lab_trains_scores_alignment_and_length_and_resumes_where_it_stopped
     records = tmp_path / "lab" / "records"
     variants = ("lab_bahdanau", "lab_bahdanau_fixed", "lab_luong_local_m")
     assert sorted(p.relative_to(records).as_posix() for p in records.rglob("*.json")) == [
-        f"{v}/seed1234.{kind}.json" for v in variants for kind in ("lab", "record")]  # fmt: skip
+        f"{v}/seed1234.{kind}.json" for v in variants for kind in ("lab", "record")
+    ]
     lab.main(small)  # a second run trains nothing: its runs are recorded
     assert f"kept from {records}: {', '.join(f'{v} seed 1234' for v in variants)}" in capfd.readouterr().out
     (tmp_path / "lab" / "runs").rename(tmp_path / "gone")  # another machine: the lab's report from its records

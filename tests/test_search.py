@@ -109,8 +109,10 @@ def reference_beam_search(model, source, mask, beam_size, alpha, limit):
     def normalised(beam):
         return beam[1] / length_penalty(torch.tensor(len(beam[0])), alpha).item()
 
-    return [(tokens[:-1] if ended else tokens, score) for tokens, score, ended, _ in sorted(beams, key=normalised,
-                                                                                             reverse=True)]  # fmt: skip
+    return [
+        (tokens[:-1] if ended else tokens, score)
+        for tokens, score, ended, _ in sorted(beams, key=normalised, reverse=True)
+    ]
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -123,8 +125,9 @@ def test_beam_search_finds_what_the_plain_search_over_the_whole_vocabulary_finds
         limit = max_output_length(mask, 1.5, 10)  # one length limit for the batch, from its longest source
         for row in range(source.shape[0]):
             length = int(mask[row].sum())
-            expected = reference_beam_search(model, source[row : row + 1, :length], mask[row : row + 1, :length], 3,
-                                             0.6, limit)  # fmt: skip
+            expected = reference_beam_search(
+                model, source[row : row + 1, :length], mask[row : row + 1, :length], 3, 0.6, limit
+            )
             assert [h.tokens for h in batched[row]] == [tokens for tokens, _ in expected]
             assert [h.score for h in batched[row]] == pytest.approx([score for _, score in expected], abs=1e-4)
 
@@ -140,13 +143,15 @@ def test_beam_hypotheses_carry_their_own_tokens_scores_and_attention(sample_voca
         for hypothesis in n_best:
             target = torch.tensor([[BOS_ID, *hypothesis.tokens]])
             with torch.no_grad():
-                logits, attention = model(source[row : row + 1, : int(mask[row].sum())], mask[row : row + 1,
-                                          : int(mask[row].sum())], target)  # fmt: skip
+                logits, attention = model(
+                    source[row : row + 1, : int(mask[row].sum())], mask[row : row + 1, : int(mask[row].sum())], target
+                )
             log_probabilities = logits[0].float().log_softmax(-1)
             ended = len(hypothesis.tokens) < max_output_length(mask, 1.5, 10)
             chosen = [*hypothesis.tokens, EOS_ID] if ended else hypothesis.tokens
             expected = sum(log_probabilities[i, token] for i, token in enumerate(chosen))
             assert hypothesis.score == pytest.approx(float(expected), abs=1e-3)
             if attention is not None:
-                torch.testing.assert_close(hypothesis.attention, attention[0, : hypothesis.attention.shape[0]],
-                                           atol=1e-5, rtol=1e-4)  # fmt: skip
+                torch.testing.assert_close(
+                    hypothesis.attention, attention[0, : hypothesis.attention.shape[0]], atol=1e-5, rtol=1e-4
+                )

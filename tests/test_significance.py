@@ -27,9 +27,16 @@ from nmt.study.significance import (
     seeded_tests,
 )
 
-SCENES = [("small", "dog", "runs", "park"), ("old", "man", "sleeps", "house"), ("red", "car", "waits", "street"),
-          ("young", "girl", "sings", "garden"), ("tired", "cat", "lies", "kitchen"), ("blue", "bird", "sits", "tree"),
-          ("big", "horse", "stands", "field"), ("fast", "boy", "plays", "yard")]  # fmt: skip
+SCENES = [
+    ("small", "dog", "runs", "park"),
+    ("old", "man", "sleeps", "house"),
+    ("red", "car", "waits", "street"),
+    ("young", "girl", "sings", "garden"),
+    ("tired", "cat", "lies", "kitchen"),
+    ("blue", "bird", "sits", "tree"),
+    ("big", "horse", "stands", "field"),
+    ("fast", "boy", "plays", "yard"),
+]
 REFERENCES = [f"the {a} {n} {v} in the {p} ." for a, n, v, p in SCENES] * 5
 
 
@@ -60,12 +67,16 @@ def test_a_system_held_as_its_statistics_gets_the_tests_and_intervals_of_its_tex
     as it reads the text, to the last digit."""
     good = [degrade(r, 3 + i % 3, i) for i, r in enumerate(REFERENCES)]
     bad = [degrade(r, 2 + i % 2, i) for i, r in enumerate(REFERENCES)]
-    scored = {"baseline": Scored.of(good, REFERENCES), "same": Scored.of(good, REFERENCES),
-              "bad": Scored.of(bad, REFERENCES)}  # fmt: skip
+    scored = {
+        "baseline": Scored.of(good, REFERENCES),
+        "same": Scored.of(good, REFERENCES),
+        "bad": Scored.of(bad, REFERENCES),
+    }
     assert paired_tests(scored, REFERENCES, "baseline", samples=200, trials=500) == one_seed
     as_text = Evidence({"good": {1: good, 2: bad}, "bad": {1: bad}}, REFERENCES, resamples=300)
-    as_statistics = Evidence({"good": {1: scored["baseline"], 2: scored["bad"]}, "bad": {1: scored["bad"]}},
-                             REFERENCES, resamples=300)  # fmt: skip
+    as_statistics = Evidence(
+        {"good": {1: scored["baseline"], 2: scored["bad"]}, "bad": {1: scored["bad"]}}, REFERENCES, resamples=300
+    )
     assert vars(as_statistics.compare("good", "bad")) == vars(as_text.compare("good", "bad"))
     with pytest.raises(ValueError, match="different number of sentences"):
         Scored({"BLEU": [[0] * 10], "chrF": []})
@@ -101,8 +112,9 @@ def test_seeds_combine_conservatively():
         assert not mixed.significant() and mixed.p_bootstrap == 1.0 and mixed.mark() == ""
         assert differences["one seed"][metric].seeds == 1 and differences["one seed"][metric].significant()
     single, _ = paired_tests({n: h[1] for n, h in hypotheses.items()}, REFERENCES, "baseline", 200, 300)
-    worse_by_seed = [seeded_tests({"b": {1: good[s]}, "w": {1: hypotheses["worse"][s]}}, REFERENCES, "b", 200, 300)
-                     for s in (1, 2)]  # fmt: skip
+    worse_by_seed = [
+        seeded_tests({"b": {1: good[s]}, "w": {1: hypotheses["worse"][s]}}, REFERENCES, "b", 200, 300) for s in (1, 2)
+    ]
     deltas = [w[0]["w"]["BLEU"].delta for w in worse_by_seed]
     assert differences["worse"]["BLEU"].delta == pytest.approx(sum(deltas) / 2)
     assert single["worse"]["BLEU"]["score"] - single["baseline"]["BLEU"]["score"] == pytest.approx(deltas[0])
@@ -138,8 +150,9 @@ def test_a_clear_shift_over_three_seeds_is_supported_and_read_the_other_way_cont
     assert better.verdict() == SUPPORTED and better.verdict(direction=-1) == CONTRADICTED
     assert evidence.compare("bad", "good").verdict() == CONTRADICTED
     chrf = evidence.compare("good", "bad", "chrF")
-    assert chrf.delta == pytest.approx(statistics.mean(evidence.runs("good", "chrF").observed)
-                                       - statistics.mean(evidence.runs("bad", "chrF").observed))  # fmt: skip
+    assert chrf.delta == pytest.approx(
+        statistics.mean(evidence.runs("good", "chrF").observed) - statistics.mean(evidence.runs("bad", "chrF").observed)
+    )
 
 
 def test_one_seed_gives_figures_but_no_verdict():
@@ -181,16 +194,19 @@ def test_power_from_the_seed_spread():
 
 
 def test_aer_resamples_link_counts():
-    counts = {"local": {s: np.array([[2, 3, 3, 2]] * 20) for s in (1, 2, 3)},  # every link right: AER 0
-              "global": {s: np.array([[1, 1, 3, 2]] * 20) for s in (1, 2, 3)}}  # fmt: skip
+    counts = {
+        "local": {s: np.array([[2, 3, 3, 2]] * 20) for s in (1, 2, 3)},  # every link right: AER 0
+        "global": {s: np.array([[1, 1, 3, 2]] * 20) for s in (1, 2, 3)},
+    }
     evidence = Evidence({}, [""] * 20, alignments=counts, resamples=500)
     interval = evidence.compare("local", "global", "AER")
     assert interval.delta == pytest.approx(0 - (1 - 2 / 5)) and interval.verdict(direction=-1) == SUPPORTED
     assert math.isnan(aer_score(np.zeros(4)))
 
 
-def null_runs(rng, name: str, sentences: np.ndarray, counts: np.ndarray, seeds: int, seed_sd: float,
-              noise_sd: float) -> Runs:  # fmt: skip
+def null_runs(
+    rng, name: str, sentences: np.ndarray, counts: np.ndarray, seeds: int, seed_sd: float, noise_sd: float
+) -> Runs:
     """A variant's seeds under the null: the test sentences' shared difficulty, a random offset per seed and noise
     per sentence; its score is the mean over sentences (as AER is a ratio of sums), on the whole set and on each
     shared resample (`counts`, resamples x sentences)."""

@@ -45,8 +45,17 @@ def make_trainer(tmp_path, vocabulary, train_pairs, model_name, dropout=0.0, ove
         progress=False,
         num_plots=1,
     )
-    return Trainer(model, vocabulary, train_pairs, train_pairs[:4], tmp_path, TrainerConfig(**{**defaults, **options}),
-                   max_tokens=400, max_len=100, seed=1)  # fmt: skip
+    return Trainer(
+        model,
+        vocabulary,
+        train_pairs,
+        train_pairs[:4],
+        tmp_path,
+        TrainerConfig(**{**defaults, **options}),
+        max_tokens=400,
+        max_len=100,
+        seed=1,
+    )
 
 
 @pytest.mark.slow
@@ -56,8 +65,9 @@ def test_training_learns_a_few_sentences_and_translates_them_back(
 ):
     pairs = sample_splits.train[:8]
     name, *overrides = model_name.split()
-    trainer = make_trainer(tmp_path, sample_vocabulary, pairs, name, overrides=overrides, max_steps=300,
-                           valid_every=300)  # fmt: skip
+    trainer = make_trainer(
+        tmp_path, sample_vocabulary, pairs, name, overrides=overrides, max_steps=300, valid_every=300
+    )
     trainer.train()
     assert trainer.last_metrics["loss"] < 0.05
     hypotheses, _ = translate(
@@ -79,8 +89,9 @@ def test_bf16_autocast_trains_on_cpu(tmp_path, sample_splits, sample_vocabulary)
 
 
 @pytest.mark.parametrize("model_name", ["bahdanau", "transformer"])
-def test_deterministic_mode_turns_on_deterministic_kernels_and_trains(tmp_path, sample_splits, sample_vocabulary,
-                                                                      model_name, monkeypatch):  # fmt: skip
+def test_deterministic_mode_turns_on_deterministic_kernels_and_trains(
+    tmp_path, sample_splits, sample_vocabulary, model_name, monkeypatch
+):
     """trainer.deterministic: every op of a training step has a deterministic kernel (none is refused), and the
     switches a CUDA run needs are set; on the CPU the run is the same as without it."""
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
@@ -88,8 +99,9 @@ def test_deterministic_mode_turns_on_deterministic_kernels_and_trains(tmp_path, 
     plain = make_trainer(tmp_path / "plain", sample_vocabulary, pairs, model_name, max_steps=3, valid_every=3)
     plain.train()
     try:
-        strict = make_trainer(tmp_path / "strict", sample_vocabulary, pairs, model_name, max_steps=3, valid_every=3,
-                              deterministic=True)  # fmt: skip
+        strict = make_trainer(
+            tmp_path / "strict", sample_vocabulary, pairs, model_name, max_steps=3, valid_every=3, deterministic=True
+        )
         assert torch.are_deterministic_algorithms_enabled() and torch.backends.cudnn.deterministic
         assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8" and not torch.backends.cudnn.benchmark
         strict.train()
@@ -125,10 +137,14 @@ def test_accumulated_update_has_the_gradient_of_one_large_batch(tmp_path, sample
     assert count == len(batches) == 3 and tokens == local_tokens == sum(b.target_tokens for b in batches)
     trainer.train_step(batches, tokens)
     total = sum(
-        F.cross_entropy(reference(b.source, b.source_mask, b.target_in)[0].flatten(0, 1), b.target_out.flatten(),
-                        ignore_index=PAD_ID, reduction="sum")
+        F.cross_entropy(
+            reference(b.source, b.source_mask, b.target_in)[0].flatten(0, 1),
+            b.target_out.flatten(),
+            ignore_index=PAD_ID,
+            reduction="sum",
+        )
         for b in batches
-    )  # fmt: skip
+    )
     (total / tokens).backward()
     for (name, ours), theirs in zip(trainer.model.named_parameters(), reference.parameters()):
         torch.testing.assert_close(ours.grad, theirs.grad, rtol=1e-4, atol=1e-6, msg=name)
@@ -196,16 +212,26 @@ def test_our_bleu_equals_the_sacrebleu_command_line(tmp_path):
 
 def run(*args, cwd=ROOT, stdin=None):
     environment = {**os.environ, "HYDRA_FULL_ERROR": "0"}
-    return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, env=environment,
-                          input=stdin)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, *args], cwd=cwd, capture_output=True, text=True, env=environment, input=stdin
+    )
 
 
 @pytest.mark.slow
 def test_train_and_evaluate_command_lines_end_to_end(tmp_path, monkeypatch):
     run_dir = tmp_path / "run"
-    small_demo = ["experiment=demo", "data.sizes.train=300", "data.sizes.valid=20", "data.sizes.test=20",
-                  "trainer=debug", "trainer.valid_every=3", "trainer.progress=false", "trainer.keep_checkpoints=2",
-                  f"data.spm_cache={tmp_path / 'spm'}", f"hydra.run.dir={run_dir}"]  # fmt: skip
+    small_demo = [
+        "experiment=demo",
+        "data.sizes.train=300",
+        "data.sizes.valid=20",
+        "data.sizes.test=20",
+        "trainer=debug",
+        "trainer.valid_every=3",
+        "trainer.progress=false",
+        "trainer.keep_checkpoints=2",
+        f"data.spm_cache={tmp_path / 'spm'}",
+        f"hydra.run.dir={run_dir}",
+    ]
     train = run("train.py", *small_demo, "trainer.max_steps=6")
     assert train.returncode == 0, train.stderr
     assert "test BLEU" in train.stdout
@@ -226,14 +252,23 @@ def test_train_and_evaluate_command_lines_end_to_end(tmp_path, monkeypatch):
     monkeypatch.setattr(nmt.decoding, "beam_search", lambda *a, **k: searched.append(a[3]) or beam_search(*a, **k))
     evaluate_checkpoint(str(run_dir / "best.pt"), split="valid", beam=3, device="cpu")
     assert searched and set(searched) == {3}  # beam=3 really decodes with a beam of 3
-    translate = run("translate.py", f"checkpoint={run_dir / 'best.pt'}", "beam=3", f"attention={tmp_path / 'maps'}",
-                    stdin="Der Hund läuft.\n\nDie Frau liest ein Buch, weil das Kind schläft.\n")  # fmt: skip
+    translate = run(
+        "translate.py",
+        f"checkpoint={run_dir / 'best.pt'}",
+        "beam=3",
+        f"attention={tmp_path / 'maps'}",
+        stdin="Der Hund läuft.\n\nDie Frau liest ein Buch, weil das Kind schläft.\n",
+    )
     assert translate.returncode == 0, translate.stderr
     lines = translate.stdout.split("\n")
     assert len(lines) == 4 and lines[1] == "" and lines[0] and lines[2]  # line for line, an empty line stays empty
     assert sorted(p.name for p in (tmp_path / "maps").iterdir()) == ["line1.png", "line3.png"]
-    aligned = run("translate.py", f"checkpoint={run_dir / 'best.pt'}", f"alignments={tmp_path / 'links.txt'}",
-                  stdin="Der Hund läuft.\n\nDie Frau liest ein Buch.\n")  # fmt: skip
+    aligned = run(
+        "translate.py",
+        f"checkpoint={run_dir / 'best.pt'}",
+        f"alignments={tmp_path / 'links.txt'}",
+        stdin="Der Hund läuft.\n\nDie Frau liest ein Buch.\n",
+    )
     assert aligned.returncode == 0, aligned.stderr
     links = (tmp_path / "links.txt").read_text().split("\n")
     translations = aligned.stdout.split("\n")
@@ -242,10 +277,14 @@ def test_train_and_evaluate_command_lines_end_to_end(tmp_path, monkeypatch):
         parsed = parse_links(text)
         assert len(parsed.sure) == len(translation.split())  # one link per translated word
         assert all(i < len(line.split()) and j < len(translation.split()) for i, j in parsed.sure)
-    plotted = run("scripts/plot_attention.py", f"checkpoint={run_dir / 'best.pt'}", "text=Der Hund, der läuft.",
-                  f"output={tmp_path / 'a.png'}")  # fmt: skip
+    plotted = run(
+        "scripts/plot_attention.py",
+        f"checkpoint={run_dir / 'best.pt'}",
+        "text=Der Hund, der läuft.",
+        f"output={tmp_path / 'a.png'}",
+    )
     assert plotted.returncode == 0 and (tmp_path / "a.png").stat().st_size > 1000, plotted.stderr
-    compare = run("scripts/compare.py", str(run_dir), "--output", str(tmp_path / "report"))
+    compare = run("-m", "nmt.study", "compare", str(run_dir), "--output", str(tmp_path / "report"))
     assert compare.returncode == 0, compare.stderr
     assert "| bahdanau (additive) |" in (tmp_path / "report" / "report.md").read_text()
     assert (tmp_path / "report" / "bleu_by_length.png").is_file()
@@ -278,10 +317,20 @@ def test_averaged_checkpoint_holds_the_mean_of_the_weights(tmp_path):
 @pytest.mark.slow
 def test_torchrun_trains_two_cpu_processes_with_identical_replicas(tmp_path):
     run_dir = tmp_path / "run"
-    small_demo = ["experiment=demo", "data.sizes.train=300", "data.sizes.valid=20", "data.sizes.test=20",
-                  "trainer=debug", "trainer.valid_every=3", "trainer.progress=false", "trainer.num_plots=0",
-                  "trainer.max_steps=4", "trainer.device=cpu", f"data.spm_cache={tmp_path / 'spm'}",
-                  f"hydra.run.dir={run_dir}"]  # fmt: skip
+    small_demo = [
+        "experiment=demo",
+        "data.sizes.train=300",
+        "data.sizes.valid=20",
+        "data.sizes.test=20",
+        "trainer=debug",
+        "trainer.valid_every=3",
+        "trainer.progress=false",
+        "trainer.num_plots=0",
+        "trainer.max_steps=4",
+        "trainer.device=cpu",
+        f"data.spm_cache={tmp_path / 'spm'}",
+        f"hydra.run.dir={run_dir}",
+    ]
     launched = run("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "train.py", *small_demo)
     assert launched.returncode == 0, launched.stderr[-3000:]
     assert "all 2 replicas hold the same weights" in launched.stdout + launched.stderr
@@ -292,16 +341,30 @@ def test_torchrun_trains_two_cpu_processes_with_identical_replicas(tmp_path):
 @pytest.mark.slow
 def test_kill_9_then_resume_ends_bit_for_bit_where_an_uninterrupted_run_ends(tmp_path):
     def command(run_dir, *extra):
-        return ["train.py", "experiment=demo", "data.sizes.train=300", "data.sizes.valid=20", "data.sizes.test=20",
-                "trainer=debug", "trainer.max_steps=30", "trainer.max_minutes=0", "trainer.valid_every=5",
-                "trainer.progress=false", "trainer.num_plots=0", "trainer.device=cpu",
-                f"data.spm_cache={tmp_path / 'spm'}", f"hydra.run.dir={run_dir}", *extra]  # fmt: skip
+        return [
+            "train.py",
+            "experiment=demo",
+            "data.sizes.train=300",
+            "data.sizes.valid=20",
+            "data.sizes.test=20",
+            "trainer=debug",
+            "trainer.max_steps=30",
+            "trainer.max_minutes=0",
+            "trainer.valid_every=5",
+            "trainer.progress=false",
+            "trainer.num_plots=0",
+            "trainer.device=cpu",
+            f"data.spm_cache={tmp_path / 'spm'}",
+            f"hydra.run.dir={run_dir}",
+            *extra,
+        ]
 
     straight = run(*command(tmp_path / "straight"))
     assert straight.returncode == 0, straight.stderr
     killed_dir = tmp_path / "killed"
-    process = subprocess.Popen([sys.executable, *command(killed_dir)], cwd=ROOT, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)  # fmt: skip
+    process = subprocess.Popen(
+        [sys.executable, *command(killed_dir)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     deadline = time.monotonic() + 120
     while not (killed_dir / "last.pt").is_file() and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -324,8 +387,9 @@ def test_kill_9_then_resume_ends_bit_for_bit_where_an_uninterrupted_run_ends(tmp
     assert len(invocations) == 2 and all(i["commit"] == head and i["torch"] == torch.__version__ for i in invocations)
 
 
-def test_resume_falls_back_to_the_previous_checkpoint_when_the_last_is_damaged(tmp_path, sample_splits,
-                                                                               sample_vocabulary):  # fmt: skip
+def test_resume_falls_back_to_the_previous_checkpoint_when_the_last_is_damaged(
+    tmp_path, sample_splits, sample_vocabulary
+):
     pairs = sample_splits.train[:60]
     make_trainer(tmp_path, sample_vocabulary, pairs, "sutskever", max_steps=6, valid_every=3).train()
     assert checkpoint.load(tmp_path / "previous.pt")["progress"]["step"] == 3
@@ -388,10 +452,22 @@ def test_a_job_that_a_stopped_sweep_reached_in_its_setup_saves_at_its_first_upda
 @pytest.mark.slow
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "scheduler-sigterm"])
 def test_ctrl_c_or_sigterm_saves_last_checkpoint_and_exits_with_the_signal(tmp_path, stop):
-    command = [sys.executable, "train.py", "experiment=demo", "data.sizes.train=300", "data.sizes.valid=10",
-               "data.sizes.test=10", "trainer.max_minutes=0", "trainer.max_steps=100000", "trainer.valid_every=2",
-               "trainer.precision=fp32", "trainer.progress=false", "trainer.num_plots=0",
-               f"data.spm_cache={tmp_path / 'spm'}", f"hydra.run.dir={tmp_path}"]  # fmt: skip
+    command = [
+        sys.executable,
+        "train.py",
+        "experiment=demo",
+        "data.sizes.train=300",
+        "data.sizes.valid=10",
+        "data.sizes.test=10",
+        "trainer.max_minutes=0",
+        "trainer.max_steps=100000",
+        "trainer.valid_every=2",
+        "trainer.precision=fp32",
+        "trainer.progress=false",
+        "trainer.num_plots=0",
+        f"data.spm_cache={tmp_path / 'spm'}",
+        f"hydra.run.dir={tmp_path}",
+    ]
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while not (tmp_path / "last.pt").exists() and time.monotonic() < deadline and process.poll() is None:
@@ -410,10 +486,11 @@ def test_each_validation_is_a_line_of_the_runs_plain_record(tmp_path, sample_spl
     """validations.jsonl: one JSON line per validation with its update, compute, minutes, loss, BLEU and chrF, which
     the study's curves read (TensorBoard is for looking); a line repeated by a resumed run counts once, and a line cut
     short by a crash is skipped."""
-    from nmt.study.comparison import compute_curve, valid_curve
+    from nmt.study.records import compute_curve, valid_curve
 
-    trainer = make_trainer(tmp_path, sample_vocabulary, sample_splits.train[:40], "sutskever", max_steps=6,
-                           valid_every=2)  # fmt: skip
+    trainer = make_trainer(
+        tmp_path, sample_vocabulary, sample_splits.train[:40], "sutskever", max_steps=6, valid_every=2
+    )
     trainer.train()
     lines = [json.loads(line) for line in (tmp_path / "validations.jsonl").read_text().splitlines()]
     assert [line["step"] for line in lines] == [2, 4, 6]

@@ -131,10 +131,18 @@ def test_attention_and_activation_dropout_are_off_by_default_and_on_when_asked(s
 
 
 def test_the_band_lets_a_position_see_exactly_its_window():
-    assert band(4, 4, 1, False, torch.device("cpu")).int().tolist() == [[1, 1, 0, 0], [1, 1, 1, 0], [0, 1, 1, 1],
-                                                                        [0, 0, 1, 1]]  # fmt: skip
-    assert band(4, 4, 1, True, torch.device("cpu")).int().tolist() == [[1, 0, 0, 0], [1, 1, 0, 0], [0, 1, 1, 0],
-                                                                       [0, 0, 1, 1]]  # fmt: skip
+    assert band(4, 4, 1, False, torch.device("cpu")).int().tolist() == [
+        [1, 1, 0, 0],
+        [1, 1, 1, 0],
+        [0, 1, 1, 1],
+        [0, 0, 1, 1],
+    ]
+    assert band(4, 4, 1, True, torch.device("cpu")).int().tolist() == [
+        [1, 0, 0, 0],
+        [1, 1, 0, 0],
+        [0, 1, 1, 0],
+        [0, 0, 1, 1],
+    ]
     assert band(1, 5, 2, False, torch.device("cpu")).int().tolist() == [[0, 0, 1, 1, 1]]  # a step: the last query
     assert band(3, 3, 0, False, torch.device("cpu")) is None
 
@@ -176,13 +184,15 @@ def test_a_windowed_encoder_is_blind_beyond_its_window(sample_vocabulary):
 
 @pytest.mark.parametrize(
     "model_name, option, message",
-    [("transformer", "model.window=-1", "model.window=-1: must be at least 0"),
-     ("luong", "model.window=0", "model.window=0: must be at least 1"),  # Luong's local window has no "off"
-     ("luong", "model.attention.normalizer=hardmax", "model.attention.normalizer='hardmax': use one of softmax"),
-     ("bahdanau", "model.attention.hard=true", "model.attention.hard=True: must be text"),
-     ("luong", "model.attention.hard=sampled", "model.attention.hard='sampled': use one of none, reinforce"),
-     ("luong", "model.attention.temperature=-1", "model.attention.temperature=-1: must be above 0")],
-)  # fmt: skip
+    [
+        ("transformer", "model.window=-1", "model.window=-1: must be at least 0"),
+        ("luong", "model.window=0", "model.window=0: must be at least 1"),  # Luong's local window has no "off"
+        ("luong", "model.attention.normalizer=hardmax", "model.attention.normalizer='hardmax': use one of softmax"),
+        ("bahdanau", "model.attention.hard=true", "model.attention.hard=True: must be text"),
+        ("luong", "model.attention.hard=sampled", "model.attention.hard='sampled': use one of none, reinforce"),
+        ("luong", "model.attention.temperature=-1", "model.attention.temperature=-1: must be above 0"),
+    ],
+)
 def test_window_and_normalizer_values_that_make_no_sense_are_refused_naming_the_option(
     sample_vocabulary, model_name, option, message
 ):
@@ -206,8 +216,9 @@ def test_causal_without_a_mask_equals_the_causal_mask(fused, monkeypatch):
         ours(x, x, x, band(5, 5, 0, causal=True, device=x.device), causal=True)
 
 
-def test_training_gives_the_fused_kernel_causal_self_attention_without_a_mask(sample_vocabulary, fused_on_cpu,
-                                                                              monkeypatch):  # fmt: skip
+def test_training_gives_the_fused_kernel_causal_self_attention_without_a_mask(
+    sample_vocabulary, fused_on_cpu, monkeypatch
+):
     """On a GPU a mask tensor keeps SDPA from its flash kernel; the decoder's causal self-attention passes none. And
     SDPA may not choose cuDNN's kernel, which builds a plan for each new batch shape (nmt/attention.py), while the
     process's own choice of backends is left as it was."""

@@ -29,7 +29,7 @@ from nmt.study.significance import (
     holm,
 )
 
-# The names `scripts/compare.py` gives the variants (from their checkpoints' configs, `variant_name`): Luong's are
+# The names the comparison gives the variants (from their checkpoints' configs, `variant_name`): Luong's are
 # `luong (score, alignment[, no feeding][, bidirectional]...)`, so a claim about Luong's variants pairs names that
 # differ only in what the claim is about, on whatever encoder and feeding the runs had.
 BASELINE = "sutskever"  # the fixed-vector model of its own paper, and the "Base" of Luong et al.'s Table 1
@@ -99,8 +99,16 @@ def still_improving(runs: list[dict]) -> bool:
 Item = tuple[str, Interval, int]  # (label, interval, direction: +1 when the claim says the difference is positive)
 
 
-def judged(claim: str, source: str, primary: Item, secondary: list[Item] = (), unit: str = "BLEU", note: str = "",
-           improving: set[str] = frozenset(), involved: tuple[str, ...] = ()) -> Claim:  # fmt: skip
+def judged(
+    claim: str,
+    source: str,
+    primary: Item,
+    secondary: list[Item] = (),
+    unit: str = "BLEU",
+    note: str = "",
+    improving: set[str] = frozenset(),
+    involved: tuple[str, ...] = (),
+) -> Claim:
     """A claim from its primary comparison and the secondary ones (Holm over those); `involved`: the variants of the
     primary comparison, whose runs must have finished learning (`improving` holds those that had not)."""
     label, interval, direction = primary
@@ -110,8 +118,10 @@ def judged(claim: str, source: str, primary: Item, secondary: list[Item] = (), u
     named = list(zip(secondary, adjusted, others))
     lines = [f"{label}: {interval.text(unit)}"] + [f"{lab}: {i.text(unit)} {v}" for (lab, _, _), i, v in named]
     comparisons = [{"label": label, "role": "primary", "direction": direction, **asdict(interval), "verdict": verdict}]
-    comparisons += [{"label": lab, "role": "secondary", "direction": d, **asdict(i), "verdict": v}
-                    for (lab, _, d), i, v in zip(secondary, adjusted, others)]  # fmt: skip
+    comparisons += [
+        {"label": lab, "role": "secondary", "direction": d, **asdict(i), "verdict": v}
+        for (lab, _, d), i, v in zip(secondary, adjusted, others)
+    ]
     stalled = sorted(n for n in involved if n in improving)
     if verdict != NEEDS_SEEDS and stalled:
         verdict = IMPROVING
@@ -129,10 +139,19 @@ def attention_beats_fixed_vector(evidence: Evidence, improving: set[str]) -> Cla
     claim, source = "Attention beats the fixed-vector encoder-decoder", "Bahdanau et al. 2015; Luong et al. 2015"
     if ATTENTION not in evidence.names or FIXED not in evidence.names:
         return Claim(claim, source, NOT_MEASURED, f"needs `{ATTENTION}` and `{FIXED}` (variant=bahdanau_fixed)")
-    secondary = [(f"{n} minus {BASELINE}", evidence.compare(n, BASELINE), 1)
-                 for n in evidence.names if luong_details(n) and BASELINE in evidence.names]  # fmt: skip
-    return judged(claim, source, (f"{ATTENTION} minus {FIXED}", evidence.compare(ATTENTION, FIXED), 1), secondary,
-                  improving=improving, involved=(ATTENTION, FIXED))  # fmt: skip
+    secondary = [
+        (f"{n} minus {BASELINE}", evidence.compare(n, BASELINE), 1)
+        for n in evidence.names
+        if luong_details(n) and BASELINE in evidence.names
+    ]
+    return judged(
+        claim,
+        source,
+        (f"{ATTENTION} minus {FIXED}", evidence.compare(ATTENTION, FIXED), 1),
+        secondary,
+        improving=improving,
+        involved=(ATTENTION, FIXED),
+    )
 
 
 def gap_grows_with_length(evidence: Evidence, note: str = "", improving: set[str] = frozenset()) -> Claim:
@@ -152,14 +171,24 @@ def gap_grows_with_length(evidence: Evidence, note: str = "", improving: set[str
             return Claim(claim, source, UNTESTABLE, "no sentences longer than the short bucket's")
         long = (low, LONG[1])
     words = f"{long[0]}+ words ({len(evidence.bucket(*long))} sentences)"
-    text = (f"BLEU kept on {words} as a share of BLEU on {SHORT[0]}-{SHORT[1]} words "
-            f"({len(evidence.bucket(*SHORT))}){note}; ")  # fmt: skip
-    found = judged(claim, source, (f"{ATTENTION} minus {FIXED}", evidence.kept(ATTENTION, FIXED, SHORT, long), 1),
-                   unit="of its BLEU", note=text, improving=improving, involved=(ATTENTION, FIXED))  # fmt: skip
+    text = (
+        f"BLEU kept on {words} as a share of BLEU on {SHORT[0]}-{SHORT[1]} words "
+        f"({len(evidence.bucket(*SHORT))}){note}; "
+    )
+    found = judged(
+        claim,
+        source,
+        (f"{ATTENTION} minus {FIXED}", evidence.kept(ATTENTION, FIXED, SHORT, long), 1),
+        unit="of its BLEU",
+        note=text,
+        improving=improving,
+        involved=(ATTENTION, FIXED),
+    )
     if long != LONG:  # the figures, but the claim is about sentences over 30 words, and there are too few
         found.verdict = UNTESTABLE
         found.evidence = f"{len(evidence.bucket(*LONG))} test sentences over 30 words; on the longest there are, " + (
-            found.evidence)  # fmt: skip
+            found.evidence
+        )
     return found
 
 
@@ -182,8 +211,9 @@ def local_p_general_is_best(evidence: Evidence, improving: set[str]) -> Claim:
     claim, source = "Local-p attention with the general score is the best Luong variant", "Luong et al. 2015, Table 4"
     local_p = [n for n in evidence.names if (luong_details(n) or [])[:2] == ["general", "local_p"]]
     twins = [(n, with_details(n, alignment=a)) for n in local_p for a in ("global", "local_m")]
-    items = [(f"{n} minus {twin}", evidence.compare(n, twin), 1, (n, twin)) for n, twin in twins
-             if twin in evidence.names]  # fmt: skip
+    items = [
+        (f"{n} minus {twin}", evidence.compare(n, twin), 1, (n, twin)) for n, twin in twins if twin in evidence.names
+    ]
     primary = [item for item in items if "global" in luong_details(item[3][1])]
     if not primary:
         return Claim(claim, source, NOT_MEASURED, "needs Luong's local-p with the general score and its global twin")
@@ -197,15 +227,28 @@ def local_aligns_better(evidence: Evidence, improving: set[str] = frozenset()) -
     local-m against global attention with the same (general) score, and local-m against global location."""
     claim, source = "Local attention aligns better than global (lower AER)", "Luong et al. 2015, Table 6"
     names = evidence.alignments
-    pairs = [(n, with_details(n, score=s, alignment="global")) for n in names
-             for s in ("location", "general") if (luong_details(n) or [""])[:2] == ["general", "local_p"]]  # fmt: skip
-    pairs += [(n, with_details(n, score=s, alignment="global")) for n in names
-              for s in ("general", "location") if (luong_details(n) or [""])[:2] == ["general", "local_m"]]  # fmt: skip
+    pairs = [
+        (n, with_details(n, score=s, alignment="global"))
+        for n in names
+        for s in ("location", "general")
+        if (luong_details(n) or [""])[:2] == ["general", "local_p"]
+    ]
+    pairs += [
+        (n, with_details(n, score=s, alignment="global"))
+        for n in names
+        for s in ("general", "location")
+        if (luong_details(n) or [""])[:2] == ["general", "local_m"]
+    ]
     items = [(f"{a} minus {b}", evidence.compare(a, b, "AER"), -1, (a, b)) for a, b in pairs if b in names]
     primary = [i for i in items if "location" in i[3][1] and "local_p" in i[3][0]]
     if not primary:
-        return Claim(claim, source, NOT_MEASURED, "needs gold alignments and Luong's local-p (general) and global "
-                     "(location) variants (the lab: `make lab`)", unit="AER")  # fmt: skip
+        return Claim(
+            claim,
+            source,
+            NOT_MEASURED,
+            "needs gold alignments and Luong's local-p (general) and global (location) variants (the lab: `make lab`)",
+            unit="AER",
+        )
     secondary = [i[:3] for i in items if i is not primary[0]]
     return judged(claim, source, primary[0][:3], secondary, unit="AER", improving=improving, involved=primary[0][3])
 
@@ -239,12 +282,24 @@ def from_lab(lab: dict | None, claim: Claim) -> Claim:
     found = next((c for c in (lab or {}).get("claims", []) if c["claim"] == claim.claim), None)
     if found is None or found["verdict"] == NOT_MEASURED:
         return claim
-    return Claim(found["claim"], found["source"], found["verdict"], "the lab: " + found["evidence"],
-                 found.get("comparisons", []), found.get("detectable"), found.get("unit", claim.unit))  # fmt: skip
+    return Claim(
+        found["claim"],
+        found["source"],
+        found["verdict"],
+        "the lab: " + found["evidence"],
+        found.get("comparisons", []),
+        found.get("detectable"),
+        found.get("unit", claim.unit),
+    )
 
 
-def check_claims(evidence: Evidence, valid: dict[str, float], lab: dict | None = None, length_note: str = "",
-                 improving: set[str] = frozenset()) -> list[Claim]:  # fmt: skip
+def check_claims(
+    evidence: Evidence,
+    valid: dict[str, float],
+    lab: dict | None = None,
+    length_note: str = "",
+    improving: set[str] = frozenset(),
+) -> list[Claim]:
     """Every claim, from the runs' evidence on their test set, each variant's mean valid BLEU (to choose a family's
     representative), the variants still learning at the end of their budget (`still_improving`) and the lab's
     lab.json (optional: its verdicts on the length and alignment claims)."""
@@ -256,8 +311,7 @@ def check_claims(evidence: Evidence, valid: dict[str, float], lab: dict | None =
         local_aligns_better(evidence, improving),
         transformer_beats_recurrent(evidence, valid, improving),
     ]
-    return [from_lab(lab, c) if c.claim in FROM_LAB and c.verdict in (NOT_MEASURED, UNTESTABLE) else c
-            for c in claims]  # fmt: skip
+    return [from_lab(lab, c) if c.claim in FROM_LAB and c.verdict in (NOT_MEASURED, UNTESTABLE) else c for c in claims]
 
 
 def power_line(claim: Claim) -> str:

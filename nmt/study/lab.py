@@ -1,7 +1,7 @@
-"""The alignment lab's tables (scripts/lab.py writes its report with them, nmt/study/results.py renders them from
+"""The alignment lab's tables (nmt.study lab writes its report with them, nmt/study/results.py renders them from
 results/lab.json): AER of each attention against the sample grammar's gold links, and BLEU by sentence length.
 
-A lab result is one variant over its seeds, as scripts/lab.py's `aggregate` makes it: {"name", "test_bleu",
+A lab result is one variant over its seeds, as nmt.study lab's `aggregate` makes it: {"name", "test_bleu",
 "by_length": {"1-10": {"bleu", "sentences"}, ...}, and for a model with attention "alignment_map", "test_alignment"
 and "long_alignment": {"aer", "precision", "recall", "entropy", "diagonality", "support"[, "aer_sd"]}}.
 """
@@ -14,23 +14,46 @@ from nmt.study.claims import luong_details
 from nmt.study.significance import CONTRADICTED, INCONCLUSIVE, SUPPORTED, Evidence, Interval, holm
 
 # The variants, in the order they train: configs/variant/lab_<name>.yaml, each the comparison's variant <name> at the
-# lab's size of its family (configs/lab/<family>.yaml); each is named from its config, as `scripts/compare.py` names
+# lab's size of its family (configs/lab/<family>.yaml); each is named from its config, as the comparison names
 # runs. Bahdanau's model without attention (the length claim's like-for-like baseline); Luong's defaults (a
 # bidirectional encoder, no input feeding: configs/model/luong.yaml), then the paper's model; the rest of the attention
 # family (docs/attention.md): sparse and hard attention in Bahdanau's model, and the Transformer's sliding window,
 # which the lab's long sentences put to the test.
-VARIANTS = ["sutskever", "bahdanau", "bahdanau_fixed", "transformer", "luong", "luong_feeding", "luong_paper",
-            "luong_dot",
-            "luong_concat", "luong_location", "luong_local_m", "luong_local_p", "bahdanau_sparsemax",
-            "bahdanau_entmax15", "bahdanau_reinforce", "bahdanau_gumbel", "transformer_window"]  # fmt: skip
+VARIANTS = [
+    "sutskever",
+    "bahdanau",
+    "bahdanau_fixed",
+    "transformer",
+    "luong",
+    "luong_feeding",
+    "luong_paper",
+    "luong_dot",
+    "luong_concat",
+    "luong_location",
+    "luong_local_m",
+    "luong_local_p",
+    "bahdanau_sparsemax",
+    "bahdanau_entmax15",
+    "bahdanau_reinforce",
+    "bahdanau_gumbel",
+    "transformer_window",
+]
 # Each variant against the one it changes (the lab's table of AER differences, Holm over the table): Bahdanau's
 # normalisers and hard attention against his softmax, the window against the global Transformer, Luong's other scores
 # and input feeding against his default (general, global); the paper's model differs from that default in its
 # encoder (unidirectional, source reversed) and feeding. Local against global attention is a claim (claims.py).
-CONTRASTS = [("bahdanau_sparsemax", "bahdanau"), ("bahdanau_entmax15", "bahdanau"), ("bahdanau_reinforce", "bahdanau"),
-             ("bahdanau_gumbel", "bahdanau"), ("transformer_window", "transformer"), ("luong_dot", "luong"),
-             ("luong_concat", "luong"), ("luong_location", "luong"), ("luong_feeding", "luong"),
-             ("luong_paper", "luong")]  # fmt: skip
+CONTRASTS = [
+    ("bahdanau_sparsemax", "bahdanau"),
+    ("bahdanau_entmax15", "bahdanau"),
+    ("bahdanau_reinforce", "bahdanau"),
+    ("bahdanau_gumbel", "bahdanau"),
+    ("transformer_window", "transformer"),
+    ("luong_dot", "luong"),
+    ("luong_concat", "luong"),
+    ("luong_location", "luong"),
+    ("luong_feeding", "luong"),
+    ("luong_paper", "luong"),
+]
 BUCKETS = [(1, 10), (11, 20), (21, 30), (31, 40), (41, 60), (61, 80)]  # source words of the length test set
 # Luong et al. 2015, Table 6: AER on the RWTH German-English gold alignments (different data, same measure), by score
 # and alignment (the paper's model; ours may differ in encoder and feeding, which the name says).
@@ -44,29 +67,40 @@ def paper_aer(name: str) -> str:
 
 def alignment_table(results: list[dict]) -> list[str]:
     """Rows in order of test AER (the models without attention last)."""
-    lines = ["| model | map | test AER | precision | recall | long-set AER | support (words) | entropy | "
-             "diagonality | paper's AER (Table 6) | test BLEU |", "|" + "---|" * 11]  # fmt: skip
+    lines = [
+        "| model | map | test AER | precision | recall | long-set AER | support (words) | entropy | "
+        "diagonality | paper's AER (Table 6) | test BLEU |",
+        "|" + "---|" * 11,
+    ]
     for r in sorted(results, key=lambda r: r.get("test_alignment", {}).get("aer", 2)):
         if "test_alignment" not in r:
-            lines.append(f"| {r['name']} | no attention | - | - | - | - | - | - | - | {paper_aer(r['name'])} | "
-                         f"{r['test_bleu']:.2f} |")  # fmt: skip
+            lines.append(
+                f"| {r['name']} | no attention | - | - | - | - | - | - | - | {paper_aer(r['name'])} | "
+                f"{r['test_bleu']:.2f} |"
+            )
             continue
         t, long = r["test_alignment"], r["long_alignment"]
         aer = f"{t['aer']:.3f}" + (f" ± {t['aer_sd']:.3f}" if "aer_sd" in t else "")
         support = f"{t['support']:.1f}" if "support" in t else "-"
-        lines.append(f"| {r['name']} | {r['alignment_map']} | {aer} | {t['precision']:.3f} | {t['recall']:.3f} | "
-                     f"{long['aer']:.3f} | {support} | {t['entropy']:.2f} | {t['diagonality']:.2f} | "
-                     f"{paper_aer(r['name'])} | {r['test_bleu']:.2f} |")  # fmt: skip
+        lines.append(
+            f"| {r['name']} | {r['alignment_map']} | {aer} | {t['precision']:.3f} | {t['recall']:.3f} | "
+            f"{long['aer']:.3f} | {support} | {t['entropy']:.2f} | {t['diagonality']:.2f} | "
+            f"{paper_aer(r['name'])} | {r['test_bleu']:.2f} |"
+        )
     return lines
 
 
 def length_table(results: list[dict]) -> list[str]:
     """BLEU by source length, one row per variant, with the sentences of each bucket in the header."""
     labels = [f"{low}-{high}" for low, high in BUCKETS]
-    counts = {label: next((r["by_length"][label]["sentences"] for r in results if label in r["by_length"]), 0)
-              for label in labels}  # fmt: skip
-    lines = ["| model | " + " | ".join(f"{label} ({counts[label]})" for label in labels) + " |",
-             "|---|" + "---|" * len(labels)]  # fmt: skip
+    counts = {
+        label: next((r["by_length"][label]["sentences"] for r in results if label in r["by_length"]), 0)
+        for label in labels
+    }
+    lines = [
+        "| model | " + " | ".join(f"{label} ({counts[label]})" for label in labels) + " |",
+        "|---|" + "---|" * len(labels),
+    ]
     for r in results:
         cells = [f"{r['by_length'][label]['bleu']:.1f}" if label in r["by_length"] else "-" for label in labels]
         lines.append(f"| {r['name']} | " + " | ".join(cells) + " |")
@@ -92,8 +126,9 @@ def contrasts_table(found: list[dict]) -> list[str]:
     for c in found:
         interval = Interval(**{k: v for k, v in c.items() if k not in ("variant", "baseline")})
         verdict = interval.verdict(direction=-1)
-        lines.append(f"| {c['variant']} | {c['baseline']} | {interval.text('AER')} | "
-                     f"{AER_VERDICT.get(verdict, verdict)} |")  # fmt: skip
+        lines.append(
+            f"| {c['variant']} | {c['baseline']} | {interval.text('AER')} | {AER_VERDICT.get(verdict, verdict)} |"
+        )
     return lines
 
 
@@ -101,13 +136,21 @@ def contrasts_lines(found: list[dict]) -> list[str]:
     """The table of AER differences with its line before it; nothing for a lab.json made before it had one."""
     if not found:
         return []
-    return ["Each variant's test AER minus that of the variant it changes (intervals over seeds and sentences, Holm "
-            "over all of the lab's differences; nmt/study/lab.py):", "", *contrasts_table(found), ""]  # fmt: skip
+    return [
+        "Each variant's test AER minus that of the variant it changes (intervals over seeds and sentences, Holm "
+        "over all of the lab's differences; nmt/study/lab.py):",
+        "",
+        *contrasts_table(found),
+        "",
+    ]
 
 
 def claims_table(claims: list[dict]) -> list[str]:
-    return ["| claim | paper | these runs | evidence |", "|---|---|---|---|",
-            *[f"| {c['claim']} | {c['source']} | **{c['verdict']}** | {c['evidence']} |" for c in claims]]  # fmt: skip
+    return [
+        "| claim | paper | these runs | evidence |",
+        "|---|---|---|---|",
+        *[f"| {c['claim']} | {c['source']} | **{c['verdict']}** | {c['evidence']} |" for c in claims],
+    ]
 
 
 def seeds_line(results: list[dict]) -> str:
@@ -121,9 +164,18 @@ def tables(results: list[dict], claims: list[dict], train_words: int, found: lis
     """The lab's tables (AER, BLEU by length, the AER differences `found` by `contrasts`, the claims) with a line
     before each."""
     return [
-        seeds_line(results), "", *alignment_table(results), "",
+        seeds_line(results),
+        "",
+        *alignment_table(results),
+        "",
         f"BLEU (greedy) by source length, words; trained on sentences of at most {train_words} words (sentences per "
-        "bucket in brackets):", "", *length_table(results), "", *contrasts_lines(found),
+        "bucket in brackets):",
+        "",
+        *length_table(results),
+        "",
+        *contrasts_lines(found),
         "The two claims the lab answers (intervals over seeds and sentences, Holm within a claim; "
-        "nmt/study/claims.py):", "", *claims_table(claims),
-    ]  # fmt: skip
+        "nmt/study/claims.py):",
+        "",
+        *claims_table(claims),
+    ]

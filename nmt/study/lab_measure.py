@@ -1,6 +1,6 @@
-"""The alignment lab's measurement of one finished run (scripts/lab.py): BLEU by length on a test set of sentences up to
+"""The alignment lab's measurement of one finished run (nmt.study lab): BLEU by length on a test set of sentences up to
 80 words, AER against the sample grammar's gold links, the valid AER curve; kept as the run's lab record beside its
-comparison record (`nmt.study.comparison.save_record`), so that the lab's report is made from records alone.
+comparison record (`nmt.study.records.save_record`), so that the lab's report is made from records alone.
 
 Each job of the lab's sweep measures its own run as it ends (`MeasureRun`, a Hydra callback), as `RecordRun` records
 it: a lab spread over several machines keeps every run finished on each. The sentences are the sample grammar's, which
@@ -22,8 +22,8 @@ from nmt.evaluate import alignment_map_of, corpus_of
 from nmt.experiment import read_provenance
 from nmt.paths import write_text
 from nmt.sample import generate_aligned, write_aligned
-from nmt.study.comparison import OnFinishedRun
 from nmt.study.lab import BUCKETS
+from nmt.study.records import OnFinishedRun, recorded_validations
 
 LAB_SUFFIX = ".lab.json"
 
@@ -46,13 +46,8 @@ def length_test_set(folder: Path, per_bucket: int, train: set[str], seed: int) -
 
 
 def valid_aer_curve(run_dir: Path) -> list[tuple[int, float]]:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    events = EventAccumulator(str(run_dir))
-    events.Reload()
-    if "valid/aer" not in events.Tags()["scalars"]:
-        return []
-    return [(s.step, s.value) for s in events.Scalars("valid/aer")]
+    """(update, valid AER) at each validation that measured AER, from the run's validations.jsonl."""
+    return [(e["step"], e["aer"]) for e in recorded_validations(run_dir) if e.get("aer") is not None]
 
 
 def measure(run_dir: Path, long_set: tuple[Path, Path, Path]) -> dict:
@@ -68,16 +63,29 @@ def measure(run_dir: Path, long_set: tuple[Path, Path, Path]) -> dict:
         if chosen:
             bleu = sacrebleu.corpus_bleu([hypotheses[i] for i in chosen], [[pairs[i][1] for i in chosen]])
             by_length[f"{low}-{high}"] = {"bleu": bleu.score, "sentences": len(chosen)}
-    result = {"run": str(run_dir), "provenance": read_provenance(run_dir), "by_length": by_length,
-              "valid_aer": valid_aer_curve(run_dir),
-              "test_bleu": json.loads((run_dir / "results.json").read_text())["test/bleu"],
-              "seed": translator.config.get("seed"), "long_hypotheses": hypotheses}  # fmt: skip
+    result = {
+        "run": str(run_dir),
+        "provenance": read_provenance(run_dir),
+        "by_length": by_length,
+        "valid_aer": valid_aer_curve(run_dir),
+        "test_bleu": json.loads((run_dir / "results.json").read_text())["test/bleu"],
+        "seed": translator.config.get("seed"),
+        "long_hypotheses": hypotheses,
+    }
     chosen_map = alignment_map_of(translator, None, None)
     if chosen_map is not None:
-        test = attention_report(translator.model, translator.vocabulary, splits.test, translator.device,
-                                translator.dtype, splits.alignments["test"], counts=True)[chosen_map]  # fmt: skip
-        long = attention_report(translator.model, translator.vocabulary, pairs, translator.device,
-                                translator.dtype, gold)[chosen_map]  # fmt: skip
+        test = attention_report(
+            translator.model,
+            translator.vocabulary,
+            splits.test,
+            translator.device,
+            translator.dtype,
+            splits.alignments["test"],
+            counts=True,
+        )[chosen_map]
+        long = attention_report(
+            translator.model, translator.vocabulary, pairs, translator.device, translator.dtype, gold
+        )[chosen_map]
         result.update(alignment_map=chosen_map, test_alignment=test, long_alignment=long)
     return result
 
@@ -112,6 +120,8 @@ class MeasureRun(OnFinishedRun):
 def measure_callback(records: Path, long_set: tuple[Path, Path, Path]) -> list[str]:
     """The Hydra options that give the lab's `train.py -m` the `MeasureRun` callback."""
     paths = ",".join(f"'{p.resolve()}'" for p in long_set)
-    return ["+hydra.callbacks.measure._target_=nmt.study.lab_measure.MeasureRun",
-            f"+hydra.callbacks.measure.records='{records.resolve()}'",
-            f"+hydra.callbacks.measure.long_set=[{paths}]"]  # fmt: skip
+    return [
+        "+hydra.callbacks.measure._target_=nmt.study.lab_measure.MeasureRun",
+        f"+hydra.callbacks.measure.records='{records.resolve()}'",
+        f"+hydra.callbacks.measure.long_set=[{paths}]",
+    ]

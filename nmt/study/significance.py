@@ -68,7 +68,7 @@ def p_value(p: float) -> str:
 
 class Scored:
     """A system's test output held as sacrebleu's sufficient statistics per sentence, for each of `METRICS`, instead
-    of its text: what a finished run's record keeps (`nmt.study.comparison.save_record`), so that its scores, paired
+    of its text: what a finished run's record keeps (`nmt.study.records.save_record`), so that its scores, paired
     tests and intervals can be made again where the run's folder is gone, without publishing translations of a corpus
     that is not ours. Every function here that takes a system's hypotheses takes a `Scored` as well, with the same
     results: the statistics are the ones sacrebleu extracts from the text."""
@@ -198,8 +198,9 @@ def check_resamples(samples: int, trials: int) -> None:
     """Refuse, naming the option, resample counts that give no interval (`--samples 0`) or one on noise alone."""
     for option, count in (("--samples", samples), ("--trials", trials)):
         if count < MIN_RESAMPLES:
-            raise UserError(f"{option} {count}: at least {MIN_RESAMPLES} (the default, {RESAMPLES:,}, is what the "
-                            "reports use)")  # fmt: skip
+            raise UserError(
+                f"{option} {count}: at least {MIN_RESAMPLES} (the default, {RESAMPLES:,}, is what the reports use)"
+            )
 
 
 MIN_SEEDS = 3  # fewer seeds per variant give figures, never a verdict
@@ -283,8 +284,10 @@ class Interval:
 
     def text(self, unit: str = "BLEU") -> str:
         holm = f", Holm {p_value(self.p_holm)}" if self.p_holm is not None else ""
-        return (f"{self.delta:+.2f} {unit} [{self.low:+.2f}, {self.high:+.2f}] (p {p_value(self.p)}{holm}; "
-                f"{self.seeds} seed{'s' * (self.seeds != 1)})")  # fmt: skip
+        return (
+            f"{self.delta:+.2f} {unit} [{self.low:+.2f}, {self.high:+.2f}] (p {p_value(self.p)}{holm}; "
+            f"{self.seeds} seed{'s' * (self.seeds != 1)})"
+        )
 
 
 def contrast(terms: list[tuple[float, Runs]]) -> Interval:
@@ -301,15 +304,21 @@ def contrast(terms: list[tuple[float, Runs]]) -> Interval:
     for weight, runs in terms:
         observed[runs.name] = observed.get(runs.name, 0.0) + weight * runs.observed
         resampled[runs.name] = resampled.get(runs.name, 0.0) + weight * runs.resampled
-    seed_parts = [(float(np.var(values, ddof=1)) / len(values), len(values) - 1)
-                  for values in observed.values() if len(values) > 1]  # fmt: skip
+    seed_parts = [
+        (float(np.var(values, ddof=1)) / len(values), len(values) - 1)
+        for values in observed.values()
+        if len(values) > 1
+    ]
     # The sentences' component is what the seeds' leaves out: the test set's effect shared by every seed of a
     # variant. The bootstrap variance of the contrast of means also holds each seed's own sentence noise, which the
     # spread over seeds already counts; that share, (the bootstrap variance of a seed's deviation from its variant's
     # mean) / (k - 1), is taken out, so that no noise is counted twice.
     on_resamples = sum(values.mean(0) for values in resampled.values())  # (resamples,)
-    counted = sum(float(np.var(values - values.mean(0), axis=1, ddof=1).mean()) / (len(values) - 1)
-                  for values in resampled.values() if len(values) > 1)  # fmt: skip
+    counted = sum(
+        float(np.var(values - values.mean(0), axis=1, ddof=1).mean()) / (len(values) - 1)
+        for values in resampled.values()
+        if len(values) > 1
+    )
     sentence_part = max(0.0, float(np.var(on_resamples, ddof=1)) - counted)
     sentences = min((runs.sentences for _, runs in terms if runs.sentences), default=0)
     seeds, resamples = min(len(r.observed) for _, r in terms), terms[0][1].resampled.shape[1]
@@ -369,9 +378,14 @@ class Evidence:
     whole set and on shared resamples (for BLEU, chrF, and AER where {name: {seed: link counts}} are given), by
     length bucket too (`lengths`: source words per sentence)."""
 
-    def __init__(self, hypotheses: dict[str, dict[int, list[str]]], references: list[str],
-                 lengths: list[int] | None = None, alignments: dict[str, dict[int, np.ndarray]] | None = None,
-                 resamples: int = RESAMPLES):  # fmt: skip
+    def __init__(
+        self,
+        hypotheses: dict[str, dict[int, list[str]]],
+        references: list[str],
+        lengths: list[int] | None = None,
+        alignments: dict[str, dict[int, np.ndarray]] | None = None,
+        resamples: int = RESAMPLES,
+    ):
         self.hypotheses, self.references, self.resamples = hypotheses, references, resamples
         self.lengths = np.asarray(lengths if lengths is not None else [0] * len(references))
         self.alignments = alignments or {}
@@ -406,9 +420,12 @@ class Evidence:
             score = aer_score if metric == "AER" else corpus_score(metric)
             seeds = sorted(self.alignments[name] if metric == "AER" else self.hypotheses[name])
             stats = [self._statistics_of(name, seed, metric)[subset] for seed in seeds]
-            self._runs[key] = Runs(name, np.array([score(s.sum(0)) for s in stats]),
-                                   np.stack([self._resamplers[bucket].scores(s, score) for s in stats]),
-                                   len(subset))  # fmt: skip
+            self._runs[key] = Runs(
+                name,
+                np.array([score(s.sum(0)) for s in stats]),
+                np.stack([self._resamplers[bucket].scores(s, score) for s in stats]),
+                len(subset),
+            )
         return self._runs[key]
 
     def compare(self, a: str, b: str, metric: str = "BLEU") -> Interval:
@@ -423,8 +440,12 @@ class Evidence:
         copes with length, which a model near the floor of BLEU cannot win by having less to lose."""
         shorts, longs = self.runs(name, bucket=short), self.runs(name, bucket=long)
         with np.errstate(divide="ignore", invalid="ignore"):
-            return Runs(f"{name} retention", longs.observed / shorts.observed, longs.resampled / shorts.resampled,
-                        min(shorts.sentences, longs.sentences))  # fmt: skip
+            return Runs(
+                f"{name} retention",
+                longs.observed / shorts.observed,
+                longs.resampled / shorts.resampled,
+                min(shorts.sentences, longs.sentences),
+            )
 
     def kept(self, a: str, b: str, short: tuple[int, int], long: tuple[int, int]) -> Interval:
         """a's retention (long over short BLEU) minus b's."""
@@ -432,8 +453,14 @@ class Evidence:
 
     def growth(self, a: str, b: str, first: tuple[int, int], last: tuple[int, int]) -> Interval:
         """How much more a leads b on BLEU in the `last` length bucket than in the `first`."""
-        return contrast([(1.0, self.runs(a, bucket=last)), (-1.0, self.runs(b, bucket=last)),
-                         (-1.0, self.runs(a, bucket=first)), (1.0, self.runs(b, bucket=first))])  # fmt: skip
+        return contrast(
+            [
+                (1.0, self.runs(a, bucket=last)),
+                (-1.0, self.runs(b, bucket=last)),
+                (-1.0, self.runs(a, bucket=first)),
+                (1.0, self.runs(b, bucket=first)),
+            ]
+        )
 
 
 def aer_score(totals: np.ndarray) -> float:

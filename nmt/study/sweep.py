@@ -1,10 +1,10 @@
 """Several training runs that a rerun continues where it stopped.
 
-`make compare` (scripts/compare.py) trains its variants and seeds as one `train.py -m` through a Hydra launcher
+`make compare` (nmt.study compare) trains its variants and seeds as one `train.py -m` through a Hydra launcher
 (`sweep`): one run after another, several at once on this machine (hydra-joblib-launcher), or a SLURM job each
 (submitit). Every job runs with `trainer.resume=auto`, so what a rerun does is the training command's own, under any
 launcher: a run finished with the same settings is kept, an interrupted one continues, the rest start.
-`make lab` (scripts/lab.py) trains its variants (configs/variant/lab_*.yaml) the same way. A kept run must have the
+`make lab` (nmt.study lab) trains its variants (configs/variant/lab_*.yaml) the same way. A kept run must have the
 settings the overrides give today: after a default changes, a finished run from before would otherwise be reported
 as if it had today's, beside seeds that do (`check_finished` refuses it, naming the options, before anything trains).
 """
@@ -22,20 +22,25 @@ from omegaconf import DictConfig, OmegaConf
 
 from nmt import UserError
 from nmt.checkpoint import upgrade
-from nmt.config import register
+from nmt.config import CONFIGS, register
 from nmt.multirun import failure
 from nmt.paths import read_json
 from nmt.resume import another_run, listed, trained_precision
 
 ROOT = Path(__file__).resolve().parents[2]
+TRAIN = (sys.executable, "-m", "nmt.cli.train")  # train.py, installed or not
 LAUNCHERS = ("basic", "joblib", "slurm")
 
 
 def launcher_options(parser, launcher: str = "basic", jobs: int = 1) -> None:
     """--launcher and --jobs, as every script that trains a sweep takes them."""
-    parser.add_argument("--launcher", choices=LAUNCHERS, default=launcher,
-                        help="Hydra's launcher: one run after another (basic), --jobs at once on this machine "
-                             "(joblib), or a SLURM job each (slurm)")  # fmt: skip
+    parser.add_argument(
+        "--launcher",
+        choices=LAUNCHERS,
+        default=launcher,
+        help="Hydra's launcher: one run after another (basic), --jobs at once on this machine "
+        "(joblib), or a SLURM job each (slurm)",
+    )
     parser.add_argument("--jobs", type=int, default=jobs, help="with --launcher joblib: runs at once")
 
 
@@ -55,7 +60,7 @@ def composed(overrides: list[str]) -> DictConfig:
 
     register()
     kept = [o for o in overrides if not o.startswith("hydra.")]
-    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
         try:
             return compose("train", overrides=kept)
         except HydraException as error:  # an override the config has no place for, or one that does not parse
@@ -100,15 +105,29 @@ def refuse_stale(reasons: list[str], remedy: str) -> None:
 def check_finished(runs: list[tuple[str, list[str], Path]]) -> None:
     """Refuse, before anything trains, the finished runs among (name, overrides, run_dir) that were trained with other
     settings than their overrides give today, naming each run and option."""
-    reasons = [stale(f"{name} ({run_dir})", overrides, saved_settings(run_dir), trained_precision(run_dir))
-               for name, overrides, run_dir in runs if (run_dir / "results.json").is_file()]  # fmt: skip
-    refuse_stale([r for r in reasons if r], "Move these folders away (`scripts/compare.py DIR...` still reports on "
-                 "them) or delete them, and rerun to train them again")  # fmt: skip
+    reasons = [
+        stale(f"{name} ({run_dir})", overrides, saved_settings(run_dir), trained_precision(run_dir))
+        for name, overrides, run_dir in runs
+        if (run_dir / "results.json").is_file()
+    ]
+    refuse_stale(
+        [r for r in reasons if r],
+        "Move these folders away (`python -m nmt.study compare DIR...` still reports on "
+        "them) or delete them, and rerun to train them again",
+    )
 
 
-def sweep(variants: list[str], seeds: list[int], overrides: list[str], folder: Path, launcher: str = "basic",
-          jobs: int = 1, done: set[tuple[str, int]] = frozenset(), hydra: list[str] = (),
-          records: Path | None = None) -> list[Path]:  # fmt: skip
+def sweep(
+    variants: list[str],
+    seeds: list[int],
+    overrides: list[str],
+    folder: Path,
+    launcher: str = "basic",
+    jobs: int = 1,
+    done: set[tuple[str, int]] = frozenset(),
+    hydra: list[str] = (),
+    records: Path | None = None,
+) -> list[Path]:
     """Train every variant (configs/variant/<name>.yaml) with every seed, seed by seed, as one `train.py -m` into
     folder/<variant>/seed<N>, through Hydra's `launcher`: `basic` (one after another), `joblib` (`jobs` at once on
     this machine, or as many as there are runs, each with cores / that many torch threads) or `slurm`; the (variant,
@@ -119,10 +138,13 @@ def sweep(variants: list[str], seeds: list[int], overrides: list[str], folder: P
     not be one: each rectangle is then its own `train.py -m`, one after another. With the joblib launcher that would
     leave cores idle (a rectangle of one run trains alone), so when `done` are the runs recorded in `records` (whose
     callback `hydra` passes, `record_callback`), one `train.py -m` sweeps the rectangle around every run to train and
-    the job of a run recorded already returns at once (`nmt.study.comparison.RecordRun` skips it)."""
-    runs = [(f"{variant} seed {seed}", [f"variant={variant}", *overrides, f"seed={seed}"],
-             folder / variant / f"seed{seed}") for seed in seeds for variant in variants
-            if (variant, seed) not in done]  # fmt: skip
+    the job of a run recorded already returns at once (`nmt.study.records.RecordRun` skips it)."""
+    runs = [
+        (f"{variant} seed {seed}", [f"variant={variant}", *overrides, f"seed={seed}"], folder / variant / f"seed{seed}")
+        for seed in seeds
+        for variant in variants
+        if (variant, seed) not in done
+    ]
     check_finished(runs)
     grid: dict[tuple[str, ...], list[int]] = {}  # the variants each seed still needs -> those seeds
     for seed in seeds:
@@ -133,25 +155,41 @@ def sweep(variants: list[str], seeds: list[int], overrides: list[str], folder: P
         grid = {needed: sorted(seed for rectangle_seeds in grid.values() for seed in rectangle_seeds)}
     subdir = "${hydra:runtime.choices.variant}/seed${seed}"  # resolved by Hydra for each job
     for needed, grid_seeds in grid.items():  # one `train.py -m` per rectangle of the grid
-        command = [sys.executable, str(ROOT / "train.py"), "-m", f"seed={','.join(map(str, grid_seeds))}",
-                   f"variant={','.join(needed)}", *overrides, "trainer.resume=auto", "trainer.progress=false",
-                   f"hydra.sweep.dir={folder}", f"hydra.sweep.subdir={subdir}", *hydra]  # fmt: skip
-        if launcher == "joblib":
-            workers = min(jobs, len(needed) * len(grid_seeds))  # no worker idle from its start (FailedJobs)
-            threads = max(1, (os.cpu_count() or 1) // workers)
-            pinned = any(o.startswith("trainer.threads=") for o in overrides)  # results' runs pin theirs
-            command += [
-                "hydra/launcher=joblib",
-                f"hydra.launcher.n_jobs={workers}",
-                *([] if pinned else [f"trainer.threads={threads}"]),
-                "hydra.launcher.batch_size=1",
-            ]  # joblib's auto batching would queue runs behind skipped jobs
-        elif launcher == "slurm":
-            command += ["hydra/launcher=slurm"]
-        print("train.py " + " ".join(command[3:]), flush=True)
+        command = [
+            *TRAIN,
+            "-m",
+            f"seed={','.join(map(str, grid_seeds))}",
+            f"variant={','.join(needed)}",
+            *overrides,
+            "trainer.resume=auto",
+            "trainer.progress=false",
+            f"hydra.sweep.dir={folder}",
+            f"hydra.sweep.subdir={subdir}",
+            *hydra,
+        ]
+        command += launcher_overrides(launcher, min(jobs, len(needed) * len(grid_seeds)), overrides)
+        print("train.py " + " ".join(command[len(TRAIN) :]), flush=True)
         if waited(command) != 0:
             raise UserError(failures(runs, folder))
     return [run_dir for _, _, run_dir in runs]
+
+
+def launcher_overrides(launcher: str, workers: int, overrides: list[str]) -> list[str]:
+    """The options that put a `train.py -m` on Hydra's `launcher`: with joblib, `workers` runs at once (no more than
+    it has runs, so that none idles from its start: FailedJobs), each with cores / workers torch threads unless the
+    overrides pin them (the results' runs do)."""
+    if launcher == "slurm":
+        return ["hydra/launcher=slurm"]
+    if launcher != "joblib":
+        return []
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    pinned = any(o.startswith("trainer.threads=") for o in overrides)
+    return [
+        "hydra/launcher=joblib",
+        f"hydra.launcher.n_jobs={workers}",
+        *([] if pinned else [f"trainer.threads={threads}"]),
+        "hydra.launcher.batch_size=1",  # joblib's auto batching would queue runs behind skipped jobs
+    ]
 
 
 def waited(command: list[str]) -> int:
@@ -171,7 +209,7 @@ def waited(command: list[str]) -> int:
             signal.signal(number, handler)
 
 
-# A finished run's record (nmt.study.comparison.save_record): records/<variant>/seed<N>.record.json
+# A finished run's record (nmt.study.records.save_record): records/<variant>/seed<N>.record.json
 RECORD_SUFFIX = ".record.json"
 
 
@@ -182,7 +220,7 @@ def record_path(records: Path, run_dir: Path) -> Path:
 
 def recorded(records: Path, variants: list[str], seeds: list[int], overrides: list[str]) -> set[tuple[str, int]]:
     """The (variant, seed) runs that have a record under `records` (<variant>/seed<N>.record.json, written by
-    `nmt.study.comparison.save_record` when the run finished, wherever that was); a record of a run trained with
+    `nmt.study.records.save_record` when the run finished, wherever that was); a record of a run trained with
     other settings than `overrides` give today is refused, as a stale finished run is."""
 
     found, reasons = set(), []
@@ -191,12 +229,16 @@ def recorded(records: Path, variants: list[str], seeds: list[int], overrides: li
             path = record_path(records, Path(variant, f"seed{seed}"))
             if path.is_file():
                 record = read_json(path, "delete it (or restore it from git) and rerun: its run trains again")
-                reasons.append(stale(f"{variant} seed {seed} ({path})", [f"variant={variant}", *overrides,
-                                                                          f"seed={seed}"], upgrade(record["config"]),
-                                     precision_of(record.get("provenance", {}))))  # fmt: skip
+                reasons.append(
+                    stale(
+                        f"{variant} seed {seed} ({path})",
+                        [f"variant={variant}", *overrides, f"seed={seed}"],
+                        upgrade(record["config"]),
+                        precision_of(record.get("provenance", {})),
+                    )
+                )
                 found.add((variant, seed))
-    refuse_stale([r for r in reasons if r], "Move these records away or delete them, and rerun to train the runs "
-                 "again")  # fmt: skip
+    refuse_stale([r for r in reasons if r], "Move these records away or delete them, and rerun to train the runs again")
     return found
 
 
@@ -207,6 +249,9 @@ def failures(runs: list[tuple[str, list[str], Path]], folder: Path) -> str:
     lines = []
     for name, run_dir in unfinished:
         lines.append(f"{name} ({run_dir}): {failure(run_dir) or 'did not finish (its log above)'}")
-    return (f"{len(unfinished)} of {len(runs)} runs of the sweep did not finish:\n  " + "\n  ".join(lines) +
-            f"\nThe other runs went on. Rerun to train only these: finished runs in {folder} are kept and interrupted "
-            "ones continue")  # fmt: skip
+    return (
+        f"{len(unfinished)} of {len(runs)} runs of the sweep did not finish:\n  "
+        + "\n  ".join(lines)
+        + f"\nThe other runs went on. Rerun to train only these: finished runs in {folder} are kept and interrupted "
+        "ones continue"
+    )

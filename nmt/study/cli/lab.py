@@ -1,6 +1,6 @@
 """The alignment lab: every attention variant on the sample grammar, scored as alignment (AER) and by length.
 
-python scripts/lab.py [--output multirun/lab] [--flops F] [--seeds 1] [--variants bahdanau,luong_local_p,...]
+python -m nmt.study lab [--output multirun/lab] [--flops F] [--seeds 1] [--variants bahdanau,luong_local_p,...]
 
 The sample grammar knows the gold word alignment of each pair it writes, so attention can be scored as alignment
 (AER, Och and Ney 2003), as Luong et al. (2015, Table 6) did on gold German-English alignments, and it writes
@@ -30,19 +30,18 @@ from pathlib import Path
 
 from torch.utils.tensorboard import SummaryWriter
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from nmt import UserError  # noqa: E402
-from nmt.corpus import read_parallel  # noqa: E402
-from nmt.evaluate import corpus_of  # noqa: E402
-from nmt.paths import output_folder, read_json  # noqa: E402
-from nmt.plot import legend_beside, lines_figure  # noqa: E402
-from nmt.study.claims import Claim, gap_grows_with_length, local_aligns_better  # noqa: E402
-from nmt.study.comparison import REPORT_FILES, describe_runs, recorded_sweep, summarise, variant_name  # noqa: E402
-from nmt.study.lab import BUCKETS, VARIANTS, contrasts, tables  # noqa: E402
-from nmt.study.lab_measure import LAB_SUFFIX, length_test_set, measure_callback, measure_one  # noqa: E402
-from nmt.study.significance import RESAMPLES, Evidence, check_resamples  # noqa: E402
-from nmt.study.sweep import chosen, launcher_options, settings  # noqa: E402
+from nmt import UserError
+from nmt.corpus import read_parallel
+from nmt.evaluate import corpus_of
+from nmt.paths import output_folder, read_json
+from nmt.plot import legend_beside, lines_figure
+from nmt.study.claims import Claim, gap_grows_with_length, local_aligns_better
+from nmt.study.lab import BUCKETS, VARIANTS, contrasts, tables
+from nmt.study.lab_measure import LAB_SUFFIX, length_test_set, measure_callback, measure_one
+from nmt.study.records import describe_runs, recorded_sweep, variant_name
+from nmt.study.report import REPORT_FILES, summarise
+from nmt.study.significance import RESAMPLES, Evidence, check_resamples
+from nmt.study.sweep import chosen, launcher_options, settings
 
 # What Bahdanau's lab model trained in two minutes alone on a 2-core CPU with native bf16: 432 updates, 9.1e12 FLOPs
 FLOPS = 9e12
@@ -73,11 +72,15 @@ def figures(results: list[dict], output: Path) -> None:
         writer.add_figure("lab/valid_aer", curves)
 
 
-def report(results: list[dict], output: Path, command: str, train_words: int, claims: list[Claim],
-           differences: list[dict]) -> str:  # fmt: skip
+def report(
+    results: list[dict], output: Path, command: str, train_words: int, claims: list[Claim], differences: list[dict]
+) -> str:
     claims = [asdict(c) for c in claims]
-    lines = [*tables(results, claims, train_words, differences), "",
-             "![BLEU by sentence length](bleu_by_length.png) ![valid AER during training](valid_aer.png)"]  # fmt: skip
+    lines = [
+        *tables(results, claims, train_words, differences),
+        "",
+        "![BLEU by sentence length](bleu_by_length.png) ![valid AER during training](valid_aer.png)",
+    ]
     intro = (
         f"`{command}`\n\nAER, precision and recall (Och and Ney 2003) of each target word's argmax attention "
         "against the grammar's gold links (sure and possible), force-decoding the reference, on the sample test "
@@ -90,8 +93,13 @@ def report(results: list[dict], output: Path, command: str, train_words: int, cl
     )
     text = "# The alignment lab\n\n" + intro + "\n\n" + "\n".join(lines) + "\n"
     (output / "report.md").write_text(text, encoding="utf-8")
-    record = {"command": command, "results": results, "claims": claims, "contrasts": differences,
-              "train_words": train_words}  # fmt: skip
+    record = {
+        "command": command,
+        "results": results,
+        "claims": claims,
+        "contrasts": differences,
+        "train_words": train_words,
+    }
     (output / "lab.json").write_text(json.dumps(record, indent=1), encoding="utf-8")
     return text
 
@@ -106,15 +114,23 @@ def measured_seeds(folder: Path, seeds: range) -> range:
     return range(seeds.start, last)
 
 
-def lab_tests(measured: dict[str, list[dict]], names: dict[str, str], long_set: tuple[Path, Path, Path],
-              max_words: int, resamples: int) -> tuple[list[Claim], list[dict]]:  # fmt: skip
+def lab_tests(
+    measured: dict[str, list[dict]],
+    names: dict[str, str],
+    long_set: tuple[Path, Path, Path],
+    max_words: int,
+    resamples: int,
+) -> tuple[list[Claim], list[dict]]:
     """The two claims the lab answers, with intervals over seeds and sentences: the gap by length on the length test
     set, local against global AER on the sample test split; and the AER differences of `contrasts` on that split."""
     pairs = read_parallel(long_set[0], long_set[1])
     hypotheses = {names[key]: {r["seed"]: r["long_hypotheses"] for r in runs} for key, runs in measured.items()}
     by_length = Evidence(hypotheses, [t for _, t in pairs], [len(s.split()) for s, _ in pairs], resamples=resamples)
-    counts = {names[key]: {r["seed"]: r["test_alignment"]["counts"] for r in runs}
-              for key, runs in measured.items() if all("test_alignment" in r for r in runs)}  # fmt: skip
+    counts = {
+        names[key]: {r["seed"]: r["test_alignment"]["counts"] for r in runs}
+        for key, runs in measured.items()
+        if all("test_alignment" in r for r in runs)
+    }
     sentences = len(next(iter(next(iter(counts.values())).values()))) if counts else 1
     alignment = Evidence({}, [""] * sentences, alignments=counts, resamples=resamples)
     note = f"; the models trained on sentences of at most {max_words} words" if max_words else ""
@@ -129,11 +145,20 @@ def aggregate(name: str, runs: list[dict]) -> dict:
     for run in runs:
         for split in ("test_alignment", "long_alignment"):
             run.get(split, {}).pop("counts", None)
-    result = {"name": name, "seeds": runs, "test_bleu": statistics.mean(r["test_bleu"] for r in runs),
-              "valid_aer": first["valid_aer"],  # the curve of the first seed
-              "by_length": {label: {"bleu": statistics.mean(r["by_length"][label]["bleu"] for r in runs),
-                                    "sentences": first["by_length"][label]["sentences"]}
-                            for label in first["by_length"] if all(label in r["by_length"] for r in runs)}}  # fmt: skip
+    result = {
+        "name": name,
+        "seeds": runs,
+        "test_bleu": statistics.mean(r["test_bleu"] for r in runs),
+        "valid_aer": first["valid_aer"],  # the curve of the first seed
+        "by_length": {
+            label: {
+                "bleu": statistics.mean(r["by_length"][label]["bleu"] for r in runs),
+                "sentences": first["by_length"][label]["sentences"],
+            }
+            for label in first["by_length"]
+            if all(label in r["by_length"] for r in runs)
+        },
+    }
     if "test_alignment" in first:
         result["alignment_map"] = first["alignment_map"]
         for split in ("test_alignment", "long_alignment"):
@@ -143,14 +168,15 @@ def aggregate(name: str, runs: list[dict]) -> dict:
     return result
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m nmt.study lab", description=__doc__.splitlines()[0])
     parser.add_argument("--output", type=Path, default=Path("multirun/lab"))
     parser.add_argument("--variants", default=",".join(VARIANTS), help=f"any of {', '.join(VARIANTS)}")
     parser.add_argument("--flops", type=float, default=FLOPS, help="training compute per variant")
     parser.add_argument("--validations", type=int, default=10, help="validations, at each 1/N of the compute")
-    parser.add_argument("--minutes", type=float, default=0.0,
-                        help="a wall-clock budget instead of --flops (not reproducible)")  # fmt: skip
+    parser.add_argument(
+        "--minutes", type=float, default=0.0, help="a wall-clock budget instead of --flops (not reproducible)"
+    )
     parser.add_argument("--steps", type=int, default=0, help="or a number of updates per variant")
     parser.add_argument("--per-bucket", type=int, default=100, help="length test sentences per bucket")
     parser.add_argument("--seed", type=int, default=1234, help="the first seed")
@@ -167,24 +193,40 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--samples", type=int, default=RESAMPLES, help="bootstrap resamples (claims, comparison)")
     parser.add_argument("--trials", type=int, default=10000, help="approximate randomization trials (the comparison)")
     args = parser.parse_args(argv)
-    keys = chosen("--variants", args.variants, VARIANTS)
     if args.seeds < 1 or args.jobs < 1:
         raise UserError("--seeds and --jobs must be at least 1")
-    fills = ("report.md", "lab.json", "bleu_by_length.png", "valid_aer.png", "comparison")
-    # train.py runs from the repository root: the folder resolved
-    output = output_folder(args.output, "--output", fills, ("lab.json", "python scripts/lab.py")).resolve()
-    if (args.validations < 1 or not 0 < args.flops < math.inf or not 0 <= args.minutes < math.inf or args.steps < 0
-            or args.per_bucket < 1):  # fmt: skip
-        raise UserError("--validations and --per-bucket must be at least 1, --flops a finite number above 0, "
-                        "--minutes a finite number and --steps at least 0")  # fmt: skip
+    if (
+        args.validations < 1
+        or not 0 < args.flops < math.inf
+        or not 0 <= args.minutes < math.inf
+        or args.steps < 0
+        or args.per_bucket < 1
+    ):
+        raise UserError(
+            "--validations and --per-bucket must be at least 1, --flops a finite number above 0, "
+            "--minutes a finite number and --steps at least 0"
+        )
     check_resamples(args.samples, args.trials)
-    if args.minutes or args.steps:  # a budget of time or updates instead of compute
-        budget = [f"trainer.max_minutes={args.minutes}", f"trainer.max_steps={args.steps}", "trainer.max_flops=0",
-                  "trainer.validations=0"]  # fmt: skip
-    else:
-        budget = [f"trainer.max_flops={args.flops:g}", f"trainer.validations={args.validations}",
-                  "trainer.max_minutes=0", "trainer.valid_every=0"]  # fmt: skip
-    budget += args.extra
+    return args
+
+
+def budget_overrides(args: argparse.Namespace) -> list[str]:
+    """What stops each run: --flops with --validations, or a budget of time or updates instead of compute; then
+    --extra."""
+    if args.minutes or args.steps:
+        budget = [f"trainer.max_minutes={args.minutes}", f"trainer.max_steps={args.steps}", "trainer.max_flops=0"]
+        return [*budget, "trainer.validations=0", *args.extra]
+    budget = [f"trainer.max_flops={args.flops:g}", f"trainer.validations={args.validations}", "trainer.max_minutes=0"]
+    return [*budget, "trainer.valid_every=0", *args.extra]
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = arguments(argv)
+    keys = chosen("--variants", args.variants, VARIANTS)
+    fills = ("report.md", "lab.json", "bleu_by_length.png", "valid_aer.png", "comparison")
+    # train.py runs from the repository root: the folder resolved. made_by: a folder written before the manifest
+    output = output_folder(args.output, "--output", fills, ("lab.json", "python scripts/lab.py")).resolve()
+    budget = budget_overrides(args)
     seeds = range(args.seed, args.seed + args.seeds)
     names = {key: variant_name(settings(["experiment=lab", f"variant=lab_{key}"])["model"]) for key in keys}
     folders = {key: f"lab_{key}" for key in keys}  # OUTPUT/runs/lab_<name>/seed<N>, as train.py -m names them
@@ -192,27 +234,28 @@ def main(argv: list[str] | None = None) -> None:
     train_pairs = corpus_of(config, None).train
     long_set = length_test_set(output / "data", args.per_bucket, {s for s, _ in train_pairs}, args.seed + 1)
     records = (args.records or output / "records").resolve()
-    recorded = recorded_sweep([folders[key] for key in keys], list(seeds), ["experiment=lab", *budget], output / "runs",
-                              records, 1, args.launcher, args.jobs, measure_callback(records, long_set))  # fmt: skip
+    trained = [folders[key] for key in keys]
+    hydra = measure_callback(records, long_set)
+    recorded = recorded_sweep(
+        trained, list(seeds), ["experiment=lab", *budget], output / "runs", records, 1, args.launcher, args.jobs, hydra
+    )
     for run in sorted((output / "runs").glob("*/seed*/results.json")):  # what a job's callback did not measure
         measure_one(run.parent, records, long_set)
-    measured = {key: [{**read_json(records / folders[key] / f"seed{seed}{LAB_SUFFIX}", REMEDY),
-                       "name": names[key]} for seed in measured_seeds(records / folders[key], seeds)]
-                for key in keys}  # fmt: skip
-    claims, differences = lab_tests(measured, names, long_set, config["data"]["grammar"]["max_words"], args.samples)
+    measured = {
+        key: [
+            {**read_json(records / folders[key] / f"seed{seed}{LAB_SUFFIX}", REMEDY), "name": names[key]}
+            for seed in measured_seeds(records / folders[key], seeds)
+        ]
+        for key in keys
+    }
+    max_words = config["data"]["grammar"]["max_words"]
+    claims, differences = lab_tests(measured, names, long_set, max_words, args.samples)
     results = [aggregate(names[key], measured[key]) for key in keys]
     figures(results, output)
-    command = ("python scripts/lab.py " + " ".join(argv if argv is not None else sys.argv[1:])).strip()
-    print(report(results, output, command, config["data"]["grammar"]["max_words"], claims, differences))
+    command = ("python -m nmt.study lab " + " ".join(argv if argv is not None else sys.argv[1:])).strip()
+    print(report(results, output, command, max_words, claims, differences))
     # The same runs as a comparison on the sample test split: seeds, significance and the papers' claims.
     runs, pairs = describe_runs(recorded, beam=1)
     lab = json.loads((output / "lab.json").read_text(encoding="utf-8"))
     comparison = output_folder(output / "comparison", "--output", REPORT_FILES, ("compare.json", "python scripts/"))
     print(summarise(runs, pairs, comparison, 1, command, lab, args.samples, args.trials))
-
-
-if __name__ == "__main__":
-    try:
-        main()
-    except UserError as error:
-        sys.exit(f"error: {error}")

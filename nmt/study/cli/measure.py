@@ -1,6 +1,6 @@
 """Speed of training and decoding, per model, on real Multi30k batches: a markdown table and JSON.
 
-python scripts/benchmark.py [--models "sutskever;bahdanau;luong;transformer"] [--checkpoints outputs/runs]
+python -m nmt.study measure [--models "sutskever;bahdanau;luong;transformer"] [--checkpoints outputs/runs]
                             [--precision auto] [--threads 2] [--device auto] [--steps 8] [--windows 5]
                             [--train-only] [--profile N] [--output bench]
                             [--record [benchmark|benchmark_fp32|benchmark_cuda]]
@@ -38,21 +38,18 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import torch
+from omegaconf import OmegaConf
 
-import torch  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
-
-from nmt import UserError, build  # noqa: E402
-from nmt.config import TrainConfig  # noqa: E402
-from nmt.decoding import Translator  # noqa: E402
-from nmt.device import cpu_name, resolve  # noqa: E402
-from nmt.device import device as find_device  # noqa: E402
-from nmt.paths import output_folder, write_text  # noqa: E402
-from nmt.study import results as measured  # noqa: E402
-from nmt.study.sweep import composed  # noqa: E402
-from nmt.trainer import Trainer  # noqa: E402
+from nmt import UserError, build
+from nmt.config import TrainConfig
+from nmt.decoding import Translator
+from nmt.device import cpu_name, resolve
+from nmt.device import device as find_device
+from nmt.paths import output_folder, write_text
+from nmt.study import results as measured
+from nmt.study.sweep import ROOT, composed
+from nmt.trainer import Trainer
 
 
 def matmul_peak(dtype: torch.dtype, device: torch.device) -> float:
@@ -107,8 +104,30 @@ def measure(model_name: str, args) -> dict:
     model = build.model(cfg.model, vocabulary)
     parameters = sum(p.numel() for p in model.parameters())
     options = replace(cfg.trainer, progress=False)
-    trainer = Trainer(model, vocabulary, splits.train, splits.valid[:8], "/tmp/nmt-benchmark", options,
-                      cfg.data.max_tokens, cfg.data.max_len, cfg.seed)  # fmt: skip
+    trainer = Trainer(
+        model,
+        vocabulary,
+        splits.train,
+        splits.valid[:8],
+        "/tmp/nmt-benchmark",
+        options,
+        cfg.data.max_tokens,
+        cfg.data.max_len,
+        cfg.seed,
+    )
+    result = {"model": model_name, "parameters": parameters, "target_vocab_size": vocabulary.target_size}
+    result |= training_speed(trainer, args)
+    result["six_n_flops_per_second"] = 6 * parameters * result["train_tokens_per_second"]
+    if args.profile:
+        write_profile(trainer, trainer.updates(), model_name, args)
+    if not args.train_only:
+        result |= decoding_speed(trainer, vocabulary, [s for s, _ in splits.test], model_name, args)
+    return result
+
+
+def training_speed(trainer: Trainer, args) -> dict:
+    """Target tokens/s of training updates (the median of --windows timed windows of --steps updates, after 3 of
+    warm-up), FLOP/s from the model's own formula (nmt/flops.py, on any device) and peak memory."""
     updates = trainer.updates()
     for _ in range(3):  # warm-up: allocator, kernels, first batches
         batches, tokens, _, _, _ = next(updates)
@@ -128,36 +147,31 @@ def measure(model_name: str, args) -> dict:
         rates.append(window_tokens / (time.perf_counter() - started))
         all_tokens += window_tokens
         busy.append(gpu_utilization(trainer.device))
-    flops_per_token = all_flops / all_tokens  # the model's own formula (nmt/flops.py), on any device
-    if args.profile:
-        write_profile(trainer, updates, model_name, args)
-    result = {
-        "model": model_name,
-        "parameters": parameters,
-        "target_vocab_size": vocabulary.target_size,
+    cuda = trainer.device.type == "cuda"
+    return {
         "train_tokens_per_second": statistics.median(rates),
         "train_windows": rates,
         "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
         # on a GPU: the tensors' peak (host RSS says little there) and how busy the GPU was, NVML's sample
-        "peak_gpu_gib": torch.cuda.max_memory_allocated(trainer.device) / 2**30
-        if trainer.device.type == "cuda"
-        else None,
+        "peak_gpu_gib": torch.cuda.max_memory_allocated(trainer.device) / 2**30 if cuda else None,
         "gpu_utilization": statistics.median(busy) if busy and None not in busy else None,
-        "flops_per_token": flops_per_token,
-        "model_flops_per_second": flops_per_token * statistics.median(rates),
-        "six_n_flops_per_second": 6 * parameters * statistics.median(rates),
+        "flops_per_token": all_flops / all_tokens,
+        "model_flops_per_second": all_flops / all_tokens * statistics.median(rates),
     }
-    if args.train_only:
-        return result
+
+
+def decoding_speed(trainer: Trainer, vocabulary, sources: list[str], model_name: str, args) -> dict:
+    """Sentences/s of greedy search and beam 5 over `sources`, with the model's trained checkpoint when there is one
+    (else the untrained model, which decodes to its length limit)."""
     checkpoint_path = checkpoint(args.checkpoints, model_name)
-    result["decoded_with"] = str(checkpoint_path) if checkpoint_path and checkpoint_path.is_file() else "untrained"
-    sources = [s for s, _ in splits.test]
+    trained = checkpoint_path is not None and checkpoint_path.is_file()
+    result = {"decoded_with": str(checkpoint_path) if trained else "untrained"}
     for beam in (1, 5):
-        if checkpoint_path and checkpoint_path.is_file():
+        if trained:
             translator = Translator.load(checkpoint_path, beam, device=args.device, precision=args.precision)
         else:
-            translator = Translator(trainer.model.eval(), vocabulary, trainer.device, trainer.dtype,
-                                    replace(trainer.search, beam=beam, max_tokens=8000))  # fmt: skip
+            search = replace(trainer.search, beam=beam, max_tokens=8000)
+            translator = Translator(trainer.model.eval(), vocabulary, trainer.device, trainer.dtype, search)
         translator.translate(sources[:20])  # warm-up
         synchronize(trainer.device)
         started = time.perf_counter()
@@ -202,18 +216,35 @@ def memory(result: dict) -> str:
     return f"{result['peak_gpu_gib']:.2f} GiB GPU{busy}"
 
 
-COLUMNS = ["model", "params", "train tok/s (target)", "MFLOP per token", "GFLOP/s (% of peak)",
-           "peak memory training", "greedy sent/s", "beam 5 sent/s"]  # fmt: skip
+COLUMNS = [
+    "model",
+    "params",
+    "train tok/s (target)",
+    "MFLOP per token",
+    "GFLOP/s (% of peak)",
+    "peak memory training",
+    "greedy sent/s",
+    "beam 5 sent/s",
+]
 
 
 def row(r: dict, peak: float) -> list[str]:
     """One model's cells of the table."""
     flops = r["model_flops_per_second"]
-    greedy, beam = (f"{r[k]:,.1f}" if k in r else "-" for k in ("decode_beam1_sentences_per_second",
-                                                                  "decode_beam5_sentences_per_second"))  # fmt: skip
-    return [r["model"], f"{r['parameters']:,}", f"{r['train_tokens_per_second']:,.0f}",
-            f"{r['flops_per_token'] / 1e6:,.0f}", f"{flops / 1e9:,.0f} ({100 * flops / peak:.0f}%)", memory(r), greedy,
-            beam]  # fmt: skip
+    greedy, beam = (
+        f"{r[k]:,.1f}" if k in r else "-"
+        for k in ("decode_beam1_sentences_per_second", "decode_beam5_sentences_per_second")
+    )
+    return [
+        r["model"],
+        f"{r['parameters']:,}",
+        f"{r['train_tokens_per_second']:,.0f}",
+        f"{r['flops_per_token'] / 1e6:,.0f}",
+        f"{flops / 1e9:,.0f} ({100 * flops / peak:.0f}%)",
+        memory(r),
+        greedy,
+        beam,
+    ]
 
 
 def table(results: list[dict], peak: float, machine: str) -> str:
@@ -227,21 +258,26 @@ def table(results: list[dict], peak: float, machine: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def record(name: str, results: list[dict], peak: float, machine: str, args: argparse.Namespace,
-           folder: Path = measured.RESULTS) -> Path:  # fmt: skip
+def record(
+    name: str, results: list[dict], peak: float, machine: str, args: argparse.Namespace, folder: Path = measured.RESULTS
+) -> Path:
     """results/measured/<name>.json: the table, and each model's figures for the comparison with Joey NMT."""
     decoded = checkpoint(args.checkpoints, "{model}") if any("decoded_with" in r for r in results) else None
-    note = (f"{machine}; matrix-multiply peak measured in the same run {peak / 1e9:,.0f} GFLOP/s. Training: the "
-            f"median of {args.windows} windows of {args.steps} updates at each model's default batch; MFLOP per token "
-            "counts the matrix products of an update, forward and backward (nmt/flops.py); peak memory of a process "
-            "that only trains."
-            + (f" Decoding test2016 (1,000 sentences) with `{decoded}`." if decoded else ""))  # fmt: skip
-    return measured.record_measurement(name, COLUMNS, [row(r, peak) for r in results], note, folder,
-                                       values={r["model"]: r for r in results})  # fmt: skip
+    note = (
+        f"{machine}; matrix-multiply peak measured in the same run {peak / 1e9:,.0f} GFLOP/s. Training: the "
+        f"median of {args.windows} windows of {args.steps} updates at each model's default batch; MFLOP per token "
+        "counts the matrix products of an update, forward and backward (nmt/flops.py); peak memory of a process "
+        "that only trains." + (f" Decoding test2016 (1,000 sentences) with `{decoded}`." if decoded else "")
+    )
+    return measured.record_measurement(
+        name, COLUMNS, [row(r, peak) for r in results], note, folder, values={r["model"]: r for r in results}
+    )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m nmt.study measure", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--models", default="sutskever;bahdanau;luong;transformer", help="';'-separated")
     parser.add_argument("--train-only", action="store_true", help="skip decoding")
     parser.add_argument("--checkpoints", default="outputs/runs", help="folder of <model>/best.pt, for decoding")
@@ -251,26 +287,37 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--steps", type=int, default=8, help="updates per timed window")
     parser.add_argument("--windows", type=int, default=5)
-    parser.add_argument("--profile", type=int, default=0, metavar="N",
-                        help="also profile N training updates: <output>/profile_<model>.txt")  # fmt: skip
+    parser.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also profile N training updates: <output>/profile_<model>.txt",
+    )
     parser.add_argument("--output", default="bench", help="folder for benchmark.md and benchmark.json")
-    parser.add_argument("--record", nargs="?", const="benchmark",
-                        choices=("benchmark", "benchmark_fp32", "benchmark_cuda"),
-                        help="also save the table as results/measured/<name>.json for docs/speed.md")  # fmt: skip
+    parser.add_argument(
+        "--record",
+        nargs="?",
+        const="benchmark",
+        choices=("benchmark", "benchmark_fp32", "benchmark_cuda"),
+        help="also save the table as results/measured/<name>.json for docs/speed.md",
+    )
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: measure this model in this process
-    args = parser.parse_args()
-    try:
-        run(args)
-    except UserError as error:
-        sys.exit(f"error: {error}")
+    args = parser.parse_args(argv)
+    args.argv = list(argv if argv is not None else sys.argv[1:])  # what each model's own process is given
+    run(args)
 
 
 def run(args: argparse.Namespace) -> None:
     if args.one:
         print(json.dumps(measure(args.one, args)))
         return
-    for option, value, least in (("--threads", args.threads, 1), ("--steps", args.steps, 1),
-                                 ("--windows", args.windows, 1), ("--profile", args.profile, 0)):  # fmt: skip
+    for option, value, least in (
+        ("--threads", args.threads, 1),
+        ("--steps", args.steps, 1),
+        ("--windows", args.windows, 1),
+        ("--profile", args.profile, 0),
+    ):
         if value < least:
             raise UserError(f"{option} {value}: must be at least {least}")
     names = [spec.strip() for spec in args.models.split(";") if spec.strip()]
@@ -291,7 +338,7 @@ def run(args: argparse.Namespace) -> None:
     peak = matmul_peak(precision.dtype, where)
     results = []
     for name in names:
-        command = [sys.executable, __file__, "--one", name, *sys.argv[1:]]
+        command = [sys.executable, "-m", "nmt.study", "measure", "--one", name, *args.argv]
         done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
         if done.returncode:
             raise UserError(f"benchmarking {name} failed:\n{done.stderr[-2000:].strip()}")
@@ -304,10 +351,8 @@ def run(args: argparse.Namespace) -> None:
         print(f"wrote {record(args.record, results, peak, machine, args)}", file=sys.stderr)
     markdown = table(results, peak, machine)
     write_text(output / "benchmark.md", markdown)
-    write_text(output / "benchmark.json", json.dumps({"peak_flops": peak, "machine": machine, "results": results},
-                                                     indent=2) + "\n")  # fmt: skip
+    write_text(
+        output / "benchmark.json",
+        json.dumps({"peak_flops": peak, "machine": machine, "results": results}, indent=2) + "\n",
+    )
     print(markdown)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,11 +1,11 @@
 """`make results`: train what README.md and docs/results.md report, 3 seeds each, then write results/*.json (every
 figure, with the commit, config, seed and machine of each run) and the tables between markers in those files.
 
-python scripts/results.py [--parts claims,main,lab,others] [--seeds 3] [--jobs 2] [--runs multirun/results]
-python scripts/results.py --render      # only the tables again, from the committed results/*.json
-python scripts/results.py --parts main --record   # no training: record the runs finished so far, then the tables
-python scripts/results.py --parts lab --record    # the lab's tables on the seeds every variant has so far
-python scripts/results.py --parts main --only luong,transformer   # train only these (share the runs out over machines)
+python -m nmt.study results [--parts claims,main,lab,others] [--seeds 3] [--jobs 2] [--runs multirun/results]
+python -m nmt.study results --render      # only the tables again, from the committed results/*.json
+python -m nmt.study results --parts main --record   # no training: record the runs finished so far, then the tables
+python -m nmt.study results --parts lab --record    # the lab's tables on the seeds every variant has so far
+python -m nmt.study results --parts main --only luong,transformer   # train only these (share runs out over machines)
 
 The parts, in this order (each resumable: a rerun keeps finished runs with today's settings and continues the rest):
   claims  the variants the papers' claims need (Bahdanau's model with and without attention among them) at the main
@@ -13,8 +13,8 @@ The parts, in this order (each resumable: a rerun keeps finished runs with today
           (results.PINNED), then their report and the claims (results/claims.json)
   main    the four families' defaults, as `python train.py model=X` trains them (5e14 FLOPs each), greedy and beam 5
           (results/main.json)
-  lab     the alignment lab, `scripts/lab.py`, with fp32 and one thread pinned (results/lab.json; its runs' records
-          in results/runs/lab)
+  lab     the alignment lab, `python -m nmt.study lab`, with fp32 and one thread pinned (results/lab.json; its runs'
+          records in results/runs/lab)
   others  the comparison of every variant at `make compare`'s budget (1e14 FLOPs each: early training, not the
           claims), then its report (results/compare.json)
 Runs go to RUNS/<part>/runs/<variant>/seed<N> (the others part: RUNS/compare/runs/...), with NMT_DATA_DIR (or
@@ -32,38 +32,28 @@ import argparse
 import json
 import os
 import platform
-import sys
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from nmt import UserError  # noqa: E402
-from nmt.experiment import LOADED, read_provenance  # noqa: E402
-from nmt.paths import write_text  # noqa: E402
-from nmt.study import results  # noqa: E402
-from nmt.study.comparison import VARIANTS, record_runs, recorded_sweep  # noqa: E402
-from nmt.study.results import CLAIM_VARIANTS, FAMILIES, PARTS, PINNED  # noqa: E402
-from nmt.study.sweep import ROOT, chosen, launcher_options  # noqa: E402
+from nmt import UserError
+from nmt.experiment import LOADED, read_provenance
+from nmt.paths import write_text
+from nmt.study import results, tables
+from nmt.study.cli import compare, lab
+from nmt.study.comparison import VARIANTS
+from nmt.study.records import record_runs, recorded_sweep
+from nmt.study.results import CLAIM_VARIANTS, FAMILIES, PARTS, PINNED
+from nmt.study.sweep import ROOT, chosen, launcher_options
 
 MAIN_BEAM = 5  # the main table's beam: its test BLEU beam 5 beside greedy
-COMPARE_BEAM = 5  # the comparison's headline beam (scripts/compare.py's default)
+COMPARE_BEAM = 5  # the comparison's headline beam (nmt.study compare's default)
 # An --extra that points at the Multi30k files: the lab, which writes its own corpus, is run without it
 MULTI30K_DIR = "data.dir="
 
 
-def load_script(name: str):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def part_variants(part: str) -> list[str]:
-    """What `part` (claims, main or others; the lab's are scripts/lab.py's) trains, each with 3 seeds."""
+    """What `part` (claims, main or others; the lab's are nmt.study lab's) trains, each with 3 seeds."""
     return {"claims": CLAIM_VARIANTS, "main": FAMILIES, "others": VARIANTS}[part]
 
 
@@ -76,7 +66,7 @@ def only(given: str | None, parts: list[str]) -> dict[str, list[str]]:
     if "lab" in parts:
         raise UserError(
             "--only: the lab trains and reports on all its variants together; leave lab out of --parts, "
-            "or share the lab out with `scripts/lab.py --variants ... --records results/runs/lab`"
+            "or share the lab out with `python -m nmt.study lab --variants ... --records results/runs/lab`"
         )
     known = sorted({v for part in parts for v in part_variants(part)})
     names = chosen("--only", given, known)
@@ -86,17 +76,33 @@ def only(given: str | None, parts: list[str]) -> dict[str, list[str]]:
 def train_comparison(variants: list[str], args: argparse.Namespace, runs: Path) -> None:
     """`variants` trained as `make compare` does, each finished run recorded in results/runs/compare (those with a
     record are not trained again), then the report on every variant recorded so far."""
-    compare = load_script("compare")
     records = str(results.RECORDS / "compare")
-    compare.main(["--train", "--output", str(runs / "compare"), "--variants", ",".join(variants), "--seeds",
-                  str(args.seeds), "--launcher", args.launcher, "--jobs", str(args.jobs), "--no-report",
-                  "--records", records, "--extra", *args.extra])  # fmt: skip
+    compare.main(
+        [
+            "--train",
+            "--output",
+            str(runs / "compare"),
+            "--variants",
+            ",".join(variants),
+            "--seeds",
+            str(args.seeds),
+            "--launcher",
+            args.launcher,
+            "--jobs",
+            str(args.jobs),
+            "--no-report",
+            "--records",
+            records,
+            "--extra",
+            *args.extra,
+        ]
+    )
     report_on("compare", runs, COMPARE_BEAM)
 
 
 def report_on(part: str, runs: Path, beam: int) -> None:
     """A part's report (RUNS/<part>: report.md, compare.json, figures) on every run in its records."""
-    load_script("compare").main([str(results.RECORDS / part), "--output", str(runs / part), "--beam", str(beam)])
+    compare.main([str(results.RECORDS / part), "--output", str(runs / part), "--beam", str(beam)])
 
 
 def lab_seeds_recorded() -> int:
@@ -111,20 +117,29 @@ def lab_seeds_recorded() -> int:
         counts.append(next(n for n in range(len(seeds) + 1) if 1234 + n not in seeds))
     if min(counts) == 0:
         lacking = [v for v, n in zip(LAB_VARIANTS, counts) if n == 0]
-        raise UserError(f"--parts lab --record: {results.RECORDS / 'lab'} has no record of seed 1234 of "
-                        f"{', '.join(lacking)}; the lab's report needs every variant: train them first "
-                        "(without --record)")  # fmt: skip
+        raise UserError(
+            f"--parts lab --record: {results.RECORDS / 'lab'} has no record of seed 1234 of "
+            f"{', '.join(lacking)}; the lab's report needs every variant: train them first "
+            "(without --record)"
+        )
     return min(counts)
 
 
-def train_recorded(part: str, variants: list[str], overrides: list[str], args: argparse.Namespace,
-                   runs: Path) -> None:  # fmt: skip
+def train_recorded(part: str, variants: list[str], overrides: list[str], args: argparse.Namespace, runs: Path) -> None:
     """`variants` as `python train.py variant=X seed=N OVERRIDES` trains them (their defaults: the main budget), each
     finished run recorded in results/runs/<part> (committed, from any machine; those with a record are not trained
     again), then the part's report from its records."""
     seeds = list(range(1234, 1234 + args.seeds))
-    recorded_sweep(variants, seeds, ["trainer.progress=false", *overrides, *args.extra], runs / part / "runs",
-                   results.RECORDS / part, MAIN_BEAM, args.launcher, args.jobs)  # fmt: skip
+    recorded_sweep(
+        variants,
+        seeds,
+        ["trainer.progress=false", *overrides, *args.extra],
+        runs / part / "runs",
+        results.RECORDS / part,
+        MAIN_BEAM,
+        args.launcher,
+        args.jobs,
+    )
     report_on(part, runs, MAIN_BEAM)
 
 
@@ -181,24 +196,36 @@ def write(name: str, record: dict) -> None:
 
 def render() -> None:
     for document in results.DOCUMENTS:
-        if results.update_file(ROOT / document):
+        if tables.update_file(ROOT / document):
             print(f"updated the tables of {document}", flush=True)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m nmt.study results", description=__doc__.splitlines()[0])
     parser.add_argument("--parts", default=",".join(PARTS), help=f"any of {', '.join(PARTS)}, in that order")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per variant (1234, 1235, ...)")
     parser.add_argument("--runs", type=Path, default=ROOT / "multirun" / "results", help="where the runs go")
     launcher_options(parser, "joblib", 2)
     parser.add_argument("--extra", nargs="*", default=[], help="more train.py overrides (data.dir=...)")
-    parser.add_argument("--only", default=None, help="train only these of the parts' variants (claims, main, others: "
-                        "a share of the runs for this machine); the reports cover every record")  # fmt: skip
+    parser.add_argument(
+        "--only",
+        default=None,
+        help="train only these of the parts' variants (claims, main, others: "
+        "a share of the runs for this machine); the reports cover every record",
+    )
     parser.add_argument("--render", action="store_true", help="only render the tables from results/*.json")
-    parser.add_argument("--record", action="store_true", help="no training: record each part's runs finished here "
-                        "(results/runs/<part>), then its report and tables from every record; the lab's on the "
-                        "seeds every variant has")  # fmt: skip
-    args = parser.parse_args(argv)
+    parser.add_argument(
+        "--record",
+        action="store_true",
+        help="no training: record each part's runs finished here "
+        "(results/runs/<part>), then its report and tables from every record; the lab's on the "
+        "seeds every variant has",
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = arguments(argv)
     if args.render:
         return render()
     parts = chosen("--parts", args.parts, PARTS)
@@ -229,19 +256,17 @@ def main(argv: list[str] | None = None) -> None:
             export(runs / "compare", "compare", results.RECORDS / "compare")
             results.copy_figures(runs / "compare", "compare")
         else:
-            seeds = lab_seeds_recorded() if args.record else args.seeds  # --record: the seeds every variant has
-            # the lab writes its own corpus; its runs pin precision and threads as the claims' do
-            lab_extra = [*PINNED, *(e for e in args.extra if not e.startswith(MULTI30K_DIR))]
-            load_script("lab").main(["--output", str(runs / "lab"), "--seeds", str(seeds), "--launcher",
-                                     args.launcher, "--jobs", str(args.jobs), "--records",
-                                     str(results.RECORDS / "lab"),
-                                     *(["--extra", *lab_extra] if lab_extra else [])])  # fmt: skip
-            export_lab(runs / "lab")
+            train_lab(args, runs)
         render()
 
 
-if __name__ == "__main__":
-    try:
-        main()
-    except UserError as error:
-        sys.exit(f"error: {error}")
+def train_lab(args: argparse.Namespace, runs: Path) -> None:
+    """The lab's part: `python -m nmt.study lab` with its records in results/runs/lab (--record: no training, the
+    seeds every variant has), then results/lab.json."""
+    seeds = lab_seeds_recorded() if args.record else args.seeds
+    # the lab writes its own corpus; its runs pin precision and threads as the claims' do
+    lab_extra = [*PINNED, *(e for e in args.extra if not e.startswith(MULTI30K_DIR))]
+    lab_options = ["--output", str(runs / "lab"), "--seeds", str(seeds), "--launcher", args.launcher]
+    lab_options += ["--jobs", str(args.jobs), "--records", str(results.RECORDS / "lab")]
+    lab.main([*lab_options, *(["--extra", *lab_extra] if lab_extra else [])])
+    export_lab(runs / "lab")

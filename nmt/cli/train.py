@@ -1,0 +1,75 @@
+"""Train a model: nmt-train model=bahdanau data=multi30k trainer.max_minutes=30 ... (python train.py in a checkout)"""
+
+import logging
+import signal
+import sys
+import traceback
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig
+from omegaconf.errors import OmegaConfBaseException
+
+from nmt import Interrupted, UserError, distributed
+from nmt.config import CONFIGS, register
+from nmt.experiment import train
+from nmt.multirun import FAILED, SweepStop, job_skipped
+from nmt.paths import write_text
+
+log = logging.getLogger("nmt")
+register()  # the dataclasses of nmt/config.py, which configs/*.yaml fill in
+
+
+@hydra.main(config_path=str(CONFIGS), config_name="train", version_base="1.3")
+def main(cfg: DictConfig) -> float:
+    output_dir = HydraConfig.get().runtime.output_dir
+    sweep = HydraConfig.get().mode == RunMode.MULTIRUN
+    if sweep and SweepStop.signal_number:  # the sweep was stopped: no job starts after that
+        stopped_by = signal.Signals(SweepStop.signal_number).name
+        return failed_job(output_dir, f"not started: the sweep was stopped by {stopped_by}")
+    if sweep and (reason := job_skipped()):  # a callback of the sweep's config said so (the study: recorded already)
+        log.info("%s: %s; not trained again", output_dir, reason)
+        return float("nan")
+    try:
+        results = train(cfg, output_dir)
+    except (UserError, OmegaConfBaseException) as error:
+        log.error("%s", error)
+        if sweep:  # the sweep's other jobs go on; FailedJobs names this one at the end and exits non-zero
+            return failed_job(output_dir, str(error))
+        sys.exit(f"error: {error}")
+    except Interrupted as stop:
+        log.warning("%s", stop)
+        if sweep:  # returns, so a joblib worker lives and its siblings save too (nmt.multirun.SweepStop)
+            SweepStop.signal_number = stop.signal_number
+            return failed_job(output_dir, str(stop))
+        print(f"stopped: {stop}", file=sys.stderr)
+        sys.exit(128 + stop.signal_number)
+    except KeyboardInterrupt:  # a second Ctrl-C, or one outside the training loop
+        print("stopped by Ctrl-C; the checkpoints written so far are kept", file=sys.stderr)
+        sys.exit(130)
+    except Exception as error:
+        if not sweep:
+            raise
+        # A bug or a failure of a library in one job: the job's log keeps the traceback, and the sweep names the job
+        # with the others that failed instead of losing the summary to one traceback
+        reason = f"failed with {type(error).__name__}: {error} (the traceback is in {Path(output_dir) / 'train.log'})"
+        with open(Path(output_dir) / "train.log", "a", encoding="utf-8") as handle:
+            handle.write(traceback.format_exc())
+        log.error("%s", reason)
+        return failed_job(output_dir, reason)
+    finally:
+        distributed.teardown()
+    (Path(output_dir) / FAILED).unlink(missing_ok=True)  # a job that failed before and finishes now
+    return results.get("valid/best_bleu", 0.0)  # what a Hydra sweeper (e.g. Optuna) maximises
+
+
+def failed_job(output_dir: str, reason: str) -> float:
+    """A sweep's job that did not finish: its reason in its folder's failed.txt (FailedJobs lists them at the end)."""
+    write_text(Path(output_dir) / FAILED, f"{reason}\n")
+    return float("nan")  # what a sweeper that optimises (Optuna) counts as a failed trial
+
+
+if __name__ == "__main__":
+    main()

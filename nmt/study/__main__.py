@@ -1,0 +1,35 @@
+"""The study's one entry: python -m nmt.study PROGRAM [options] (or nmt-study PROGRAM ...).
+
+  compare   train the comparison's variants (make compare) and report on runs: significance, figures, claims
+  lab       the alignment lab on the sample grammar: AER against gold links, BLEU by sentence length (make lab)
+  results   what README.md and docs/results.md report, trained and recorded part by part (make results)
+  measure   training and decoding speed of each model on this machine (make bench)
+
+`python -m nmt.study PROGRAM --help` lists a program's options.
+"""
+
+from __future__ import annotations
+
+import sys
+from importlib import import_module
+
+from nmt import UserError
+
+PROGRAMS = ("compare", "lab", "results", "measure")  # each a module of nmt/study/cli/ with main(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__.strip())
+        return
+    if argv[0] not in PROGRAMS:
+        sys.exit(f"error: python -m nmt.study {argv[0]}: no such program; use one of {', '.join(PROGRAMS)}")
+    try:
+        import_module(f"nmt.study.cli.{argv[0]}").main(argv[1:])
+    except UserError as error:  # a refusal names the option or file and what to do: no traceback
+        sys.exit(f"error: {error}")
+
+
+if __name__ == "__main__":
+    main()

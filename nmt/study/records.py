@@ -1,0 +1,345 @@
+"""A finished run described for the study, and its record: what a report needs of a run (scores, its test output as
+sufficient statistics per sentence, curves from its validations.jsonl, attention on the figure's sentence, where it
+was trained), made once, so that a report is made again on a machine that holds none of the runs.
+
+`recorded_sweep` trains what has no record yet and records each run as its job ends (the `RecordRun` callback).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import sacrebleu
+from hydra.core.utils import JobReturn, JobStatus
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+from nmt import UserError, build, checkpoint
+from nmt.alignment import attention_report, choose_map, parse_key, word_attention
+from nmt.decoding import Translator
+from nmt.evaluate import bleu_by_length
+from nmt.experiment import read_provenance
+from nmt.multirun import skip_job
+from nmt.paths import derived_from, stamp, write_text
+from nmt.study.comparison import budget, differences, twice
+from nmt.study.significance import Scored
+from nmt.study.sweep import RECORD_SUFFIX, record_path, recorded, saved_settings, sweep
+from nmt.trainer import VALIDATIONS
+
+
+def find_runs(folders: list[Path]) -> list[Path]:
+    """The finished runs under `folders`: run directories (best.pt with best.test.hyp) and runs' records
+    (`*.record.json`, `save_record`)."""
+    runs = []
+    for folder in folders:
+        if folder.is_file() and folder.name.endswith(RECORD_SUFFIX):
+            runs.append(folder)
+            continue
+        if not folder.is_dir():
+            raise UserError(f"{folder}: not a folder")
+        runs += sorted(p.parent for p in folder.rglob("best.pt") if (p.parent / "best.test.hyp").is_file())
+        runs += sorted(folder.rglob(f"*{RECORD_SUFFIX}"))
+    if not runs:
+        raise UserError(
+            f"no finished runs (best.pt with best.test.hyp, or *{RECORD_SUFFIX}) under {', '.join(map(str, folders))}"
+        )
+    return runs
+
+
+def beam_hypotheses(run: Path, sources: list[str], beam: int) -> list[str]:
+    """The best checkpoint's beam-search test output, `best.test.beam<N>.hyp`, in the precision the run trained in:
+    decoded here unless the file there was made from this very best.pt with these settings (its `.source` note says
+    so; one that evaluate.py wrote with its own settings, or for an earlier best.pt, is decoded again)."""
+    path, best = run / f"best.test.beam{beam}.hyp", run / "best.pt"
+    settings = f"beam={beam} precision=trained"
+    if not derived_from(path, best, settings):
+        translator = Translator.load(best, beam=beam, precision="trained")
+        write_text(path, "".join(h + "\n" for h in translator.translate(sources)))
+        stamp(path, best, settings)
+    return path.read_text(encoding="utf-8").split("\n")[: len(sources)]
+
+
+def variant_name(model: dict) -> str:
+    """A readable name from a checkpoint's model config: `luong (general, local_p)`, `bahdanau (additive)`,
+    `bahdanau (additive, sparsemax)`, `bahdanau (additive, hard reinforce)`, `luong (general, global, bidirectional)`,
+    `transformer (window 4)`."""
+    name = model["_target_"].rsplit(".", 1)[-1].replace("Seq2Seq", "").lower()
+    if "attention" in model:
+        attention = model["attention"]
+        score = build.score_name(attention["_target_"]).replace("none", "fixed context")
+        if attention.get("scaled"):
+            score = "scaled " + score
+        details = [score] + ([model["alignment"]] if "alignment" in model else [])
+        if model.get("input_feeding") is False:
+            details.append("no feeding")
+        if model.get("bidirectional"):
+            details.append("bidirectional")
+        if attention.get("normalizer", "softmax") != "softmax":
+            details.append(attention["normalizer"])
+        if attention.get("hard", "none") != "none":
+            details.append(f"hard {attention['hard']}")
+        name += f" ({', '.join(details)})"
+    elif model.get("window"):  # the Transformer's sliding-window self-attention
+        name += f" (window {model['window']})"
+    return name
+
+
+def attention_shape(translator: Translator, pairs: list[tuple[str, str]]) -> tuple[str, dict] | None:
+    """The alignment map (the RNNs' one attention, the Transformer's last layer) and its entropy and diagonality
+    (`nmt.alignment`), force-decoding the test references; None without attention."""
+    report = attention_report(translator.model, translator.vocabulary, pairs, translator.device, translator.dtype)
+    if not report:
+        return None
+    chosen = choose_map(list(report), None)
+    return chosen, report[chosen]
+
+
+def test_pairs(data: dict, cache: dict) -> list[tuple[str, str]]:
+    """The test pairs of a run's corpus (its config's `data`), read once per corpus into `cache`."""
+    key = OmegaConf.to_yaml(OmegaConf.create(data))
+    if key not in cache:
+        cache[key] = build.load_corpus(OmegaConf.create(data)).test
+    return cache[key]
+
+
+def describe(run: Path, test_cache: dict, beam: int) -> dict:
+    best, last = checkpoint.load(run / "best.pt"), checkpoint.load(run / "last.pt")
+    config = best["config"]
+    pairs = test_pairs(config["data"], test_cache)
+    hypotheses = (run / "best.test.hyp").read_text(encoding="utf-8").split("\n")[: len(pairs)]
+    references = [t for _, t in pairs]
+    progress = last["progress"]
+    sources = [s for s, _ in pairs]
+    beam_output = beam_hypotheses(run, sources, beam) if beam > 1 else None
+    scored = beam_output or hypotheses  # the headline's output: BLEU, chrF, lengths and the tests all read it
+    translator = Translator.load(run / "best.pt", precision="trained")
+    shape = attention_shape(translator, pairs)
+    return {
+        "run": str(run),
+        "provenance": read_provenance(run),
+        "name": variant_name(config["model"]),
+        "seed": config.get("seed"),
+        "config": {k: config[k] for k in ("data", "model", "trainer", "seed") if k in config},
+        "parameters": sum({t.data_ptr(): t.numel() for t in best["model"].values()}.values()),  # tied ones once
+        "best_step": best["progress"]["step"],
+        "updates": progress["step"],
+        "minutes": progress["train_seconds"] / 60,
+        "petaflops": progress.get("flops", 0) / 1e15,
+        "budget": budget(config.get("trainer", {})),
+        "tokens_per_second": progress["tokens_trained"] / max(progress["train_seconds"], 1e-9),
+        "valid_bleu": best["progress"]["best_bleu"],
+        "test_bleu": sacrebleu.corpus_bleu(hypotheses, [references]).score,
+        "test_chrf": sacrebleu.corpus_chrf(scored, [references]).score,
+        "test_bleu_beam": sacrebleu.corpus_bleu(beam_output, [references]).score if beam_output else None,
+        "by_length": {
+            f"{low}-{high}": value for (low, high), value in bleu_by_length(sources, scored, references).items()
+        },
+        "curve": valid_curve(run),
+        "compute_curve": compute_curve(run),
+        "alignment_map": shape[0] if shape else None,
+        "attention": shape[1] if shape else None,
+        "panel": attention_panel(translator, shape[0], pairs) if shape else None,
+        "beam": beam if beam_output else 1,  # the headline output's
+        "scored": Scored.of(scored, references),  # what the significance tests compare
+    }
+
+
+def attention_panel(translator: Translator, alignment_map: str, pairs: list[tuple[str, str]]) -> dict:
+    """The run's word attention on the sentence the comparison's figure shows (`shown_pair`), force-decoding it:
+    {source: words, target: words, weights: (target words, source words)}."""
+    source, target = shown_pair(translator.config["data"], pairs)
+    key = parse_key(alignment_map)
+    matrices = word_attention(
+        translator.model,
+        translator.vocabulary,
+        [(source, target)],
+        translator.device,
+        translator.dtype,
+        [key[0]],
+        (key[1],),
+    )
+    return {"source": source.split(), "target": target.split(), "weights": matrices[key][0].tolist()}
+
+
+def save_record(run: dict, path: Path) -> None:
+    """Write `run` (a `describe` result) to `path` (atomically)."""
+    record = {k: v for k, v in run.items() if k != "scored"} | {"statistics": run["scored"].statistics}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text(path, json.dumps(record, separators=(",", ":"), default=float) + "\n")
+
+
+def record_runs(folder: Path, records: Path, beam: int) -> list[Path]:
+    """A record (records/<variant>/seed<N>.record.json) of every run finished under the sweep `folder` that has none:
+    what the report needs of it, made once, so that the run's folder (checkpoints) need not be kept or committed.
+    Returns every record of a run under `folder`."""
+    cache: dict = {}
+    return [record_one(result.parent, records, beam, cache) for result in sorted(folder.glob("*/seed*/results.json"))]
+
+
+def recorded_sweep(
+    variants: list[str],
+    seeds: list[int],
+    overrides: list[str],
+    folder: Path,
+    records: Path,
+    beam: int,
+    launcher: str = "basic",
+    jobs: int = 1,
+    hydra: list[str] = (),
+) -> list[Path]:
+    """`sweep` into `folder` of the runs that have no record in `records`, each finished run recorded there (beam
+    `beam` as the headline output) by its own job as it ends (`RecordRun`), and a record made on another machine
+    kept; `hydra`: more of Hydra's options for the sweep (another callback). Returns every run's record."""
+    record_runs(folder, records, beam)  # what an interrupted invocation finished here
+    done = recorded(records, variants, seeds, overrides)
+    if done:
+        print(f"kept from {records}: {', '.join(f'{v} seed {s}' for v, s in sorted(done))}", flush=True)
+    sweep(variants, seeds, overrides, folder, launcher, jobs, done, [*record_callback(records, beam), *hydra], records)
+    record_runs(folder, records, beam)  # any run its job's callback could not record
+    return [records / variant / f"seed{seed}{RECORD_SUFFIX}" for seed in seeds for variant in variants]
+
+
+def record_one(run: Path, records: Path, beam: int, cache: dict | None = None) -> Path:
+    """The record of the finished run in `run` (<variant>/seed<N>), written to records/<variant>/seed<N>.record.json
+    unless it is there."""
+    path = record_path(records, run)
+    if not path.is_file():
+        save_record(describe(run, {} if cache is None else cache, beam), path)
+        print(f"recorded {run} in {path}", flush=True)
+    return path
+
+
+class OnFinishedRun(Callback):
+    """A Hydra callback that keeps something of each job's finished run (`keep`), in the job's own process, as the job
+    ends: what it cannot keep is left to the sweep's end, with a warning (the run itself is safe)."""
+
+    done = "kept"  # for the warning
+
+    def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs) -> None:
+        run = Path(config.hydra.runtime.output_dir)
+        if job_return.status != JobStatus.COMPLETED or not (run / "results.json").is_file():
+            return
+        try:
+            self.keep(run)
+        except Exception as error:  # noqa: BLE001
+            logging.getLogger(__name__).warning("%s: not %s yet (%s)", run, self.done, error)
+
+    def keep(self, run: Path) -> None:
+        raise NotImplementedError
+
+
+class RecordRun(OnFinishedRun):
+    """The callback `recorded_sweep` gives its `train.py -m`: each job records its finished run (`record_one`), so
+    that a run finished on a machine is kept in `records` even if the sweep never ends there."""
+
+    done = "recorded"
+
+    def __init__(self, records: str, beam: int):
+        self.records, self.beam = Path(records), beam
+
+    def on_job_start(self, config: DictConfig, **kwargs) -> None:
+        """A job whose run is recorded already (the rectangle a joblib sweep trains around the runs left) does not
+        train again: it says so to train.py (`nmt.multirun.skip_job`)."""
+        record = record_path(self.records, Path(config.hydra.runtime.output_dir))
+        if record.is_file():
+            skip_job(f"recorded already in {record}")
+
+    def keep(self, run: Path) -> None:
+        record_one(run, self.records, self.beam)
+
+
+def record_callback(records: Path, beam: int) -> list[str]:
+    """The Hydra options that give a `train.py -m` the `RecordRun` callback."""
+    return [
+        "+hydra.callbacks.record._target_=nmt.study.records.RecordRun",
+        f"+hydra.callbacks.record.records='{records.resolve()}'",
+        f"+hydra.callbacks.record.beam={beam}",
+    ]
+
+
+def load_record(path: Path) -> dict:
+    """A run described from its record (`save_record`)."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        record["scored"] = Scored(record.pop("statistics"))
+    except (OSError, ValueError, KeyError) as error:
+        raise UserError(f"{path}: not a run's record ({error}); `make results` writes them") from error
+    return record
+
+
+def recorded_validations(run: Path) -> list[dict]:
+    """The run's record of its validations (`validations.jsonl`, the trainer's), the last line of each update (a
+    resumed run may repeat one), in order. A run from before the trainer wrote it has none: its curves are empty (the
+    study reads what runs write for it, never TensorBoard's event files, which are for looking)."""
+    path = run / VALIDATIONS
+    if not path.is_file():
+        return []
+    found = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            entry = json.loads(line)
+            found[entry["step"]] = entry
+        except (ValueError, KeyError, TypeError):  # a line cut short by a crash: the others still hold
+            continue
+    return [found[step] for step in sorted(found)]
+
+
+def valid_curve(run: Path) -> list[tuple[float, int, float]]:
+    """(minutes trained, validation excluded; update; valid BLEU) at each validation, from validations.jsonl."""
+    return [(e["train_minutes"], e["step"], e["bleu"]) for e in recorded_validations(run)]
+
+
+def compute_curve(run: Path) -> list[tuple[float, float, float]]:
+    """(petaFLOPs trained, epochs trained, valid BLEU) at each validation, from validations.jsonl; with
+    trainer.validations, the k-th point of every run of one budget is at the same k/N of it."""
+    return [(e["petaflops"], e["epochs"], e["bleu"]) for e in recorded_validations(run)]
+
+
+# The sentence the attention figure shows for Multi30k runs, in each of its languages: ours, written for this figure,
+# so that no sentence of the corpus is published with a report's figures (README shows them)
+OWN_SENTENCE = {
+    "de": "Ein kleiner Junge wirft einen roten Ball über den hohen Zaun.",
+    "en": "A little boy throws a red ball over the high fence.",
+    "fr": "Un petit garçon lance un ballon rouge par-dessus la haute clôture.",
+    "cs": "Malý chlapec hází červený míč přes vysoký plot.",
+}
+
+
+def shown_pair(data: dict, pairs: list[tuple[str, str]]) -> tuple[str, str]:
+    """The pair the attention figure shows: our own sentence for Multi30k; elsewhere (the sample grammar, which is
+    ours, or a user's own corpus) the first test pair of 10-14 words."""
+    if data.get("corpus") == "multi30k":
+        return OWN_SENTENCE[data["src_lang"]], OWN_SENTENCE[data["tgt_lang"]]
+    return next((p for p in pairs if 10 <= len(p[0].split()) <= 14), pairs[0])
+
+
+def describe_runs(run_dirs: list[Path], beam: int) -> tuple[list[dict], list[tuple[str, str]]]:
+    """`describe` of every run (a run's record as it was saved), and the test pairs they share (runs tested on
+    different test sets are refused)."""
+    records = {run: load_record(run) for run in run_dirs if run.is_file()}
+    seen: dict[tuple, list[tuple[Path, dict]]] = {}
+    for run in run_dirs:  # before decoding anything: the runs' Hydra records name each variant and seed
+        if (config := records[run]["config"] if run in records else saved_settings(run)) is not None:
+            key = variant_name(config["model"]), config.get("seed")
+            twin = next((other for other, saved in seen.get(key, []) if not differences(saved, config)), None)
+            if twin is not None:
+                raise twice(str(run), str(twin), *key)
+            seen.setdefault(key, []).append((run, config))
+    cache: dict = {}
+    runs = [records[run] if run in records else describe(run, cache, beam) for run in run_dirs]
+    for path, record in records.items():
+        if record["beam"] != (beam if beam > 1 else 1):
+            raise UserError(
+                f"{path}: the record holds the output of beam {record['beam']}, and the report asks "
+                f"for beam {beam}; report with --beam {record['beam']}"
+            )
+        pairs = test_pairs(record["config"]["data"], cache)
+        if len(record["scored"]) != len(pairs):
+            raise UserError(
+                f"{path}: scores {len(record['scored'])} test sentences, and its corpus has {len(pairs)} today"
+            )
+    if len({tuple(pairs) for pairs in cache.values()}) > 1:
+        raise UserError("the runs were tested on different test sets; compare runs of one corpus at a time")
+    return runs, next(iter(cache.values()))

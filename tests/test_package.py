@@ -1,0 +1,140 @@
+"""The package installs and runs outside a checkout: a wheel built from this tree holds the toolkit, the study and
+every config, and its console scripts train and translate from a folder that is not the checkout."""
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import pytest
+import tomllib
+from conftest import ROOT
+
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def test_the_package_list_holds_every_package_under_nmt():
+    """pyproject lists the packages by hand (configs/ ships as nmt.configs, which a glob cannot find): a new
+    subpackage missing from the list would be left out of the wheel."""
+    found = {".".join(path.parent.relative_to(ROOT).parts) for path in (ROOT / "nmt").rglob("__init__.py")}
+    assert set(PROJECT["tool"]["setuptools"]["packages"]) == found | {"nmt.configs"}
+
+
+def copy_tree(destination: Path) -> Path:
+    """What a build needs, copied, so that building leaves nothing (build/, *.egg-info) in the checkout."""
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for name in ("nmt", "configs"):
+        shutil.copytree(ROOT / name, destination / name, ignore=ignore)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, destination / name)
+    return destination
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("wheel")
+    source = copy_tree(folder / "source")
+    built = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "--wheel-dir",
+            str(folder / "dist"),
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
+    (found,) = (folder / "dist").glob("nmt-*.whl")
+    return found
+
+
+def test_the_wheel_holds_the_study_every_config_and_the_console_scripts(wheel):
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        entry_points = next(archive.read(n).decode() for n in names if n.endswith(".dist-info/entry_points.txt"))
+    configs = {f"nmt/configs/{p.relative_to(ROOT / 'configs').as_posix()}" for p in (ROOT / "configs").rglob("*.yaml")}
+    assert configs and configs <= names, sorted(configs - names)
+    study = {
+        f"nmt/study/{p.relative_to(ROOT / 'nmt' / 'study').as_posix()}" for p in (ROOT / "nmt/study").rglob("*.py")
+    }
+    assert "nmt/study/__main__.py" in study and study <= names, sorted(study - names)
+    for script in ("nmt-train", "nmt-evaluate", "nmt-translate", "nmt-study"):
+        assert f"{script} = " in entry_points
+
+
+@pytest.mark.slow
+def test_the_installed_wheel_trains_and_translates_from_any_folder(wheel, tmp_path):
+    """A fresh virtual environment outside the checkout gets the wheel (its dependencies from this environment's
+    site-packages, read as a plain path, so this environment's editable install of nmt is not seen); from a folder of
+    its own, nmt-train trains a tiny model on the sample corpus and nmt-translate translates a line with it."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    installed = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index", str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert installed.returncode == 0, installed.stderr[-2000:]
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    Path(site, "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    environment = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    environment["HYDRA_FULL_ERROR"] = "0"
+
+    def command(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [str(venv / "bin" / args[0]), *args[1:]],
+            cwd=work,
+            capture_output=True,
+            text=True,
+            env=environment,
+            input=stdin,
+            timeout=600,
+        )
+
+    where = command("python", "-c", "import nmt, nmt.config as c; print(nmt.__file__); print(c.CONFIGS)")
+    package, configs = where.stdout.split()
+    assert Path(package).is_relative_to(venv) and Path(configs) == Path(package).parent / "configs", where.stdout
+    run_dir = work / "run"
+    train = command(
+        "nmt-train",
+        "data=sample",
+        "model=luong",
+        "model.embedding_size=32",
+        "model.hidden_size=48",
+        "model.layers=1",
+        "data.sizes.train=300",
+        "data.sizes.valid=20",
+        "data.sizes.test=20",
+        "trainer=debug",
+        "trainer.max_steps=6",
+        "trainer.valid_every=3",
+        "trainer.progress=false",
+        f"hydra.run.dir={run_dir}",
+    )
+    assert train.returncode == 0, train.stderr[-3000:]
+    assert (run_dir / "best.pt").is_file() and (work / "data" / "spm").is_dir()  # caches go where it runs
+    translated = command("nmt-translate", f"checkpoint={run_dir / 'best.pt'}", stdin="Ein Hund läuft.\n")
+    assert translated.returncode == 0, translated.stderr[-3000:]
+    assert len(translated.stdout.splitlines()) == 1 and translated.stdout.strip()
+    study = command("nmt-study", "--help")
+    assert study.returncode == 0 and "compare" in study.stdout
