@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import json
 import logging
 import os
@@ -20,8 +21,8 @@ from omegaconf import DictConfig, OmegaConf
 
 # The models are built from names in the config (Hydra's _target_), which would import their modules at the first
 # build. They are loaded with the rest instead: a process that trains many runs (a sweep's joblib worker) then runs
-# one version of the code from its start, the version whose commit it records (LOADED), whatever is edited in the
-# checkout meanwhile. (Loaded lazily, a worker once mixed an older attention.py with a newer transformer.py.)
+# one version of the code from its start, the version whose commit it records (`loaded_code`), whatever is edited in
+# the checkout meanwhile. (Loaded lazily, a worker once mixed an older attention.py with a newer transformer.py.)
 import nmt.rnn  # noqa: F401
 import nmt.transformer  # noqa: F401
 from nmt import Interrupted, UserError, build, checkpoint, distributed
@@ -43,6 +44,7 @@ log = logging.getLogger(__name__)
 
 def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
     """Build everything from the composed config, train, and report test BLEU of the best checkpoint."""
+    loaded_code()  # the commit of the code this process runs, found as its first run starts
     settings: TrainConfig = OmegaConf.to_object(cfg)  # typed dataclasses, validated by Hydra already
     resolved = OmegaConf.to_container(cfg, resolve=True)  # what checkpoints store
     settings.trainer.check()
@@ -213,17 +215,22 @@ def code_version(root: Path = REPOSITORY) -> dict:
     return {"commit": commit or None, "uncommitted_changes": changed}
 
 
-LOADED = code_version()  # the commit of the code this process loaded (at import: see the model imports above)
+@functools.cache
+def loaded_code() -> dict:
+    """The commit of the code this process runs (`code_version`), found once: at the start of its first run (or of a
+    study program), never at import, and the same for every later run of the process (a sweep's worker), whatever is
+    checked out meanwhile."""
+    return code_version()
 
 
 def record_provenance(run_dir: Path, where: torch.device, precision: str = "") -> None:
     """Append this invocation (commit, time, machine, torch, the precision it trained in) to run_dir/provenance.json:
     a resumed run lists each.
-    The commit is the one checked out when this process loaded the code, not when the run starts."""
+    The commit is the one checked out when this process started its first run (`loaded_code`)."""
     path = run_dir / "provenance.json"
     machine = torch.cuda.get_device_name(where) if where.type == "cuda" else cpu_name()
     entry = {
-        **LOADED,
+        **loaded_code(),
         "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": machine,
         "platform": platform.platform(),

@@ -113,8 +113,13 @@ def test_a_process_loads_every_model_at_once_and_records_the_commit_it_loaded(tm
 
     from nmt import experiment
 
+    probe = "import sys, nmt.experiment as e; print(sorted(sys.modules), e.loaded_code.cache_info())"
     loaded = subprocess.run(
-        [sys.executable, "-c", "import sys, nmt.experiment; print(sorted(sys.modules))"],
+        [
+            sys.executable,
+            "-c",
+            "import sys, nmt.experiment as e; print(sorted(sys.modules), e.loaded_code.cache_info())",
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -122,10 +127,11 @@ def test_a_process_loads_every_model_at_once_and_records_the_commit_it_loaded(tm
     ).stdout
     assert "'nmt.transformer'" in loaded and "'nmt.rnn'" in loaded and "'nmt.attention'" in loaded
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    assert experiment.LOADED["commit"] == (head or None)
+    assert "currsize=0" in loaded  # the commit is not found at import: when a run starts
+    assert experiment.loaded_code()["commit"] == (head or None)
     monkeypatch.setattr(experiment, "code_version", lambda: {"commit": "checked out later"})
     experiment.record_provenance(tmp_path, torch.device("cpu"), "bf16")
-    assert json.loads((tmp_path / "provenance.json").read_text())[0]["commit"] == experiment.LOADED["commit"]
+    assert json.loads((tmp_path / "provenance.json").read_text())[0]["commit"] == (head or None)
     assert experiment.read_provenance(tmp_path)["machines"] == [f"{experiment.cpu_name()} (bf16)"]  # its precision
     assert "finished" not in experiment.read_provenance(tmp_path)
     (tmp_path / "results.json").write_text("{}")

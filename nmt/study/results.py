@@ -144,7 +144,7 @@ def record_measurement(
     import torch
 
     from nmt.device import cpu_name
-    from nmt.experiment import LOADED
+    from nmt.experiment import loaded_code
     from nmt.paths import write_text
 
     if name not in MEASUREMENTS:
@@ -152,7 +152,7 @@ def record_measurement(
     held = [f"{key}={os.environ[key]}" for key in KERNEL_VARIABLES if os.environ.get(key)]
     record = {
         "command": " ".join([*held, shlex.join(["python", *sys.argv])]),
-        **LOADED,
+        **loaded_code(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="minutes"),
         "machine": f"{cpu_name()}, {os.cpu_count()} cores",
         "threads": torch.get_num_threads(),

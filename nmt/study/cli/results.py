@@ -37,7 +37,7 @@ from pathlib import Path
 import torch
 
 from nmt import UserError
-from nmt.experiment import LOADED, read_provenance
+from nmt.experiment import loaded_code, read_provenance
 from nmt.paths import write_text
 from nmt.study import results, tables
 from nmt.study.cli import compare, lab
@@ -154,7 +154,9 @@ def export(report: Path, name: str, runs: Path | None = None) -> None:
             run.setdefault("provenance", read_provenance(Path(run["run"])))
             run["run"] = shown(relative(Path(run["run"])), report)
     record["command"] = shown(shown(record["command"], report), results.RECORDS)
-    record.update(torch=torch.__version__, python=platform.python_version(), analysis=LOADED)  # the report's code
+    record.update(
+        torch=torch.__version__, python=platform.python_version(), analysis=loaded_code()
+    )  # the report's code
     write(name, record)
 
 
@@ -167,7 +169,7 @@ def export_lab(folder: Path) -> None:
             commits.update(c[:7] for c in provenance["commits"])
             run["run"] = shown(relative(Path(run["run"])), folder)
     record["command"] = shown(shown(record["command"], folder), results.RECORDS)
-    record.update(commits=sorted(commits), torch=torch.__version__, analysis=LOADED)
+    record.update(commits=sorted(commits), torch=torch.__version__, analysis=loaded_code())
     write("lab", record)
     # docs/alignment.md's figures: BLEU by length and valid AER (the lab's report), the attention of each model on
     # one test sentence (its comparison's)
@@ -226,6 +228,7 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = arguments(argv)
+    loaded_code()  # the commit of the analysis: the code this invocation started with
     if args.render:
         return render()
     parts = chosen("--parts", args.parts, PARTS)
