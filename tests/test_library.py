@@ -115,11 +115,7 @@ def test_a_process_loads_every_model_at_once_and_records_the_commit_it_loaded(tm
 
     probe = "import sys, nmt.experiment as e; print(sorted(sys.modules), e.loaded_code.cache_info())"
     loaded = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import sys, nmt.experiment as e; print(sorted(sys.modules), e.loaded_code.cache_info())",
-        ],
+        [sys.executable, "-c", probe],
         cwd=ROOT,
         capture_output=True,
         text=True,
