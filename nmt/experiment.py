@@ -36,7 +36,7 @@ from nmt.device import device as find_device
 from nmt.multirun import in_sweep
 from nmt.optim import set_lr
 from nmt.paths import run_lock, write_text
-from nmt.resume import check_changes, checkpoint_to_resume, finished_run
+from nmt.resume import plan
 from nmt.trainer import Trainer
 
 log = logging.getLogger(__name__)
@@ -63,11 +63,11 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
 
 def train_in(settings: TrainConfig, resolved: dict, run_dir: Path, where: torch.device, precision: str) -> dict:
     """`train` once this process holds the run directory: keep a finished run, or continue or start one."""
-    if settings.trainer.resume == "auto" and (kept := finished_run(run_dir, resolved, precision)) is not None:
+    decided = plan(run_dir, settings.trainer.resume, resolved, precision, in_sweep())  # before run_dir is written
+    if decided.kept is not None:
+        kept = decided.kept
         log.info("%s holds this run, finished with these settings: kept (test BLEU %s)", run_dir, kept.get("test/bleu"))
         return kept
-    resumed = checkpoint_to_resume(run_dir, settings.trainer.resume, in_sweep())  # before run_dir is written
-    changes = check_changes(resumed[1]["config"], resolved, resumed[0]) if resumed else {}
     splits, vocabulary = corpus_and_vocabulary(settings, run_dir)
     if settings.trainer.test_at_end:
         check_test_split(splits.test, vocabulary, settings.trainer.decode_max_input_len)
@@ -87,9 +87,9 @@ def train_in(settings: TrainConfig, resolved: dict, run_dir: Path, where: torch.
         resolved,
         gold,
     )
-    if resumed:
-        trainer.restore_payload(*resumed)
-        if "trainer.lr" in changes:
+    if decided.checkpoint:
+        trainer.restore_payload(*decided.checkpoint)
+        if "trainer.lr" in decided.changes:
             set_lr(trainer.optimizer, trainer.schedule, settings.trainer.lr)
     if distributed.is_main():  # every check passed: this invocation trains
         record_provenance(run_dir, where, trainer.precision.name)

@@ -1,4 +1,5 @@
-"""Which checkpoint a run continues from, and whether the command line may continue it.
+"""What train.py does with a run directory (`plan`): keep the run finished there, continue one from a checkpoint with
+the safe changes, or start a new one; and whether the command line may continue it.
 
 A run directory that already holds a run is never trained into afresh: that would overwrite its checkpoints and mix
 its step<N>.pt files with the new run's. Continuing one (`trainer.resume=true` or a checkpoint path) compares the
@@ -12,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from nmt import UserError, checkpoint
@@ -62,6 +64,31 @@ SAFE = {
     "trainer.label_smoothing",
     "trainer.threads",
 }
+
+
+@dataclass
+class Plan:
+    """The one decision for a run directory: keep the run finished there (`kept`: its results), continue from a
+    checkpoint (`checkpoint`: its path and payload, with the safe `changes` of the command line, {key: (old, new)}),
+    or, with neither, start a new run."""
+
+    kept: dict | None = None
+    checkpoint: tuple[Path, dict] | None = None
+    changes: dict[str, tuple] = field(default_factory=dict)
+
+
+def plan(run_dir: Path, option, new: dict, precision_now: str | None = None, sweep: bool = False) -> Plan:
+    """What `trainer.resume=option` does with `run_dir` for the command line's resolved config `new`: with auto, a
+    finished run that is the run asked for is kept (`finished_run`); otherwise the checkpoint it names is continued
+    when its config differs only in safe options (`checkpoint_to_resume`, `check_changes`), or a new run starts.
+    Whatever cannot be done is refused, named, before anything is written. `precision_now`: what today's
+    trainer.precision resolves to here; `sweep`: a job of `train.py -m`."""
+    if option == "auto" and (kept := finished_run(run_dir, new, precision_now)) is not None:
+        return Plan(kept=kept)
+    resumed = checkpoint_to_resume(run_dir, option, sweep)
+    if resumed is None:
+        return Plan()
+    return Plan(checkpoint=resumed, changes=check_changes(resumed[1]["config"], new, resumed[0]))
 
 
 def checkpoint_to_resume(run_dir: Path, option, sweep: bool = False) -> tuple[Path, dict] | None:
