@@ -11,6 +11,7 @@ Model options are the model classes' own constructor arguments (see `configs/mod
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -133,6 +134,43 @@ class FilesConfig(DataConfig):
     test: FilePair = field(default_factory=FilePair)
 
 
+# --- decoding -----------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class DecodeOptions:
+    """How a checkpoint decodes, the one place of these defaults: evaluate.py and translate.py take them as top-level
+    options (beam=5) and pass them whole (`of`); validation, the study and the benchmark build one."""
+
+    beam: int = 1  # 1: greedy; more: beam search with that many hypotheses
+    alpha: float = 0.6  # GNMT length penalty of beam search; 0 ranks by log-probability alone
+    device: str = "auto"
+    # chosen for this device as in training, whatever the checkpoint was trained in; `trained`: the run's own
+    # trainer.precision (a study that pinned fp32 decodes in fp32 on any machine)
+    precision: str = "auto"
+    # padded source tokens (times the beam) per decoding batch; the longest line times the beam must fit in it
+    max_tokens: int = 8000
+    max_input_len: int = 1024  # longer lines (subwords) are refused, naming the line: split them into sentences
+
+    @classmethod
+    def of(cls, options) -> DecodeOptions:
+        """The decoding options of a command's config (or any object with these fields)."""
+        return cls(**{f.name: getattr(options, f.name) for f in dataclasses.fields(cls)})
+
+    def check(self) -> None:
+        """Refuse values that make no sense, naming the option, before a model loads."""
+        if isinstance(self.beam, bool) or not isinstance(self.beam, int) or self.beam < 1:
+            raise UserError(f"beam={self.beam!r}: the beam size must be 1 (greedy) or more")
+        for option, value in (("max_tokens", self.max_tokens), ("max_input_len", self.max_input_len)):
+            if value < 1:
+                raise UserError(f"{option}={value}: must be at least 1")
+        if not math.isfinite(self.alpha) or self.alpha < 0:
+            raise UserError(
+                f"alpha={self.alpha}: the length penalty's exponent must be 0 (rank by log-probability) "
+                "or more (GNMT: 0.6 to 1)"
+            )
+
+
 # --- training (the `trainer` group) ------------------------------------------------------------------------------
 
 
@@ -176,10 +214,12 @@ class TrainerConfig:
     # threads sum the same products in another order (bit for bit needs the same number: the results runs pin it)
     threads: int = field(default=0, metadata=SAME_RUN)
     log_every: int = field(default=20, metadata=SAME_RUN)  # steps between training-loss logs
-    valid_max_tokens: int = field(default=8000, metadata=SAME_RUN)  # padded tokens per validation/decoding batch
+    # padded tokens per validation/decoding batch
+    valid_max_tokens: int = field(default=DecodeOptions.max_tokens, metadata=SAME_RUN)
     decode_ratio: float = 1.5  # greedy decoding stops at decode_ratio x source length + decode_extra
     decode_extra: int = 10
-    decode_max_input_len: int = 1024  # valid/test sentences longer than this (subwords) are refused before training
+    # valid/test sentences longer than this (subwords) are refused before training
+    decode_max_input_len: int = DecodeOptions.max_input_len
     num_samples: int = field(default=4, metadata=SAME_RUN)  # validation translations shown in TensorBoard's TEXT tab
     num_plots: int = field(default=3, metadata=SAME_RUN)  # validation sentences whose attention is plotted each time
     progress: bool = field(default=True, metadata=SAME_RUN)  # the progress bar
@@ -264,17 +304,10 @@ class TrainConfig:
 
 
 @dataclass
-class SearchOptions:
-    """How evaluate.py and translate.py decode."""
+class SearchOptions(DecodeOptions):
+    """How evaluate.py and translate.py decode: a checkpoint and the decoding options."""
 
     checkpoint: str = MISSING  # a best.pt, last.pt or averaged.pt written by train.py or the scripts
-    beam: int = 1  # 1: greedy; more: beam search with that many hypotheses
-    alpha: float = 0.6  # GNMT length penalty of beam search; 0 ranks by log-probability alone
-    device: str = "auto"
-    precision: str = "auto"  # chosen for this device as in training, whatever the checkpoint was trained in
-    # padded source tokens (times the beam) per decoding batch; the longest line times the beam must fit in it
-    max_tokens: int = 8000
-    max_input_len: int = 1024  # longer lines (subwords) are refused, naming the line: split them into sentences
     # The attention that gives word alignments: `alignment` for the RNNs; cross_layer_N or cross_layer_N_shifted for
     # the Transformer. null: the RNNs' one; for the Transformer the map that aligns best on the valid split when the
     # training corpus has gold alignments (the sample corpus), else the last layer.

@@ -6,6 +6,7 @@ a `Translator`, which is a checkpoint with its vocabulary and search settings) a
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,7 +15,7 @@ import sacrebleu
 import torch
 
 from nmt import UserError, build, checkpoint
-from nmt.config import TrainerConfig
+from nmt.config import DecodeOptions, TrainerConfig
 from nmt.corpus import Pairs
 from nmt.data import BOS_ID, EOS_ID, PAD_ID, ParallelDataset, TokenBatchSampler, Vocabulary, collate
 from nmt.device import autocast
@@ -23,34 +24,42 @@ from nmt.device import resolve as resolve_precision
 from nmt.plot import attention_figure
 from nmt.search import Hypothesis, beam_search, greedy
 
+TRAINER_FIELDS = {f.name for f in dataclasses.fields(TrainerConfig)}  # a checkpoint's trainer options
+
 
 @dataclass
 class Search:
-    """How to decode: greedy (beam 1) or beam search, where the output stops, and how large a batch is."""
+    """How to decode: greedy (beam 1) or beam search, where the output stops, and how large a batch is (the search
+    part of DecodeOptions, with the stopping rule the model was trained with)."""
 
-    beam: int = 1
-    alpha: float = 0.6  # GNMT length penalty; 0 ranks by log-probability alone
-    ratio: float = 1.5  # output stops at ratio x source length + extra tokens
-    extra: int = 10
-    max_tokens: int = 8000  # padded source tokens x beam per batch
-    max_input_len: int = 1024  # longer inputs (subwords) are refused, naming the line: split them into sentences
+    beam: int = DecodeOptions.beam
+    alpha: float = DecodeOptions.alpha  # GNMT length penalty; 0 ranks by log-probability alone
+    ratio: float = TrainerConfig.decode_ratio  # output stops at ratio x source length + extra tokens
+    extra: int = TrainerConfig.decode_extra
+    max_tokens: int = DecodeOptions.max_tokens  # padded source tokens x beam per batch
+    max_input_len: int = DecodeOptions.max_input_len  # longer inputs (subwords) are refused, naming the line
 
     def __post_init__(self):
-        if isinstance(self.beam, bool) or not isinstance(self.beam, int) or self.beam < 1:
-            raise UserError(f"beam={self.beam!r}: the beam size must be 1 (greedy) or more")
-        for option, value in (("max_tokens", self.max_tokens), ("max_input_len", self.max_input_len)):
-            if value < 1:
-                raise UserError(f"{option}={value}: must be at least 1")
-        if not math.isfinite(self.alpha) or self.alpha < 0:
-            raise UserError(
-                f"alpha={self.alpha}: the length penalty's exponent must be 0 (rank by log-probability) "
-                "or more (GNMT: 0.6 to 1)"
-            )
+        DecodeOptions(
+            beam=self.beam, alpha=self.alpha, max_tokens=self.max_tokens, max_input_len=self.max_input_len
+        ).check()
         if not (math.isfinite(self.ratio) and self.ratio >= 0 and self.extra >= 1):
             raise UserError(
                 f"ratio={self.ratio}, extra={self.extra}: the output stops at ratio x the source length "
                 "+ extra tokens; ratio must be at least 0 and extra at least 1"
             )
+
+    @classmethod
+    def of(cls, options: DecodeOptions, trainer: TrainerConfig) -> Search:
+        """The search of `options`, stopping where `trainer` (the run's trainer options) says the output stops."""
+        return cls(
+            options.beam,
+            options.alpha,
+            trainer.decode_ratio,
+            trainer.decode_extra,
+            options.max_tokens,
+            options.max_input_len,
+        )
 
 
 def translate(
@@ -153,30 +162,20 @@ class Translator:
     config: dict = field(default_factory=dict)  # the resolved config it was trained with
 
     @classmethod
-    def load(
-        cls,
-        path: str | Path,
-        beam: int = 1,
-        alpha: float = 0.6,
-        device: str = "auto",
-        precision: str = "auto",
-        max_tokens: int = 8000,
-        max_input_len: int = 1024,
-    ) -> Translator:
-        """The model of checkpoint `path`, its output length limit as it was trained; the precision as `precision`
-        chooses for this device (`auto`: bf16 where it runs natively, whatever the model was trained in; `trained`:
-        the run's own `trainer.precision`, so that a study that pinned fp32 decodes in fp32 on any machine)."""
-        search = Search(
-            beam=beam, alpha=alpha, max_tokens=max_tokens, max_input_len=max_input_len
-        )  # checks the beam before the model loads
-        where = find_device(device, option="device")
+    def load(cls, path: str | Path, options: DecodeOptions | None = None) -> Translator:
+        """The model of checkpoint `path`, decoding as `options` say (checked before the model loads), its output
+        length limit as it was trained; the precision as `options.precision` chooses for this device (`auto`: bf16
+        where it runs natively, whatever the model was trained in; `trained`: the run's own trainer.precision)."""
+        options = options or DecodeOptions()
+        options.check()
+        where = find_device(options.device, option="device")
         model, vocabulary, config = load_model(path, where)
-        trained = {**vars(TrainerConfig()), **config.get("trainer", {})}
-        search.ratio, search.extra = trained["decode_ratio"], trained["decode_extra"]
+        trained = TrainerConfig(**{k: v for k, v in config.get("trainer", {}).items() if k in TRAINER_FIELDS})
+        precision = options.precision
         if precision == "trained":
-            precision = config.get("trainer", {}).get("precision", "auto")
+            precision = trained.precision
         dtype = resolve_precision(precision or "auto", where, option="precision").dtype
-        return cls(model, vocabulary, where, dtype, search, config)
+        return cls(model, vocabulary, where, dtype, Search.of(options, trained), config)
 
     def translate(self, lines: list[str]) -> list[str]:
         return self.search_lines(lines)[0]

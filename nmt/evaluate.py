@@ -20,6 +20,7 @@ from nmt.alignment import (
     read_gold,
     word_attention,
 )
+from nmt.config import DecodeOptions
 from nmt.corpus import Pairs, Splits, read_lines, read_parallel
 from nmt.decoding import Translator
 from nmt.paths import output_file, output_folder, stamp, write_text
@@ -102,17 +103,12 @@ def score_alignment(translator: Translator, pairs: Pairs, gold: list[Gold], chos
 
 def evaluate(
     checkpoint_path: str,
+    decoding: DecodeOptions | None = None,
     split: str = "test",
     source: str | None = None,
     reference: str | None = None,
     data_dir: str | None = None,
-    beam: int = 1,
-    alpha: float = 0.6,
     output: str | None = None,
-    device: str = "auto",
-    precision: str = "auto",
-    max_tokens: int = 8000,
-    max_input_len: int = 1024,
     alignments: str | None = None,
     alignment_map: str | None = None,
     overwrite: bool = False,
@@ -120,12 +116,14 @@ def evaluate(
     """Decode a split (or source=/reference= files), print BLEU, chrF and TER with their signatures and BLEU by
     source length, and write the hypotheses; with gold alignments (`alignments=FILE`, or the sample corpus's own),
     also AER. Returns the scores."""
+    decoding = decoding or DecodeOptions()
+    beam, alpha = decoding.beam, decoding.alpha
     name = Path(source).name if source else split
     default_output = Path(checkpoint_path).with_suffix(f".{name}.beam{beam}.hyp")
     output_path = output_file(
         output or default_output, "output", (source, reference, checkpoint_path), overwrite if output else None
     )  # its own default path it may replace
-    translator = Translator.load(checkpoint_path, beam, alpha, device, precision, max_tokens, max_input_len)
+    translator = Translator.load(checkpoint_path, decoding)
     pairs, gold = pairs_to_score(translator.config, split, source, reference, data_dir)
     if not pairs:
         raise UserError(f"{source or split}: no sentences to score")
@@ -137,7 +135,9 @@ def evaluate(
     metrics = [sacrebleu.metrics.BLEU(), sacrebleu.metrics.CHRF(), sacrebleu.metrics.TER()]
     scores = [metric.corpus_score(hypotheses, [references]) for metric in metrics]
     write_text(output_path, "".join(h + "\n" for h in hypotheses))
-    stamp(output_path, Path(checkpoint_path), f"beam={beam} alpha={alpha} precision={precision}")  # what made it
+    stamp(
+        output_path, Path(checkpoint_path), f"beam={beam} alpha={alpha} precision={decoding.precision}"
+    )  # what made it
     search = "greedy decoding" if beam == 1 else f"beam {beam}, length penalty alpha {alpha:g}"
     print(f"{name}: {len(pairs)} sentences, {search}; hypotheses in {output_path}")
     for label, metric, result in zip(["BLEU", "chrF", "TER"], metrics, scores):
@@ -163,15 +163,10 @@ def evaluate(
 
 def translate_file(
     checkpoint_path: str,
+    decoding: DecodeOptions | None = None,
     source: str | None = None,
     output: str | None = None,
-    beam: int = 5,
-    alpha: float = 0.6,
-    device: str = "auto",
-    precision: str = "auto",
-    max_tokens: int = 8000,
     attention: str | None = None,
-    max_input_len: int = 1024,
     alignments: str | None = None,
     alignment_map: str | None = None,
     overwrite: bool = False,
@@ -186,7 +181,7 @@ def translate_file(
         if alignments
         else None
     )
-    translator = Translator.load(checkpoint_path, beam, alpha, device, precision, max_tokens, max_input_len)
+    translator = Translator.load(checkpoint_path, decoding or DecodeOptions(beam=5))
     if (folder or links_path) and not translator.has_attention():
         option = "attention=" if folder else "alignments="
         raise UserError(f"{checkpoint_path}: this model has no attention to plot or align with; leave out {option}")

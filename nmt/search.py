@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from nmt.config import DecodeOptions
 from nmt.data import BOS_ID, EOS_ID
 
 
@@ -77,7 +78,7 @@ def beam_search(
     source: torch.Tensor,
     source_mask: torch.Tensor,
     beam_size: int = 5,
-    alpha: float = 0.6,
+    alpha: float = DecodeOptions.alpha,
     ratio: float = 1.5,
     extra: int = 10,
     n_best: int = 1,

@@ -26,7 +26,7 @@ from tqdm import tqdm
 
 from nmt import UserError, checkpoint, distributed
 from nmt.checkpoint import Progress
-from nmt.config import TrainerConfig
+from nmt.config import DecodeOptions, TrainerConfig
 from nmt.corpus import Pairs
 from nmt.data import Batch, ParallelDataset, TokenBatchSampler, Vocabulary, check_splits, collate
 from nmt.decoding import Search, check_input_lengths
@@ -106,9 +106,9 @@ class Trainer:
         valid_option = {"sample": "data.sizes.valid", "files": "the data.valid files"}.get(corpus, "the valid split")
         check_splits(self.sampler, valid_pairs, self.world, max_len, valid_option)
         self.valid_dataset = ParallelDataset(valid_pairs, vocabulary)
-        self.search = Search(
-            1, 0.6, config.decode_ratio, config.decode_extra, config.valid_max_tokens, config.decode_max_input_len
-        )
+        # validation decodes greedily, with the trainer's batch size and input limit
+        decoding = DecodeOptions(max_tokens=config.valid_max_tokens, max_input_len=config.decode_max_input_len)
+        self.search = Search.of(decoding, config)
         check_input_lengths(
             self.valid_dataset.source_lengths,
             range(1, len(valid_pairs) + 1),

@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from nmt import UserError  # noqa: E402
 from nmt.alignment import alignment_error, choose_map, map_names, parse_key, shifted_links, word_attention  # noqa: E402
+from nmt.config import DecodeOptions
 from nmt.decoding import Translator  # noqa: E402
 from nmt.evaluate import corpus_of  # noqa: E402
 from nmt.study import results  # noqa: E402
@@ -29,7 +30,7 @@ def offsets(run: Path, shifts: int) -> tuple[str, dict[int, float]]:
     Transformer's last layer)."""
     if not (run / "best.pt").is_file():
         raise UserError(f"{run}: no best.pt; name the folder of a run trained on the sample corpus")
-    translator = Translator.load(run / "best.pt", device="cpu")
+    translator = Translator.load(run / "best.pt", DecodeOptions(device="cpu"))
     splits = corpus_of(translator.config, None)
     if splits.alignments is None:
         raise UserError(f"{run}: not trained on the sample corpus, so there are no gold alignments to compare with")

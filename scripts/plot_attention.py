@@ -11,6 +11,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from nmt import UserError  # noqa: E402
+from nmt.config import DecodeOptions
 from nmt.decoding import Translator  # noqa: E402
 from nmt.paths import output_file  # noqa: E402
 
@@ -33,7 +34,7 @@ def parse(arguments: list[str]) -> dict[str, str]:
 def main(arguments: list[str]) -> None:
     options = parse(arguments)
     output = output_file(options["output"], "output", (options["checkpoint"],))
-    translator = Translator.load(options["checkpoint"], device=options["device"], precision="fp32")
+    translator = Translator.load(options["checkpoint"], DecodeOptions(device=options["device"], precision="fp32"))
     translations, hypotheses = translator.search_lines([options["text"]])
     figure = translator.alignment_figure(options["text"], translations[0], hypotheses[0])
     if figure is None:

@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 
 import nmt.device
 from nmt import UserError
-from nmt.config import TrainerConfig
+from nmt.config import DecodeOptions, TrainerConfig
 from nmt.decoding import Translator
 from nmt.device import Capability, choose, cpu_capability, cuda_capability
 from nmt.trainer import Trainer
@@ -109,9 +109,9 @@ def test_training_and_decoding_choose_for_the_cpu_they_run_on(tmp_path, sample_s
     )
     trainer.save("last.pt")  # a checkpoint trained in bf16
     monkeypatch.setattr(nmt.device, "cpu_capability", lambda: AVX2_CPU)
-    assert Translator.load(tmp_path / "last.pt", device="cpu").dtype == torch.float32
+    assert Translator.load(tmp_path / "last.pt", DecodeOptions(device="cpu")).dtype == torch.float32
     with pytest.raises(UserError, match="precision=bf16: .* has no bf16 kernels"):
-        Translator.load(tmp_path / "last.pt", device="cpu", precision="bf16")
+        Translator.load(tmp_path / "last.pt", DecodeOptions(device="cpu", precision="bf16"))
     auto = Trainer(
         model,
         sample_vocabulary,

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
 from nmt import UserError, build
-from nmt.config import TrainerConfig
+from nmt.config import DecodeOptions, TrainerConfig
 from nmt.corpus import read_lines, read_parallel
 from nmt.decoding import Search, Translator, load_model
 from nmt.evaluate import translate_file
@@ -129,7 +129,7 @@ def test_translate_reads_any_bytes_on_stdin_or_says_they_are_not_text(saved_chec
     output = io.StringIO()
     monkeypatch.setattr(sys, "stdout", output)
     try:
-        translations = translate_file(str(saved_checkpoint), beam=1, device="cpu")
+        translations = translate_file(str(saved_checkpoint), DecodeOptions(beam=1, device="cpu"))
     except UserError as error:
         with pytest.raises(UnicodeDecodeError) as invalid:
             data.decode("utf-8")

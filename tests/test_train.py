@@ -19,7 +19,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 import nmt.decoding
 from nmt import UserError, build, checkpoint, resume
 from nmt.alignment import parse_links
-from nmt.config import TrainerConfig
+from nmt.config import DecodeOptions, TrainerConfig
 from nmt.data import PAD_ID
 from nmt.decoding import Search, score, translate
 from nmt.device import cpu_capability
@@ -250,7 +250,7 @@ def test_train_and_evaluate_command_lines_end_to_end(tmp_path, monkeypatch):
     assert {"valid/attention/alignment/0", "valid/attention/alignment/2"} <= set(events.Tags()["images"])  # 3 plots
     searched = []
     monkeypatch.setattr(nmt.decoding, "beam_search", lambda *a, **k: searched.append(a[3]) or beam_search(*a, **k))
-    evaluate_checkpoint(str(run_dir / "best.pt"), split="valid", beam=3, device="cpu")
+    evaluate_checkpoint(str(run_dir / "best.pt"), DecodeOptions(beam=3, device="cpu"), split="valid")
     assert searched and set(searched) == {3}  # beam=3 really decodes with a beam of 3
     translate = run(
         "translate.py",

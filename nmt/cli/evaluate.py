@@ -7,7 +7,7 @@ from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from nmt import UserError
-from nmt.config import CONFIGS, register
+from nmt.config import CONFIGS, DecodeOptions, register
 from nmt.evaluate import evaluate
 
 register()  # the dataclasses of nmt/config.py, which configs/*.yaml fill in
@@ -18,20 +18,15 @@ def main(cfg: DictConfig) -> None:
     try:
         evaluate(
             cfg.checkpoint,
+            DecodeOptions.of(cfg),
             split=cfg.split,
             source=cfg.source,
             reference=cfg.reference,
             data_dir=cfg.data_dir,
-            beam=cfg.beam,
-            alpha=cfg.alpha,
             output=cfg.output,
-            overwrite=cfg.overwrite,
-            device=cfg.device,
-            precision=cfg.precision,
-            max_tokens=cfg.max_tokens,
-            max_input_len=cfg.max_input_len,
             alignments=cfg.alignments,
             alignment_map=cfg.alignment_map,
+            overwrite=cfg.overwrite,
         )
     except (UserError, OmegaConfBaseException) as error:
         sys.exit(f"error: {error}")

@@ -7,7 +7,7 @@ from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from nmt import UserError
-from nmt.config import CONFIGS, register
+from nmt.config import CONFIGS, DecodeOptions, register
 from nmt.evaluate import translate_file
 
 register()  # the dataclasses of nmt/config.py, which configs/*.yaml fill in
@@ -18,18 +18,13 @@ def main(cfg: DictConfig) -> None:
     try:
         translate_file(
             cfg.checkpoint,
+            DecodeOptions.of(cfg),
             source=cfg.input,
             output=cfg.output,
-            overwrite=cfg.overwrite,
-            beam=cfg.beam,
-            alpha=cfg.alpha,
-            device=cfg.device,
-            precision=cfg.precision,
-            max_tokens=cfg.max_tokens,
-            max_input_len=cfg.max_input_len,
+            attention=cfg.attention,
             alignments=cfg.alignments,
             alignment_map=cfg.alignment_map,
-            attention=cfg.attention,
+            overwrite=cfg.overwrite,
         )
     except (UserError, OmegaConfBaseException) as error:
         sys.exit(f"error: {error}")

@@ -15,7 +15,7 @@ from pathlib import Path
 import sacrebleu
 
 from nmt.alignment import attention_report, read_gold
-from nmt.config import GrammarOptions
+from nmt.config import DecodeOptions, GrammarOptions
 from nmt.corpus import read_parallel
 from nmt.decoding import Translator
 from nmt.evaluate import alignment_map_of, corpus_of
@@ -52,7 +52,7 @@ def valid_aer_curve(run_dir: Path) -> list[tuple[int, float]]:
 
 def measure(run_dir: Path, long_set: tuple[Path, Path, Path]) -> dict:
     """BLEU by length on the length test set, AER on the sample test split and on the length test set."""
-    translator = Translator.load(run_dir / "best.pt", beam=1, device="cpu", precision="trained")
+    translator = Translator.load(run_dir / "best.pt", DecodeOptions(device="cpu", precision="trained"))
     splits = corpus_of(translator.config, None)
     pairs = read_parallel(long_set[0], long_set[1])
     gold = read_gold(long_set[2], pairs)

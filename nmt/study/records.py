@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from nmt import UserError, build, checkpoint
 from nmt.alignment import attention_report, choose_map, parse_key, word_attention
+from nmt.config import DecodeOptions
 from nmt.decoding import Translator
 from nmt.evaluate import bleu_by_length
 from nmt.experiment import read_provenance
@@ -55,7 +56,7 @@ def beam_hypotheses(run: Path, sources: list[str], beam: int) -> list[str]:
     path, best = run / f"best.test.beam{beam}.hyp", run / "best.pt"
     settings = f"beam={beam} precision=trained"
     if not derived_from(path, best, settings):
-        translator = Translator.load(best, beam=beam, precision="trained")
+        translator = Translator.load(best, DecodeOptions(beam=beam, precision="trained"))
         write_text(path, "".join(h + "\n" for h in translator.translate(sources)))
         stamp(path, best, settings)
     return path.read_text(encoding="utf-8").split("\n")[: len(sources)]
@@ -114,7 +115,7 @@ def describe(run: Path, test_cache: dict, beam: int) -> dict:
     sources = [s for s, _ in pairs]
     beam_output = beam_hypotheses(run, sources, beam) if beam > 1 else None
     scored = beam_output or hypotheses  # the headline's output: BLEU, chrF, lengths and the tests all read it
-    translator = Translator.load(run / "best.pt", precision="trained")
+    translator = Translator.load(run / "best.pt", DecodeOptions(precision="trained"))
     shape = attention_shape(translator, pairs)
     return {
         "run": str(run),

@@ -13,6 +13,7 @@ import numpy as np
 import sacrebleu
 from torch.utils.tensorboard import SummaryWriter
 
+from nmt.config import DecodeOptions
 from nmt.evaluate import LENGTH_BUCKETS
 from nmt.paths import write_text
 from nmt.plot import legend_beside, lines_figure, panels_figure
@@ -227,7 +228,7 @@ def runs_table(groups: dict[str, list[dict]], tests: dict, ranked: list[str], be
         title,
         budget_text
         + "Test BLEU of the best checkpoint by valid BLEU ("
-        + (f"beam {beam}, length penalty 0.6" if beam > 1 else "greedy")
+        + (f"beam {beam}, length penalty {DecodeOptions.alpha}" if beam > 1 else "greedy")
         + "), mean ± standard deviation over seeds with each seed's figure; rows in order of valid BLEU "
         f"(greedy, the best checkpoint's), which also chooses the best variant ({best}). Δ: the difference in "
         "test BLEU against the baseline and against the best, with its 95% interval and p-value over seeds and "

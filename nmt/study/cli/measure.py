@@ -42,7 +42,7 @@ import torch
 from omegaconf import OmegaConf
 
 from nmt import UserError, build
-from nmt.config import TrainConfig
+from nmt.config import DecodeOptions, TrainConfig
 from nmt.decoding import Translator
 from nmt.device import cpu_name, resolve
 from nmt.device import device as find_device
@@ -168,9 +168,11 @@ def decoding_speed(trainer: Trainer, vocabulary, sources: list[str], model_name:
     result = {"decoded_with": str(checkpoint_path) if trained else "untrained"}
     for beam in (1, 5):
         if trained:
-            translator = Translator.load(checkpoint_path, beam, device=args.device, precision=args.precision)
+            translator = Translator.load(
+                checkpoint_path, DecodeOptions(beam, device=args.device, precision=args.precision)
+            )
         else:
-            search = replace(trainer.search, beam=beam, max_tokens=8000)
+            search = replace(trainer.search, beam=beam, max_tokens=DecodeOptions.max_tokens)
             translator = Translator(trainer.model.eval(), vocabulary, trainer.device, trainer.dtype, search)
         translator.translate(sources[:20])  # warm-up
         synchronize(trainer.device)
