@@ -140,21 +140,23 @@ def test_a_checkpoint_that_predates_an_option_resumes_when_the_option_keeps_its_
             check_changes(saved, new, Path("last.pt"))
 
 
-def test_every_lab_variant_is_its_comparison_variant_at_the_lab_size_of_its_family():
-    """configs/variant/lab_<name>.yaml: the same model as variant <name> but for the sizes in configs/lab/<family>.yaml,
-    which win over the lab recipe's (the Transformer's learning rate)."""
+def test_every_variant_composes_with_the_lab_size_of_its_family():
+    """size=lab (which experiment=lab sets) gives any variant its family's lab sizes, configs/family_size/
+    lab_<model>.yaml, which win over the variant's and the lab recipe's (the Transformer's learning rate); the
+    variants are one list, with no lab_* copies of them."""
     from omegaconf import OmegaConf
 
-    from nmt.study.lab import VARIANTS as LAB_VARIANTS
+    from nmt.study.comparison import VARIANTS
 
-    variants = sorted(p.stem for p in (CONFIGS / "variant").glob("*.yaml") if not p.stem.startswith("lab_"))
-    assert sorted(p.stem[4:] for p in (CONFIGS / "variant").glob("lab_*.yaml")) == variants
-    assert sorted(LAB_VARIANTS) == variants  # the lab trains each, and make results counts each
+    variants = sorted(p.stem for p in (CONFIGS / "variant").glob("*.yaml"))
+    assert not [name for name in variants if name.startswith("lab_")]
+    assert VARIANTS == variants  # what the comparison and the lab train, and make results counts
     for name in variants:
-        lab = compose_config("experiment=lab", f"variant=lab_{name}")
-        plain = compose_config("experiment=lab", f"variant={name}")
-        own = CONFIGS / "lab" / f"{name}.yaml"  # a variant with sizes of its own (no attention: no attention size)
-        sizes = OmegaConf.load(own if own.is_file() else CONFIGS / "lab" / f"{name.split('_')[0]}.yaml")
+        lab = compose_config("experiment=lab", f"variant={name}")
+        plain = compose_config("experiment=lab", f"variant={name}", "size=default")
+        family = lab.model._target_.rsplit(".", 1)[-1].replace("Seq2Seq", "").lower()
+        sizes = OmegaConf.load(CONFIGS / "family_size" / f"lab_{family}.yaml")
         expected = OmegaConf.merge(plain, sizes)
-        assert OmegaConf.to_container(lab) == OmegaConf.to_container(expected), name
+        assert OmegaConf.to_container(lab, resolve=True) == OmegaConf.to_container(expected, resolve=True), name
         assert lab.data.corpus == "sample" and lab.trainer.lr == expected.trainer.lr
+        assert compose_config(f"variant={name}").model == compose_config(f"variant={name}", "size=default").model

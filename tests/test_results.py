@@ -287,7 +287,7 @@ def test_the_parts_table_says_which_parts_of_make_results_are_complete(tmp_path)
     (tmp_path / "lab.json").write_text(json.dumps({"results": [{"seeds": [{}]}, {"seeds": [{}]}]}))  # 1 seed each
     shown = "3 of 51 runs; its tables show the 1 seed every variant has so far |"
     assert f"{lab} {shown}" in tables.render("parts", tmp_path)
-    from nmt.study.lab import VARIANTS
+    from nmt.study.comparison import VARIANTS
 
     for variant in VARIANTS:
         (runs / "lab" / f"lab_{variant}").mkdir(parents=True, exist_ok=True)

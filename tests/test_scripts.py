@@ -814,7 +814,7 @@ def test_make_results_record_reports_on_what_is_recorded_without_training(tmp_pa
     none skipped), and a variant without seed 1234 is named; the claims' report covers their records so far."""
     from types import SimpleNamespace
 
-    from nmt.study.lab import VARIANTS as LAB_VARIANTS
+    from nmt.study.comparison import VARIANTS as LAB_VARIANTS
 
     script = load_script("results")
     monkeypatch.setattr(results, "RECORDS", tmp_path / "records")
@@ -1151,7 +1151,8 @@ def test_the_lab_trains_scores_alignment_and_length_and_resumes_where_it_stopped
         f"{v}/seed1234.{kind}.json" for v in variants for kind in ("lab", "record")
     ]
     lab.main(small)  # a second run trains nothing: its runs are recorded
-    assert f"kept from {records}: {', '.join(f'{v} seed 1234' for v in variants)}" in capfd.readouterr().out
+    kept = ", ".join(f"{v.removeprefix('lab_')} seed 1234" for v in variants)  # the variants, in their folders
+    assert f"kept from {records}: {kept}" in capfd.readouterr().out
     (tmp_path / "lab" / "runs").rename(tmp_path / "gone")  # another machine: the lab's report from its records
     lab.main(small)
     assert "train.py " not in capfd.readouterr().out  # nothing trained

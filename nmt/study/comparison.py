@@ -12,32 +12,14 @@ import statistics
 from typing import TYPE_CHECKING
 
 from nmt import UserError
-from nmt.config import flatten
+from nmt.config import CONFIGS, flatten
 from nmt.resume import BUDGET, changes
 from nmt.study.significance import MIN_SEEDS, Evidence, detectable, pooled_sd, seeded_tests
 
-# The variants of `python -m nmt.study compare --train`, in the order they train: configs/variant/<name>.yaml, each
-# a few train.py overrides.
-VARIANTS = [
-    "sutskever",
-    "bahdanau",
-    "bahdanau_fixed",
-    "luong",
-    "luong_feeding",
-    "luong_paper",
-    "luong_dot",
-    "luong_concat",
-    "luong_location",
-    "luong_local_m",
-    "luong_local_p",
-    "transformer",
-    # the rest of the attention family (docs/attention.md): sparse and hard attention, the window
-    "bahdanau_sparsemax",
-    "bahdanau_entmax15",
-    "bahdanau_reinforce",
-    "bahdanau_gumbel",
-    "transformer_window",
-]
+# The study's variants: configs/variant/<name>.yaml, each a few train.py overrides, the one list of them. The
+# comparison (`python -m nmt.study compare --train`) and the lab (at the lab's sizes, size=lab) train each, in this
+# order, each family's together.
+VARIANTS = sorted(path.stem for path in (CONFIGS / "variant").glob("*.yaml"))
 
 if TYPE_CHECKING:
     pass

@@ -13,31 +13,6 @@ from dataclasses import asdict
 from nmt.study.claims import luong_details
 from nmt.study.significance import CONTRADICTED, INCONCLUSIVE, SUPPORTED, Evidence, Interval, holm
 
-# The variants, in the order they train: configs/variant/lab_<name>.yaml, each the comparison's variant <name> at the
-# lab's size of its family (configs/lab/<family>.yaml); each is named from its config, as the comparison names
-# runs. Bahdanau's model without attention (the length claim's like-for-like baseline); Luong's defaults (a
-# bidirectional encoder, no input feeding: configs/model/luong.yaml), then the paper's model; the rest of the attention
-# family (docs/attention.md): sparse and hard attention in Bahdanau's model, and the Transformer's sliding window,
-# which the lab's long sentences put to the test.
-VARIANTS = [
-    "sutskever",
-    "bahdanau",
-    "bahdanau_fixed",
-    "transformer",
-    "luong",
-    "luong_feeding",
-    "luong_paper",
-    "luong_dot",
-    "luong_concat",
-    "luong_location",
-    "luong_local_m",
-    "luong_local_p",
-    "bahdanau_sparsemax",
-    "bahdanau_entmax15",
-    "bahdanau_reinforce",
-    "bahdanau_gumbel",
-    "transformer_window",
-]
 # Each variant against the one it changes (the lab's table of AER differences, Holm over the table): Bahdanau's
 # normalisers and hard attention against his softmax, the window against the global Transformer, Luong's other scores
 # and input feeding against his default (general, global); the paper's model differs from that default in its

@@ -26,7 +26,7 @@ from nmt.multirun import skip_job
 from nmt.paths import derived_from, stamp, write_text
 from nmt.study.comparison import budget, differences, twice
 from nmt.study.significance import Scored
-from nmt.study.sweep import RECORD_SUFFIX, record_path, recorded, saved_settings, sweep
+from nmt.study.sweep import RECORD_SUFFIX, record_path, recorded, run_folder, saved_settings, sweep
 from nmt.trainer import VALIDATIONS
 
 
@@ -189,17 +189,20 @@ def recorded_sweep(
     launcher: str = "basic",
     jobs: int = 1,
     hydra: list[str] = (),
+    prefix: str = "",
 ) -> list[Path]:
     """`sweep` into `folder` of the runs that have no record in `records`, each finished run recorded there (beam
     `beam` as the headline output) by its own job as it ends (`RecordRun`), and a record made on another machine
-    kept; `hydra`: more of Hydra's options for the sweep (another callback). Returns every run's record."""
+    kept; `hydra`: more of Hydra's options for the sweep (another callback); `prefix`: of the runs' folder names.
+    Returns every run's record."""
     record_runs(folder, records, beam)  # what an interrupted invocation finished here
-    done = recorded(records, variants, seeds, overrides)
+    done = recorded(records, variants, seeds, overrides, prefix)
     if done:
         print(f"kept from {records}: {', '.join(f'{v} seed {s}' for v, s in sorted(done))}", flush=True)
-    sweep(variants, seeds, overrides, folder, launcher, jobs, done, [*record_callback(records, beam), *hydra], records)
+    callbacks = [*record_callback(records, beam), *hydra]
+    sweep(variants, seeds, overrides, folder, launcher, jobs, done, callbacks, records, prefix)
     record_runs(folder, records, beam)  # any run its job's callback could not record
-    return [records / variant / f"seed{seed}{RECORD_SUFFIX}" for seed in seeds for variant in variants]
+    return [record_path(records, run_folder(folder, prefix, v, seed)) for seed in seeds for v in variants]
 
 
 def record_one(run: Path, records: Path, beam: int, cache: dict | None = None) -> Path:

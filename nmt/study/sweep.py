@@ -127,12 +127,13 @@ def sweep(
     done: set[tuple[str, int]] = frozenset(),
     hydra: list[str] = (),
     records: Path | None = None,
+    prefix: str = "",
 ) -> list[Path]:
     """Train every variant (configs/variant/<name>.yaml) with every seed, seed by seed, as one `train.py -m` into
     folder/<variant>/seed<N>, through Hydra's `launcher`: `basic` (one after another), `joblib` (`jobs` at once on
     this machine, or as many as there are runs, each with cores / that many torch threads) or `slurm`; the (variant,
     seed) runs of `done` (kept elsewhere: `recorded`) are not trained; `hydra`: more of Hydra's own options (a
-    callback). Returns the run directories trained.
+    callback); `prefix`: of the runs' folders (the lab's: lab_<variant>). Returns the run directories trained.
 
     A `train.py -m` sweeps a rectangle (variants x seeds), and the runs still to train after some were recorded may
     not be one: each rectangle is then its own `train.py -m`, one after another. With the joblib launcher that would
@@ -140,7 +141,11 @@ def sweep(
     callback `hydra` passes, `record_callback`), one `train.py -m` sweeps the rectangle around every run to train and
     the job of a run recorded already returns at once (`nmt.study.records.RecordRun` skips it)."""
     runs = [
-        (f"{variant} seed {seed}", [f"variant={variant}", *overrides, f"seed={seed}"], folder / variant / f"seed{seed}")
+        (
+            f"{variant} seed {seed}",
+            [f"variant={variant}", *overrides, f"seed={seed}"],
+            run_folder(folder, prefix, variant, seed),
+        )
         for seed in seeds
         for variant in variants
         if (variant, seed) not in done
@@ -153,7 +158,7 @@ def sweep(
     if launcher == "joblib" and records is not None and len(grid) > 1:  # one rectangle: no core waits for another
         needed = tuple(v for v in variants if any(v in rectangle for rectangle in grid))
         grid = {needed: sorted(seed for rectangle_seeds in grid.values() for seed in rectangle_seeds)}
-    subdir = "${hydra:runtime.choices.variant}/seed${seed}"  # resolved by Hydra for each job
+    subdir = prefix + "${hydra:runtime.choices.variant}/seed${seed}"  # resolved by Hydra for each job
     for needed, grid_seeds in grid.items():  # one `train.py -m` per rectangle of the grid
         command = [
             *TRAIN,
@@ -218,7 +223,15 @@ def record_path(records: Path, run_dir: Path) -> Path:
     return records / run_dir.parent.name / f"{run_dir.name}{RECORD_SUFFIX}"
 
 
-def recorded(records: Path, variants: list[str], seeds: list[int], overrides: list[str]) -> set[tuple[str, int]]:
+def run_folder(folder: Path, prefix: str, variant: str, seed: int) -> Path:
+    """Where a sweep into `folder` trains `variant` with `seed` (<prefix><variant>/seed<N>), and how its record is
+    named in a records folder."""
+    return folder / f"{prefix}{variant}" / f"seed{seed}"
+
+
+def recorded(
+    records: Path, variants: list[str], seeds: list[int], overrides: list[str], prefix: str = ""
+) -> set[tuple[str, int]]:
     """The (variant, seed) runs that have a record under `records` (<variant>/seed<N>.record.json, written by
     `nmt.study.records.save_record` when the run finished, wherever that was); a record of a run trained with
     other settings than `overrides` give today is refused, as a stale finished run is."""
@@ -226,7 +239,7 @@ def recorded(records: Path, variants: list[str], seeds: list[int], overrides: li
     found, reasons = set(), []
     for variant in variants:
         for seed in seeds:
-            path = record_path(records, Path(variant, f"seed{seed}"))
+            path = record_path(records, run_folder(Path(), prefix, variant, seed))
             if path.is_file():
                 record = read_json(path, "delete it (or restore it from git) and rerun: its run trains again")
                 reasons.append(

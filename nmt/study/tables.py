@@ -90,7 +90,6 @@ def part_state(wanted: list[str], seeds: dict[str, int]) -> str:
 def parts_table(folder: Path = RESULTS) -> str:
     """Which of make results' parts the committed results hold, and which are still to run."""
     from nmt.study.comparison import VARIANTS
-    from nmt.study.lab import VARIANTS as LAB_VARIANTS
 
     def seeds(part: str) -> dict[str, int]:  # each variant's runs: recorded (results/runs/<part>) or reported
         found = {variant: len(s) for variant, s in (load(part, folder) or {}).get("finished", {}).items()}
@@ -99,7 +98,7 @@ def parts_table(folder: Path = RESULTS) -> str:
         return found
 
     lab = load("lab", folder)
-    lab_variants = [f"lab_{variant}" for variant in LAB_VARIANTS]
+    lab_variants = [f"lab_{variant}" for variant in VARIANTS]
     shown = sorted({len(r["seeds"]) for r in (lab or {}).get("results", [])})  # what results/lab.json covers
     rows = [
         ("claims", f"{len(CLAIM_VARIANTS)} variants at 5e14 FLOPs, fp32", part_state(CLAIM_VARIANTS, seeds("claims"))),

@@ -7,7 +7,7 @@ The sample grammar knows the gold word alignment of each pair it writes, so atte
 sentences of any length, so BLEU can be measured against sentence length past what the models were trained on, as
 Bahdanau et al. (2015, Figure 2) did. Each variant trains for the same compute (--flops, what Bahdanau's model
 does in about two minutes on 2 CPU cores; the same updates on any machine) on sentences of at most 20 words
-(`train.py experiment=lab variant=lab_<name>`), once per seed, as one `train.py -m` through Hydra's launcher
+(`train.py experiment=lab variant=<name>`), once per seed, as one `train.py -m` through Hydra's launcher
 (OUTPUT/runs/lab_<name>/seed<N>; --launcher joblib --jobs 2 runs two at once); then every model decodes a
 test set of length buckets up to 80 words. The report (OUTPUT/report.md with its figures, OUTPUT/lab.json, and the
 figures in TensorBoard under OUTPUT/tensorboard) holds the AER table beside the paper's figures, BLEU by length and
@@ -36,7 +36,8 @@ from nmt.evaluate import corpus_of
 from nmt.paths import output_folder, read_json
 from nmt.plot import legend_beside, lines_figure
 from nmt.study.claims import Claim, gap_grows_with_length, local_aligns_better
-from nmt.study.lab import BUCKETS, VARIANTS, contrasts, tables
+from nmt.study.comparison import VARIANTS
+from nmt.study.lab import BUCKETS, contrasts, tables
 from nmt.study.lab_measure import LAB_SUFFIX, length_test_set, measure_callback, measure_one
 from nmt.study.records import describe_runs, recorded_sweep, variant_name
 from nmt.study.report import REPORT_FILES, summarise
@@ -46,6 +47,7 @@ from nmt.study.sweep import chosen, launcher_options, settings
 # What Bahdanau's lab model trained in two minutes alone on a 2-core CPU with native bf16: 432 updates, 9.1e12 FLOPs
 FLOPS = 9e12
 REMEDY = "delete it and rerun: the run is measured again from its checkpoint, or trained again"
+PREFIX = "lab_"  # the lab's run folders and records: lab_<variant>/seed<N>, apart from the comparison's <variant>
 
 
 def figures(results: list[dict], output: Path) -> None:
@@ -228,16 +230,16 @@ def main(argv: list[str] | None = None) -> None:
     output = output_folder(args.output, "--output", fills, ("lab.json", "python scripts/lab.py")).resolve()
     budget = budget_overrides(args)
     seeds = range(args.seed, args.seed + args.seeds)
-    names = {key: variant_name(settings(["experiment=lab", f"variant=lab_{key}"])["model"]) for key in keys}
-    folders = {key: f"lab_{key}" for key in keys}  # OUTPUT/runs/lab_<name>/seed<N>, as train.py -m names them
-    config = settings(["experiment=lab", f"variant=lab_{keys[0]}", *budget])  # the corpus every variant reads
+    names = {key: variant_name(settings(["experiment=lab", f"variant={key}"])["model"]) for key in keys}
+    folders = {key: f"{PREFIX}{key}" for key in keys}  # OUTPUT/runs/lab_<name>/seed<N>, as the sweep names them
+    config = settings(["experiment=lab", f"variant={keys[0]}", *budget])  # the corpus every variant reads
     train_pairs = corpus_of(config, None).train
     long_set = length_test_set(output / "data", args.per_bucket, {s for s, _ in train_pairs}, args.seed + 1)
     records = (args.records or output / "records").resolve()
-    trained = [folders[key] for key in keys]
     hydra = measure_callback(records, long_set)
+    overrides = ["experiment=lab", *budget]
     recorded = recorded_sweep(
-        trained, list(seeds), ["experiment=lab", *budget], output / "runs", records, 1, args.launcher, args.jobs, hydra
+        keys, list(seeds), overrides, output / "runs", records, 1, args.launcher, args.jobs, hydra, PREFIX
     )
     for run in sorted((output / "runs").glob("*/seed*/results.json")):  # what a job's callback did not measure
         measure_one(run.parent, records, long_set)

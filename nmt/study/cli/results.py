@@ -108,15 +108,13 @@ def report_on(part: str, runs: Path, beam: int) -> None:
 def lab_seeds_recorded() -> int:
     """How many seeds (1234, 1235, ...) every lab variant has recorded: what the lab's report covers without
     training (--record); refuses where a variant has none."""
-    from nmt.study.lab import VARIANTS as LAB_VARIANTS
-
     have = results.finished(results.RECORDS / "lab")
     counts = []
-    for variant in LAB_VARIANTS:
+    for variant in VARIANTS:
         seeds = set(have.get(f"lab_{variant}", []))
         counts.append(next(n for n in range(len(seeds) + 1) if 1234 + n not in seeds))
     if min(counts) == 0:
-        lacking = [v for v, n in zip(LAB_VARIANTS, counts) if n == 0]
+        lacking = [v for v, n in zip(VARIANTS, counts) if n == 0]
         raise UserError(
             f"--parts lab --record: {results.RECORDS / 'lab'} has no record of seed 1234 of "
             f"{', '.join(lacking)}; the lab's report needs every variant: train them first "
