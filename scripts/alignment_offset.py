@@ -22,7 +22,7 @@ from nmt.config import DecodeOptions
 from nmt.decoding import Translator  # noqa: E402
 from nmt.evaluate import corpus_of  # noqa: E402
 from nmt.study import results  # noqa: E402
-from nmt.study.records import variant_name  # noqa: E402
+from nmt.study.variants import Variant  # noqa: E402
 
 
 def offsets(run: Path, shifts: int) -> tuple[str, dict[int, float]]:
@@ -42,7 +42,7 @@ def offsets(run: Path, shifts: int) -> tuple[str, dict[int, float]]:
         translator.model, translator.vocabulary, splits.test, translator.device, translator.dtype, [key[0]], (key[1],)
     )[key]
     gold = splits.alignments["test"]
-    name = variant_name(translator.config["model"])
+    name = Variant.of(translator.config["model"]).name
     seed = translator.config.get("seed")
     label = f"{name}, seed {seed}" if seed is not None else f"{name} (`{run}`)"
     return label, {k: alignment_error(shifted_links(matrices, k), gold).aer for k in range(-shifts, shifts + 1)}

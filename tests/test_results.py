@@ -207,6 +207,7 @@ def test_the_lab_is_rendered_from_its_json_as_the_lab_writes_its_report(tmp_path
             },
             {
                 "name": local_m,
+                "variant": {"family": "luong", "score": "general", "alignment": "local_m"},  # its key: the paper's AER
                 "seeds": [{}, {}, {}],
                 "test_bleu": 98.2,
                 "alignment_map": "alignment",

@@ -41,6 +41,31 @@ from nmt.study.significance import (
     Evidence,
     Interval,
 )
+from nmt.study.variants import Variant
+
+# The keys (nmt/study/variants.py) of the variants the claims' tests name: the claims pair runs by key, never by name
+KEYS = {
+    v.name: v
+    for v in [
+        Variant("sutskever"),
+        Variant("bahdanau", "additive"),
+        Variant("bahdanau", "none"),
+        Variant("transformer"),
+        Variant("transformer", window=4),
+        Variant("luong", "general", alignment="global", feeding=True, bidirectional=False),  # the paper's model
+        Variant("luong", "general", alignment="global", feeding=True, bidirectional=True),
+        *(
+            Variant("luong", score, alignment=alignment, feeding=False, bidirectional=True)
+            for score in ("dot", "general", "concat", "location")
+            for alignment in ("global", "local_m", "local_p")
+        ),
+    ]
+}
+
+
+def name_of(model: dict) -> str:
+    return Variant.of(model).name
+
 
 STUDY_PROGRAMS = {"compare": "compare", "lab": "lab", "results": "results", "benchmark": "measure"}
 
@@ -126,10 +151,10 @@ def test_variant_names_tell_the_score_alignment_normaliser_hard_mode_and_window(
             "attention": {"_target_": "nmt.attention.AdditiveAttention", **attention},
         }
 
-    assert run_records.variant_name(bahdanau()) == "bahdanau (additive)"  # a checkpoint from before the options
-    assert run_records.variant_name(bahdanau(normalizer="softmax", hard="none")) == "bahdanau (additive)"
-    assert run_records.variant_name(bahdanau(normalizer="sparsemax", hard="none")) == "bahdanau (additive, sparsemax)"
-    assert run_records.variant_name(bahdanau(hard="reinforce")) == "bahdanau (additive, hard reinforce)"
+    assert name_of(bahdanau()) == "bahdanau (additive)"  # a checkpoint from before the options
+    assert name_of(bahdanau(normalizer="softmax", hard="none")) == "bahdanau (additive)"
+    assert name_of(bahdanau(normalizer="sparsemax", hard="none")) == "bahdanau (additive, sparsemax)"
+    assert name_of(bahdanau(hard="reinforce")) == "bahdanau (additive, hard reinforce)"
     luong = {
         "_target_": "nmt.rnn.LuongSeq2Seq",
         "alignment": "local_p",
@@ -137,7 +162,7 @@ def test_variant_names_tell_the_score_alignment_normaliser_hard_mode_and_window(
         "input_feeding": False,
         "attention": {"_target_": "nmt.attention.GeneralAttention", "normalizer": "entmax15"},
     }
-    assert run_records.variant_name(luong) == "luong (general, local_p, no feeding, entmax15)"  # its window is local's
+    assert name_of(luong) == "luong (general, local_p, no feeding, entmax15)"  # its window is local's
     both_ways = {
         **luong,
         "alignment": "global",
@@ -145,10 +170,10 @@ def test_variant_names_tell_the_score_alignment_normaliser_hard_mode_and_window(
         "bidirectional": True,
         "attention": {"_target_": "nmt.attention.GeneralAttention"},
     }
-    assert run_records.variant_name(both_ways) == "luong (general, global, bidirectional)"
+    assert name_of(both_ways) == "luong (general, global, bidirectional)"
     transformer = {"_target_": "nmt.transformer.Transformer", "window": 0}
-    assert run_records.variant_name(transformer) == "transformer"
-    assert run_records.variant_name({**transformer, "window": 4}) == "transformer (window 4)"
+    assert name_of(transformer) == "transformer"
+    assert name_of({**transformer, "window": 4}) == "transformer (window 4)"
 
 
 def test_the_curves_come_from_the_runs_validations_file_never_from_tensorboard(tmp_path):
@@ -252,7 +277,7 @@ def test_the_claims_compare_like_with_like_and_follow_from_the_intervals():
         location: {s: wrong for s in (1, 2, 3)},
     }
     evidence = Evidence(runs, REFERENCES, [8] * len(REFERENCES), alignments, resamples=1000)
-    claims = {c.claim: c for c in check_claims(evidence, valid)}
+    claims = {c.claim: c for c in check_claims(evidence, KEYS, valid)}
     assert {claim: c.verdict for claim, c in claims.items()} == {
         "Attention beats the fixed-vector encoder-decoder": SUPPORTED,
         "The gap grows with sentence length": UNTESTABLE,  # every sentence has 8 words
@@ -289,17 +314,15 @@ def test_the_claims_compare_like_with_like_and_follow_from_the_intervals():
     assert all(c["p_holm"] >= c["p"] for c in transformer[1:]) and transformer[0]["p_holm"] is None
     mixed = dict(valid, **{"bahdanau (additive)": 30.0})  # the best recurrent is level: a secondary is above it
     worse = Evidence({**runs, "transformer": runs["luong (general, global)"]}, REFERENCES, resamples=1000)
-    assert {c.claim: c for c in check_claims(worse, mixed)}["The Transformer beats the recurrent models"].verdict in (
-        MIXED,
-        INCONCLUSIVE,
-    )
-    improving = check_claims(evidence, valid, improving={"bahdanau (fixed context)"})[0]
+    claims = {c.claim: c for c in check_claims(worse, KEYS, mixed)}
+    assert claims["The Transformer beats the recurrent models"].verdict in (MIXED, INCONCLUSIVE)
+    improving = check_claims(evidence, KEYS, valid, improving={"bahdanau (fixed context)"})[0]
     assert improving.verdict == IMPROVING and "bahdanau (fixed context) still improving" in improving.evidence
     one_seed = Evidence({n: {1: h[1]} for n, h in runs.items()}, REFERENCES, resamples=200)
-    assert check_claims(one_seed, valid)[0].verdict == NEEDS_SEEDS  # figures, no verdict
+    assert check_claims(one_seed, KEYS, valid)[0].verdict == NEEDS_SEEDS  # figures, no verdict
     assert all(
         c.verdict in (NOT_MEASURED, UNTESTABLE)
-        for c in check_claims(Evidence({"transformer": runs["transformer"]}, REFERENCES, resamples=100), valid)
+        for c in check_claims(Evidence({"transformer": runs["transformer"]}, REFERENCES, resamples=100), KEYS, valid)
     )
     lab = {
         "claims": [
@@ -312,7 +335,7 @@ def test_the_claims_compare_like_with_like_and_follow_from_the_intervals():
             }
         ]
     }
-    from_lab = {c.claim: c for c in check_claims(evidence, valid, lab)}["The gap grows with sentence length"]
+    from_lab = {c.claim: c for c in check_claims(evidence, KEYS, valid, lab)}["The gap grows with sentence length"]
     assert from_lab.verdict == SUPPORTED and from_lab.evidence == "the lab: long"
 
 
@@ -347,7 +370,7 @@ def test_the_gap_by_length_compares_what_each_model_keeps_on_long_sentences():
     evidence = Evidence(
         {"bahdanau (fixed context)": wrong_on_long, "bahdanau (additive)": right}, references, lengths, resamples=500
     )
-    claim = check_claims(evidence, {"bahdanau (fixed context)": 1.0, "bahdanau (additive)": 2.0})[1]
+    claim = check_claims(evidence, KEYS, {"bahdanau (fixed context)": 1.0, "bahdanau (additive)": 2.0})[1]
     assert claim.verdict == SUPPORTED and "BLEU kept on 31+ words (60 sentences)" in claim.evidence
     few = Evidence(
         {n: {s: h[:80] for s, h in runs.items()} for n, runs in evidence.hypotheses.items()},
@@ -355,7 +378,7 @@ def test_the_gap_by_length_compares_what_each_model_keeps_on_long_sentences():
         lengths[:80],
         resamples=200,
     )  # 20 long sentences: below LONG_MIN
-    claim = check_claims(few, {"bahdanau (fixed context)": 1.0, "bahdanau (additive)": 2.0})[1]
+    claim = check_claims(few, KEYS, {"bahdanau (fixed context)": 1.0, "bahdanau (additive)": 2.0})[1]
     assert claim.verdict == UNTESTABLE and claim.evidence.startswith("20 test sentences over 30 words")
 
 

@@ -28,15 +28,17 @@ from nmt.study.significance import (
     Interval,
     holm,
 )
+from nmt.study.variants import Variant, named
 
-# The names the comparison gives the variants (from their checkpoints' configs, `variant_name`): Luong's are
-# `luong (score, alignment[, no feeding][, bidirectional]...)`, so a claim about Luong's variants pairs names that
+# The variants the claims name, by their keys (nmt/study/variants.py): a claim about Luong's variants pairs keys that
 # differ only in what the claim is about, on whatever encoder and feeding the runs had.
-BASELINE = "sutskever"  # the fixed-vector model of its own paper, and the "Base" of Luong et al.'s Table 1
-ATTENTION = "bahdanau (additive)"  # RNNsearch
-FIXED = "bahdanau (fixed context)"  # RNNencdec: the same model with attention switched off (model/attention=none)
-NO_FEEDING = ", no feeding"
-TRANSFORMER = "transformer"
+BASELINE = Variant(
+    "sutskever"
+).name  # the fixed-vector model of its own paper, and the "Base" of Luong et al.'s Table 1
+ATTENTION = Variant("bahdanau", score="additive")  # RNNsearch
+FIXED = Variant("bahdanau", score="none")  # RNNencdec: the same model with attention switched off (attention=none)
+TRANSFORMER = Variant("transformer")
+ALIGNMENTS = ("global", "local_m")  # what local-p is compared with: global first (the primary comparison)
 MIXED, IMPROVING, UNTESTABLE = "mixed", "still improving", "untestable: too few long sentences"
 SHORT = (1, 10)  # Bahdanau et al.'s Figure 2: BLEU against sentence length; its models part beyond 30 words
 LONG = (31, 10**6)
@@ -60,20 +62,24 @@ class Claim:
     unit: str = "BLEU"
 
 
-def family(name: str) -> str:
-    return name.split(" ", 1)[0]
+Variants = dict[str, Variant]  # {a variant's name in the evidence: its key}
 
 
-def luong_details(name: str) -> list[str] | None:
-    """["general", "local_p", "no feeding", ...] from a Luong variant's name; None for another family."""
-    return name[len("luong (") : -1].split(", ") if name.startswith("luong (") and name.endswith(")") else None
+def twin(variants: Variants, name: str, **changes) -> str | None:
+    """The name of the variant that is `name`'s but for `changes` (another score, alignment, feeding), if measured."""
+    return named(variants, variants[name].but(**changes))
 
 
-def with_details(name: str, score: str | None = None, alignment: str | None = None) -> str:
-    """The same Luong variant with another score (dot, general, concat, location) or alignment (global, local_m,
-    local_p)."""
-    old_score, old_alignment, *rest = luong_details(name)
-    return f"luong ({', '.join([score or old_score, alignment or old_alignment, *rest])})"
+def luong(variants: Variants, names, score: str | None = None, alignment: str | None = None) -> list[str]:
+    """Luong's variants among `names`, those with `score` and `alignment` when given."""
+    return [
+        n
+        for n in names
+        if n in variants
+        and variants[n].family == "luong"
+        and score in (None, variants[n].score)
+        and alignment in (None, variants[n].alignment)
+    ]
 
 
 def last_third_gain(curve: list) -> float:
@@ -132,37 +138,37 @@ def judged(
     return Claim(claim, source, verdict, evidence, comparisons, interval.detectable(), unit)
 
 
-def attention_beats_fixed_vector(evidence: Evidence, improving: set[str]) -> Claim:
+def attention_beats_fixed_vector(evidence: Evidence, variants: Variants, improving: set[str]) -> Claim:
     """Primary: Bahdanau's model with attention against the same model with the fixed context (RNNsearch against
     RNNencdec, Bahdanau et al. 2015, section 4.2). Secondary: each Luong variant against Sutskever's model, the
     non-attentional "Base" Luong et al. compare with."""
     claim, source = "Attention beats the fixed-vector encoder-decoder", "Bahdanau et al. 2015; Luong et al. 2015"
-    if ATTENTION not in evidence.names or FIXED not in evidence.names:
-        return Claim(claim, source, NOT_MEASURED, f"needs `{ATTENTION}` and `{FIXED}` (variant=bahdanau_fixed)")
+    attention, fixed = named(variants, ATTENTION), named(variants, FIXED)
+    if attention not in evidence.names or fixed not in evidence.names:
+        needs = f"needs `{ATTENTION.name}` and `{FIXED.name}` (variant=bahdanau_fixed)"
+        return Claim(claim, source, NOT_MEASURED, needs)
     secondary = [
         (f"{n} minus {BASELINE}", evidence.compare(n, BASELINE), 1)
-        for n in evidence.names
-        if luong_details(n) and BASELINE in evidence.names
+        for n in luong(variants, evidence.names)
+        if BASELINE in evidence.names
     ]
-    return judged(
-        claim,
-        source,
-        (f"{ATTENTION} minus {FIXED}", evidence.compare(ATTENTION, FIXED), 1),
-        secondary,
-        improving=improving,
-        involved=(ATTENTION, FIXED),
-    )
+    primary = (f"{attention} minus {fixed}", evidence.compare(attention, fixed), 1)
+    return judged(claim, source, primary, secondary, improving=improving, involved=(attention, fixed))
 
 
-def gap_grows_with_length(evidence: Evidence, note: str = "", improving: set[str] = frozenset()) -> Claim:
+def gap_grows_with_length(
+    evidence: Evidence, variants: Variants, note: str = "", improving: set[str] = frozenset()
+) -> Claim:
     """Primary: the share of its short-sentence BLEU (1-10 words) that Bahdanau's model keeps on sentences over 30
     words, minus the share its fixed-context twin keeps (Figure 2: RNNencdec falls past 30 words, RNNsearch does
     not). A ratio, not a difference of BLEU: a baseline near the floor of BLEU has little to lose, and a difference of
     drops would count that in its favour. Needs LONG_MIN sentences over 30 words; with fewer (Multi30k), the figures on
     the longest bucket with MIN_BUCKET sentences, and no verdict."""
     claim, source = "The gap grows with sentence length", "Bahdanau et al. 2015, Figure 2"
-    if ATTENTION not in evidence.names or FIXED not in evidence.names:
-        return Claim(claim, source, NOT_MEASURED, f"needs `{ATTENTION}` and `{FIXED}` (variant=bahdanau_fixed)")
+    attention, fixed = named(variants, ATTENTION), named(variants, FIXED)
+    if attention not in evidence.names or fixed not in evidence.names:
+        needs = f"needs `{ATTENTION.name}` and `{FIXED.name}` (variant=bahdanau_fixed)"
+        return Claim(claim, source, NOT_MEASURED, needs)
     long = LONG
     if len(evidence.bucket(*LONG)) < LONG_MIN:
         lengths = sorted(set(evidence.lengths.tolist()), reverse=True)
@@ -178,11 +184,11 @@ def gap_grows_with_length(evidence: Evidence, note: str = "", improving: set[str
     found = judged(
         claim,
         source,
-        (f"{ATTENTION} minus {FIXED}", evidence.kept(ATTENTION, FIXED, SHORT, long), 1),
+        (f"{attention} minus {fixed}", evidence.kept(attention, fixed, SHORT, long), 1),
         unit="of its BLEU",
         note=text,
         improving=improving,
-        involved=(ATTENTION, FIXED),
+        involved=(attention, fixed),
     )
     if long != LONG:  # the figures, but the claim is about sentences over 30 words, and there are too few
         found.verdict = UNTESTABLE
@@ -192,55 +198,53 @@ def gap_grows_with_length(evidence: Evidence, note: str = "", improving: set[str
     return found
 
 
-def input_feeding_helps(evidence: Evidence, improving: set[str]) -> Claim:
+def input_feeding_helps(evidence: Evidence, variants: Variants, improving: set[str]) -> Claim:
     """Primary: Luong's default with input feeding against the same without (Table 1); secondary: every other Luong
     variant pair that differs only in feeding."""
     claim, source = "Input feeding helps", "Luong et al. 2015, Table 1"
-    pairs = [(n.replace(NO_FEEDING, ""), n) for n in evidence.names if luong_details(n) and NO_FEEDING in n]
-    pairs = [(fed, unfed) for fed, unfed in pairs if fed in evidence.names]
+    unfed = [n for n in luong(variants, evidence.names) if variants[n].feeding is False]
+    pairs = [(fed, n) for n in unfed if (fed := twin(variants, n, feeding=True)) in evidence.names]
     if not pairs:
         return Claim(claim, source, NOT_MEASURED, "needs two Luong variants that differ only in input feeding")
-    pairs.sort(key=lambda pair: luong_details(pair[1])[:2] != ["general", "global"])  # the default's pair first
-    items = [(f"{fed} minus without feeding", evidence.compare(fed, unfed), 1) for fed, unfed in pairs]
+    default = ("general", "global")
+    pairs.sort(key=lambda pair: (variants[pair[1]].score, variants[pair[1]].alignment) != default)  # its pair first
+    items = [(f"{fed} minus without feeding", evidence.compare(fed, n), 1) for fed, n in pairs]
     return judged(claim, source, items[0], items[1:], improving=improving, involved=pairs[0])
 
 
-def local_p_general_is_best(evidence: Evidence, improving: set[str]) -> Claim:
+def local_p_general_is_best(evidence: Evidence, variants: Variants, improving: set[str]) -> Claim:
     """Primary: local-p with the general score against global attention with the same score, encoder and feeding
     (Table 4's headline); secondary: against local-m."""
     claim, source = "Local-p attention with the general score is the best Luong variant", "Luong et al. 2015, Table 4"
-    local_p = [n for n in evidence.names if (luong_details(n) or [])[:2] == ["general", "local_p"]]
-    twins = [(n, with_details(n, alignment=a)) for n in local_p for a in ("global", "local_m")]
+    local_p = luong(variants, evidence.names, "general", "local_p")
+    twins = [(n, alignment, twin(variants, n, alignment=alignment)) for n in local_p for alignment in ALIGNMENTS]
     items = [
-        (f"{n} minus {twin}", evidence.compare(n, twin), 1, (n, twin)) for n, twin in twins if twin in evidence.names
+        (f"{n} minus {other}", evidence.compare(n, other), 1, (n, other), alignment)
+        for n, alignment, other in twins
+        if other in evidence.names
     ]
-    primary = [item for item in items if "global" in luong_details(item[3][1])]
+    primary = [item for item in items if item[4] == "global"]
     if not primary:
         return Claim(claim, source, NOT_MEASURED, "needs Luong's local-p with the general score and its global twin")
     secondary = [item[:3] for item in items if item not in primary] + [item[:3] for item in primary[1:]]
     return judged(claim, source, primary[0][:3], secondary, improving=improving, involved=primary[0][3])
 
 
-def local_aligns_better(evidence: Evidence, improving: set[str] = frozenset()) -> Claim:
+def local_aligns_better(evidence: Evidence, variants: Variants, improving: set[str] = frozenset()) -> Claim:
     """AER (runs with gold links). Primary, the paper's own comparison (Table 6): local-p with the general score
     against global attention with the location score, same encoder and feeding. Secondary, like for like: local-p and
     local-m against global attention with the same (general) score, and local-m against global location."""
     claim, source = "Local attention aligns better than global (lower AER)", "Luong et al. 2015, Table 6"
     names = evidence.alignments
     pairs = [
-        (n, with_details(n, score=s, alignment="global"))
-        for n in names
-        for s in ("location", "general")
-        if (luong_details(n) or [""])[:2] == ["general", "local_p"]
+        (n, twin(variants, n, score=score, alignment="global"), local, score)
+        for local, scores in (("local_p", ("location", "general")), ("local_m", ("general", "location")))
+        for n in luong(variants, names, "general", local)
+        for score in scores
     ]
-    pairs += [
-        (n, with_details(n, score=s, alignment="global"))
-        for n in names
-        for s in ("general", "location")
-        if (luong_details(n) or [""])[:2] == ["general", "local_m"]
-    ]
-    items = [(f"{a} minus {b}", evidence.compare(a, b, "AER"), -1, (a, b)) for a, b in pairs if b in names]
-    primary = [i for i in items if "location" in i[3][1] and "local_p" in i[3][0]]
+    items = [(f"{a} minus {b}", evidence.compare(a, b, "AER"), -1, (a, b), (local, score))
+             for a, b, local, score in pairs if b in names]  # fmt: skip
+    primary = [i for i in items if i[4] == ("local_p", "location")]
     if not primary:
         return Claim(
             claim,
@@ -253,26 +257,29 @@ def local_aligns_better(evidence: Evidence, improving: set[str] = frozenset()) -
     return judged(claim, source, primary[0][:3], secondary, unit="AER", improving=improving, involved=primary[0][3])
 
 
-def transformer_beats_recurrent(evidence: Evidence, valid: dict[str, float], improving: set[str]) -> Claim:
+def transformer_beats_recurrent(
+    evidence: Evidence, variants: Variants, valid: dict[str, float], improving: set[str]
+) -> Claim:
     """Primary: the Transformer against the recurrent variant with the best valid BLEU; secondary: against each other
     recurrent family's best."""
     claim, source = "The Transformer beats the recurrent models", "Vaswani et al. 2017"
+    transformer = named(variants, TRANSFORMER)
     families: dict[str, str] = {}
     for name in evidence.names:
-        kind = family(name)
-        if kind != TRANSFORMER and (kind not in families or valid[name] > valid[families[kind]]):
+        kind = variants[name].family
+        if kind != TRANSFORMER.family and (kind not in families or valid[name] > valid[families[kind]]):
             families[kind] = name
-    if TRANSFORMER not in evidence.names or not families:
-        return Claim(claim, source, NOT_MEASURED, f"needs `{TRANSFORMER}` and a recurrent model")
+    if transformer not in evidence.names or not families:
+        return Claim(claim, source, NOT_MEASURED, f"needs `{TRANSFORMER.name}` and a recurrent model")
     ranked = sorted(families.values(), key=lambda n: -valid[n])
-    items = [(f"{TRANSFORMER} minus {name}", evidence.compare(TRANSFORMER, name), 1) for name in ranked]
+    items = [(f"{transformer} minus {name}", evidence.compare(transformer, name), 1) for name in ranked]
     return judged(
         claim,
         source,
         items[0],
         items[1:],
         improving=improving,
-        involved=(TRANSFORMER, ranked[0]),
+        involved=(transformer, ranked[0]),
         note="each recurrent family by its variant with the best valid BLEU, the best of them primary; ",
     )
 
@@ -295,21 +302,23 @@ def from_lab(lab: dict | None, claim: Claim) -> Claim:
 
 def check_claims(
     evidence: Evidence,
+    variants: Variants,
     valid: dict[str, float],
     lab: dict | None = None,
     length_note: str = "",
     improving: set[str] = frozenset(),
 ) -> list[Claim]:
-    """Every claim, from the runs' evidence on their test set, each variant's mean valid BLEU (to choose a family's
-    representative), the variants still learning at the end of their budget (`still_improving`) and the lab's
-    lab.json (optional: its verdicts on the length and alignment claims)."""
+    """Every claim, from the runs' evidence on their test set, the key of each variant (`Variant.of` its model
+    config), each variant's mean valid BLEU (to choose a family's representative), the variants still learning at the
+    end of their budget (`still_improving`) and the lab's lab.json (optional: its verdicts on the length and alignment
+    claims)."""
     claims = [
-        attention_beats_fixed_vector(evidence, improving),
-        gap_grows_with_length(evidence, length_note, improving),
-        input_feeding_helps(evidence, improving),
-        local_p_general_is_best(evidence, improving),
-        local_aligns_better(evidence, improving),
-        transformer_beats_recurrent(evidence, valid, improving),
+        attention_beats_fixed_vector(evidence, variants, improving),
+        gap_grows_with_length(evidence, variants, length_note, improving),
+        input_feeding_helps(evidence, variants, improving),
+        local_p_general_is_best(evidence, variants, improving),
+        local_aligns_better(evidence, variants, improving),
+        transformer_beats_recurrent(evidence, variants, valid, improving),
     ]
     return [from_lab(lab, c) if c.claim in FROM_LAB and c.verdict in (NOT_MEASURED, UNTESTABLE) else c for c in claims]
 

@@ -1,7 +1,8 @@
 """The alignment lab's tables (nmt.study lab writes its report with them, nmt/study/results.py renders them from
 results/lab.json): AER of each attention against the sample grammar's gold links, and BLEU by sentence length.
 
-A lab result is one variant over its seeds, as nmt.study lab's `aggregate` makes it: {"name", "test_bleu",
+A lab result is one variant over its seeds, as nmt.study lab's `aggregate` makes it: {"name", "variant" (its key,
+nmt/study/variants.py), "test_bleu",
 "by_length": {"1-10": {"bleu", "sentences"}, ...}, and for a model with attention "alignment_map", "test_alignment"
 and "long_alignment": {"aer", "precision", "recall", "entropy", "diagonality", "support"[, "aer_sd"]}}.
 """
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from nmt.study.claims import luong_details
 from nmt.study.significance import CONTRADICTED, INCONCLUSIVE, SUPPORTED, Evidence, Interval, holm
 
 # Each variant against the one it changes (the lab's table of AER differences, Holm over the table): Bahdanau's
@@ -35,9 +35,11 @@ BUCKETS = [(1, 10), (11, 20), (21, 30), (31, 40), (41, 60), (61, 80)]  # source 
 PAPER_AER = {("location", "global"): 0.39, ("general", "local_m"): 0.34, ("general", "local_p"): 0.36}
 
 
-def paper_aer(name: str) -> str:
-    key = tuple((luong_details(name) or [])[:2])
-    return f"{PAPER_AER[key]:.2f}" if key in PAPER_AER else "-"
+def paper_aer(result: dict) -> str:
+    """The paper's AER for a lab result's score and alignment (its key, `variant`), or "-"."""
+    variant = result.get("variant") or {}
+    key = (variant.get("score"), variant.get("alignment"))
+    return f"{PAPER_AER[key]:.2f}" if variant.get("family") == "luong" and key in PAPER_AER else "-"
 
 
 def alignment_table(results: list[dict]) -> list[str]:
@@ -50,8 +52,7 @@ def alignment_table(results: list[dict]) -> list[str]:
     for r in sorted(results, key=lambda r: r.get("test_alignment", {}).get("aer", 2)):
         if "test_alignment" not in r:
             lines.append(
-                f"| {r['name']} | no attention | - | - | - | - | - | - | - | {paper_aer(r['name'])} | "
-                f"{r['test_bleu']:.2f} |"
+                f"| {r['name']} | no attention | - | - | - | - | - | - | - | {paper_aer(r)} | {r['test_bleu']:.2f} |"
             )
             continue
         t, long = r["test_alignment"], r["long_alignment"]
@@ -60,7 +61,7 @@ def alignment_table(results: list[dict]) -> list[str]:
         lines.append(
             f"| {r['name']} | {r['alignment_map']} | {aer} | {t['precision']:.3f} | {t['recall']:.3f} | "
             f"{long['aer']:.3f} | {support} | {t['entropy']:.2f} | {t['diagonality']:.2f} | "
-            f"{paper_aer(r['name'])} | {r['test_bleu']:.2f} |"
+            f"{paper_aer(r)} | {r['test_bleu']:.2f} |"
         )
     return lines
 

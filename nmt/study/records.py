@@ -27,6 +27,7 @@ from nmt.paths import derived_from, stamp, write_text
 from nmt.study.comparison import budget, differences, twice
 from nmt.study.significance import Scored
 from nmt.study.sweep import RECORD_SUFFIX, record_path, recorded, run_folder, saved_settings, sweep
+from nmt.study.variants import Variant
 from nmt.trainer import VALIDATIONS
 
 
@@ -62,31 +63,6 @@ def beam_hypotheses(run: Path, sources: list[str], beam: int) -> list[str]:
     return path.read_text(encoding="utf-8").split("\n")[: len(sources)]
 
 
-def variant_name(model: dict) -> str:
-    """A readable name from a checkpoint's model config: `luong (general, local_p)`, `bahdanau (additive)`,
-    `bahdanau (additive, sparsemax)`, `bahdanau (additive, hard reinforce)`, `luong (general, global, bidirectional)`,
-    `transformer (window 4)`."""
-    name = model["_target_"].rsplit(".", 1)[-1].replace("Seq2Seq", "").lower()
-    if "attention" in model:
-        attention = model["attention"]
-        score = build.score_name(attention["_target_"]).replace("none", "fixed context")
-        if attention.get("scaled"):
-            score = "scaled " + score
-        details = [score] + ([model["alignment"]] if "alignment" in model else [])
-        if model.get("input_feeding") is False:
-            details.append("no feeding")
-        if model.get("bidirectional"):
-            details.append("bidirectional")
-        if attention.get("normalizer", "softmax") != "softmax":
-            details.append(attention["normalizer"])
-        if attention.get("hard", "none") != "none":
-            details.append(f"hard {attention['hard']}")
-        name += f" ({', '.join(details)})"
-    elif model.get("window"):  # the Transformer's sliding-window self-attention
-        name += f" (window {model['window']})"
-    return name
-
-
 def attention_shape(translator: Translator, pairs: list[tuple[str, str]]) -> tuple[str, dict] | None:
     """The alignment map (the RNNs' one attention, the Transformer's last layer) and its entropy and diagonality
     (`nmt.alignment`), force-decoding the test references; None without attention."""
@@ -120,7 +96,8 @@ def describe(run: Path, test_cache: dict, beam: int) -> dict:
     return {
         "run": str(run),
         "provenance": read_provenance(run),
-        "name": variant_name(config["model"]),
+        "name": Variant.of(config["model"]).name,
+        "variant": Variant.of(config["model"]).as_record(),
         "seed": config.get("seed"),
         "config": {k: config[k] for k in ("data", "model", "trainer", "seed") if k in config},
         "parameters": sum({t.data_ptr(): t.numel() for t in best["model"].values()}.values()),  # tied ones once
@@ -326,7 +303,7 @@ def describe_runs(run_dirs: list[Path], beam: int) -> tuple[list[dict], list[tup
     seen: dict[tuple, list[tuple[Path, dict]]] = {}
     for run in run_dirs:  # before decoding anything: the runs' Hydra records name each variant and seed
         if (config := records[run]["config"] if run in records else saved_settings(run)) is not None:
-            key = variant_name(config["model"]), config.get("seed")
+            key = Variant.of(config["model"]).name, config.get("seed")
             twin = next((other for other, saved in seen.get(key, []) if not differences(saved, config)), None)
             if twin is not None:
                 raise twice(str(run), str(twin), *key)

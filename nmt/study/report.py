@@ -31,6 +31,7 @@ from nmt.study.comparison import (
     spread,
 )
 from nmt.study.significance import Evidence, p_value
+from nmt.study.variants import Variant
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -365,7 +366,8 @@ def summarise(
         metric.corpus_score(references, [references])  # a signature describes the metric, not the output
         signatures[name] = str(metric.get_signature())
     improving = {name for name, g in groups.items() if still_improving(g)}
-    claims = check_claims(evidence, valid, lab, length_note, improving)
+    variants = {name: Variant.of(g[0]["config"]["model"]) for name, g in groups.items()}
+    claims = check_claims(evidence, variants, valid, lab, length_note, improving)
     curves = {name: mean_curve(g) for name, g in groups.items()}
     compute = {name: mean_compute_curve(g) for name, g in groups.items()}
     made = figures(groups, curves, compute, pairs, output)

@@ -39,10 +39,11 @@ from nmt.study.claims import Claim, gap_grows_with_length, local_aligns_better
 from nmt.study.comparison import VARIANTS
 from nmt.study.lab import BUCKETS, contrasts, tables
 from nmt.study.lab_measure import LAB_SUFFIX, length_test_set, measure_callback, measure_one
-from nmt.study.records import describe_runs, recorded_sweep, variant_name
+from nmt.study.records import describe_runs, recorded_sweep
 from nmt.study.report import REPORT_FILES, summarise
 from nmt.study.significance import RESAMPLES, Evidence, check_resamples
 from nmt.study.sweep import chosen, launcher_options, settings
+from nmt.study.variants import Variant
 
 # What Bahdanau's lab model trained in two minutes alone on a 2-core CPU with native bf16: 432 updates, 9.1e12 FLOPs
 FLOPS = 9e12
@@ -118,13 +119,16 @@ def measured_seeds(folder: Path, seeds: range) -> range:
 
 def lab_tests(
     measured: dict[str, list[dict]],
-    names: dict[str, str],
+    variants: dict[str, Variant],
     long_set: tuple[Path, Path, Path],
     max_words: int,
     resamples: int,
 ) -> tuple[list[Claim], list[dict]]:
     """The two claims the lab answers, with intervals over seeds and sentences: the gap by length on the length test
-    set, local against global AER on the sample test split; and the AER differences of `contrasts` on that split."""
+    set, local against global AER on the sample test split; and the AER differences of `contrasts` on that split.
+    `variants`: each variant's key (its `--variants` name: its key)."""
+    names = {key: variant.name for key, variant in variants.items()}
+    keys = {variant.name: variant for variant in variants.values()}
     pairs = read_parallel(long_set[0], long_set[1])
     hypotheses = {names[key]: {r["seed"]: r["long_hypotheses"] for r in runs} for key, runs in measured.items()}
     by_length = Evidence(hypotheses, [t for _, t in pairs], [len(s.split()) for s, _ in pairs], resamples=resamples)
@@ -136,19 +140,21 @@ def lab_tests(
     sentences = len(next(iter(next(iter(counts.values())).values()))) if counts else 1
     alignment = Evidence({}, [""] * sentences, alignments=counts, resamples=resamples)
     note = f"; the models trained on sentences of at most {max_words} words" if max_words else ""
-    claims = [gap_grows_with_length(by_length, note), local_aligns_better(alignment)]
+    claims = [gap_grows_with_length(by_length, keys, note), local_aligns_better(alignment, keys)]
     return claims, contrasts(alignment, names)  # the pairs whose variants were both measured
 
 
-def aggregate(name: str, runs: list[dict]) -> dict:
-    """One variant over its seeds: mean BLEU by length and mean AER (each seed's figures kept under "seeds")."""
+def aggregate(variant: Variant, runs: list[dict]) -> dict:
+    """One variant over its seeds: mean BLEU by length and mean AER (each seed's figures kept under "seeds"), with
+    its name and key."""
     first = runs[0]
     runs = [{k: v for k, v in r.items() if k != "long_hypotheses"} for r in runs]  # the claims have read them
     for run in runs:
         for split in ("test_alignment", "long_alignment"):
             run.get(split, {}).pop("counts", None)
     result = {
-        "name": name,
+        "name": variant.name,
+        "variant": variant.as_record(),
         "seeds": runs,
         "test_bleu": statistics.mean(r["test_bleu"] for r in runs),
         "valid_aer": first["valid_aer"],  # the curve of the first seed
@@ -230,7 +236,8 @@ def main(argv: list[str] | None = None) -> None:
     output = output_folder(args.output, "--output", fills, ("lab.json", "python scripts/lab.py")).resolve()
     budget = budget_overrides(args)
     seeds = range(args.seed, args.seed + args.seeds)
-    names = {key: variant_name(settings(["experiment=lab", f"variant={key}"])["model"]) for key in keys}
+    variants = {key: Variant.of(settings(["experiment=lab", f"variant={key}"])["model"]) for key in keys}
+    names = {key: variant.name for key, variant in variants.items()}
     folders = {key: f"{PREFIX}{key}" for key in keys}  # OUTPUT/runs/lab_<name>/seed<N>, as the sweep names them
     config = settings(["experiment=lab", f"variant={keys[0]}", *budget])  # the corpus every variant reads
     train_pairs = corpus_of(config, None).train
@@ -251,8 +258,8 @@ def main(argv: list[str] | None = None) -> None:
         for key in keys
     }
     max_words = config["data"]["grammar"]["max_words"]
-    claims, differences = lab_tests(measured, names, long_set, max_words, args.samples)
-    results = [aggregate(names[key], measured[key]) for key in keys]
+    claims, differences = lab_tests(measured, variants, long_set, max_words, args.samples)
+    results = [aggregate(variants[key], measured[key]) for key in keys]
     figures(results, output)
     command = ("python -m nmt.study lab " + " ".join(argv if argv is not None else sys.argv[1:])).strip()
     print(report(results, output, command, max_words, claims, differences))
