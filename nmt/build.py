@@ -5,10 +5,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 import os
-import typing
 from collections.abc import Mapping
 from functools import cache
 
@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from nmt import UserError
+from nmt import model_config as schemas
 from nmt.config import DataConfig, FilesConfig, GrammarOptions, Multi30kConfig, SampleConfig
 from nmt.corpus import Splits, load_files, load_multi30k
 from nmt.data import PAD_ID, Vocabulary, build_vocabulary
@@ -153,25 +154,6 @@ def saved_data_config(saved) -> DictConfig:
     return saved_options({k: v for k, v in saved.items() if k not in ("url", "cache")}, CORPORA[corpus], "data")
 
 
-POSITIVE_MODEL_KEYS = ("size", "layers", "heads", "window", "d_model", "max_len")  # key names that end so
-KINDS = {bool: "true or false", int: "a whole number", float: "a number", str: "text"}
-
-
-def constructor_types(target: str | None) -> dict[str, type]:
-    """The plain types (bool, int, float, str) of the constructor arguments of the class `target` names."""
-    try:
-        hints = typing.get_type_hints(get_class(target).__init__) if target else {}
-    except Exception:  # an unknown class: instantiate says so, naming it
-        return {}
-    return {name: kind for name, kind in hints.items() if kind in KINDS}
-
-
-def is_kind(value, kind: type) -> bool:
-    if kind is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    return isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
-
-
 def constructor_defaults(target: str | None) -> dict[str, object]:
     """The default values of the constructor arguments of the class `target` names (those that have one)."""
     try:
@@ -181,29 +163,20 @@ def constructor_defaults(target: str | None) -> dict[str, object]:
     return {name: p.default for name, p in parameters.items() if p.default is not inspect.Parameter.empty}
 
 
-def switched_off_by_zero(target: str | None) -> set[str]:
-    """Constructor arguments of `target` whose default is 0: for them 0 means "off" (the Transformer's window)."""
-    return {name for name, d in constructor_defaults(target).items() if d == 0 and not isinstance(d, bool)}
-
-
-def check_model_config(config: DictConfig, prefix: str = "model") -> None:
-    """Each option has the type its constructor argument declares, sizes are at least 1 (or 0 where 0 is the
-    constructor's default, meaning off) and dropouts in [0, 1): said before anything is built, naming the key."""
-    types = constructor_types(config.get("_target_"))
-    zero_allowed = switched_off_by_zero(config.get("_target_"))
-    for key, value in config.items():
-        name, kind = f"{prefix}.{key}", types.get(str(key))
-        low = 0 if str(key) in zero_allowed else 1
-        if isinstance(value, DictConfig):
-            check_model_config(value, name)
-        elif str(key).endswith(POSITIVE_MODEL_KEYS) and not is_kind(value, int):
-            raise UserError(f"{name}={value!r}: must be a whole number of at least {low}")
-        elif str(key).endswith(POSITIVE_MODEL_KEYS) and value < low:
-            raise UserError(f"{name}={value}: must be at least {low}")
-        elif "dropout" in str(key) and kind is not bool and not (is_kind(value, float) and 0 <= value < 1):
-            raise UserError(f"{name}={value!r}: a dropout probability must be in [0, 1)")
-        elif kind is not None and not is_kind(value, kind):
-            raise UserError(f"{name}={value!r}: must be {KINDS[kind]}")
+def typed(plain: Mapping, prefix: str = "model") -> DictConfig:
+    """A model config (composed, or a checkpoint's) merged onto its schema (nmt/model_config.py), its attention onto
+    the attention's: each option of the type the schema declares, then in its range (`model_config.check`); refused
+    naming the option. Options a checkpoint has that the schema does not are refused too."""
+    schema = schemas.schema_of(plain.get("_target_"))
+    node = dict(plain)
+    if isinstance(plain.get("attention"), Mapping):
+        node["attention"] = typed(plain["attention"], f"{prefix}.attention")
+    try:
+        config = OmegaConf.merge(OmegaConf.structured(schema), node) if schema else OmegaConf.create(node)
+    except OmegaConfBaseException as error:
+        key = getattr(error, "full_key", None) or "?"
+        raise UserError(f"{prefix}.{key}: {str(error).splitlines()[0]}") from None
+    return config
 
 
 def score_name(target: str) -> str:
@@ -228,14 +201,16 @@ def check_score(config: DictConfig) -> None:
         raise UserError(f"model/attention={name}: {model} {takes}")
 
 
-def model(model_config: DictConfig | dict, vocab: Vocabulary) -> torch.nn.Module:
+def model(model_config, vocab: Vocabulary) -> torch.nn.Module:
     """The model a config describes (a composed one, or one a checkpoint saved), built only from nmt's own classes
     (`check_targets`) after its options are checked."""
+    if dataclasses.is_dataclass(model_config):  # a schema's object (OmegaConf.to_object of a composed config)
+        model_config = OmegaConf.structured(model_config)
     plain = OmegaConf.to_container(model_config, resolve=True) if isinstance(model_config, DictConfig) else model_config
     check_targets(plain)
-    config = OmegaConf.create(plain)
+    config = typed(plain)
     check_score(config)
-    check_model_config(config)
+    schemas.check(config)
     try:
         return instantiate(
             config, source_vocab_size=vocab.source_size, target_vocab_size=vocab.target_size, pad_id=PAD_ID

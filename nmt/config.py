@@ -6,7 +6,7 @@ Hydra validates them against these dataclasses, so a wrong type (`trainer.lr=abc
 overrides reproduces the README's figures.
 
 Without Hydra, build the same objects in Python: `TrainerConfig(max_steps=100)`, `SampleConfig(vocab_size=150)`.
-Model options are the model classes' own constructor arguments (see `configs/model/*.yaml`).
+Model options are the model classes' own constructor arguments, with their schemas in nmt/model_config.py.
 """
 
 from __future__ import annotations
@@ -362,3 +362,6 @@ def register() -> None:
     store.store(group="schema", name="translate", node=TranslateConfig)
     for name, node in (("multi30k", Multi30kConfig), ("sample", SampleConfig), ("files", FilesConfig)):
         store.store(group="schema/data", name=name, node=node)
+    from nmt import model_config  # the model and attention schemas (a module of their own)
+
+    model_config.register(store)

@@ -160,3 +160,28 @@ def test_every_variant_composes_with_the_lab_size_of_its_family():
         assert OmegaConf.to_container(lab, resolve=True) == OmegaConf.to_container(expected, resolve=True), name
         assert lab.data.corpus == "sample" and lab.trainer.lr == expected.trainer.lr
         assert compose_config(f"variant={name}").model == compose_config(f"variant={name}", "size=default").model
+
+
+def test_every_model_and_attention_schema_holds_its_class_constructor_arguments():
+    """nmt/model_config.py: each schema's options are its class's constructor arguments, but for those the model
+    gives at build time (vocabulary sizes, padding id; an attention's query and key sizes)."""
+    import dataclasses
+    import inspect
+
+    from hydra.utils import get_class
+
+    from nmt.model_config import ATTENTIONS, MODELS
+
+    given_at_build = {"self", "source_vocab_size", "target_vocab_size", "pad_id", "query_size", "key_size"}
+    for schema in (*MODELS.values(), *ATTENTIONS.values()):
+        parameters = set(inspect.signature(get_class(schema._target_).__init__).parameters) - given_at_build
+        options = {f.name for f in dataclasses.fields(schema)} - {"_target_", "_partial_"}
+        assert options == parameters, schema.__name__
+
+
+def test_a_score_the_models_paper_does_not_define_is_refused_naming_the_ones_it_does(sample_vocabulary):
+    from nmt import UserError, build
+
+    cfg = compose_config("model=luong", "model/attention=additive")
+    with pytest.raises(UserError, match="model/attention=additive: LuongSeq2Seq takes dot, general, concat, location"):
+        build.model(cfg.model, sample_vocabulary)

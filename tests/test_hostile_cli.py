@@ -32,7 +32,6 @@ SMALL = [
     "model.hidden_size=32",
     "model.embedding_size=16",
     "model.readout_size=16",
-    "model.attention.attention_size=16",
 ]
 
 
@@ -91,7 +90,7 @@ def test_a_new_run_into_a_run_directory_that_holds_one_is_refused(trained):
         ("data.vocab_size=200", "data.vocab_size: 250 in the checkpoint, 200 now"),
         ("model.hidden_size=48", "model.hidden_size: 32 in the checkpoint, 48 now"),
         ("seed=7", "seed: 1234 in the checkpoint, 7 now"),
-        ("model=transformer", "model._target_: 'nmt.rnn.BahdanauSeq2Seq' in the checkpoint"),
+        ("model/attention=none", "model.attention._target_: 'nmt.attention.AdditiveAttention' in the checkpoint"),
     ],
 )
 def test_resuming_with_settings_that_make_another_run_is_refused_naming_them(trained, change, message):
@@ -155,8 +154,7 @@ def test_resuming_applies_a_new_learning_rate_and_budget(trained, tmp_path):
         (["trainer.optimizer=sgd"], "trainer.optimizer='sgd': use one of adam, adamw"),
         (["trainer.resume=/nowhere/last.pt"], "/nowhere/last.pt: no such checkpoint"),
         (["model/attention=dot"], "model/attention=dot: BahdanauSeq2Seq takes additive"),
-        (["model=luong", "model/attention=additive"], "LuongSeq2Seq takes dot, general, concat, location"),
-        (["model.cell=rnn"], "model.cell='rnn': use gru or lstm"),
+        (["model.cell=rnn"], "model.cell='rnn': use one of gru, lstm"),
         (["data.max_len=2"], "all 300 are longer than data.max_len=2 subwords on one side or the other. Raise"),
         (["data.sizes.valid=0"], "the valid split is empty: validation needs at least one pair (data.sizes.valid)"),
         (["trainer.resume=yes"], "trainer.resume=yes: use true (continue this run directory), false"),
@@ -555,16 +553,11 @@ def test_only_nmts_own_model_and_attention_classes_are_buildable():
     assert everywhere == set(models) | set(attentions)
     assert {"nmt.rnn.BahdanauSeq2Seq", "nmt.transformer.Transformer"} <= set(models)
     assert "nmt.attention.AdditiveAttention" in attentions and not set(models) & set(attentions)
-    for path in (ROOT / "configs" / "model").rglob("*.yaml"):
-        target = next(
-            (
-                line.split(":", 1)[1].strip()
-                for line in path.read_text().splitlines()
-                if line.strip().startswith("_target_:")
-            ),
-            None,
-        )
-        assert target in models or target in attentions, path
+    from nmt.model_config import ATTENTIONS, MODELS, schema_of
+
+    assert {schema._target_ for schema in MODELS.values()} == set(models)  # every model has its schema
+    assert {schema._target_ for schema in ATTENTIONS.values()} == set(attentions)
+    assert all(schema_of(target) for target in (*models, *attentions))
 
 
 def all_subclasses(cls: type) -> set[type]:

@@ -188,9 +188,9 @@ def test_a_windowed_encoder_is_blind_beyond_its_window(sample_vocabulary):
         ("transformer", "model.window=-1", "model.window=-1: must be at least 0"),
         ("luong", "model.window=0", "model.window=0: must be at least 1"),  # Luong's local window has no "off"
         ("luong", "model.attention.normalizer=hardmax", "model.attention.normalizer='hardmax': use one of softmax"),
-        ("bahdanau", "model.attention.hard=true", "model.attention.hard=True: must be text"),
+        ("bahdanau", "model.attention.hard=true", "model.attention.hard='True': use one of none, reinforce, gumbel"),
         ("luong", "model.attention.hard=sampled", "model.attention.hard='sampled': use one of none, reinforce"),
-        ("luong", "model.attention.temperature=-1", "model.attention.temperature=-1: must be above 0"),
+        ("luong", "model.attention.temperature=-1", "model.attention.temperature=-1.0: must be above 0"),
     ],
 )
 def test_window_and_normalizer_values_that_make_no_sense_are_refused_naming_the_option(
