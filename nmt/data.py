@@ -158,9 +158,14 @@ class Batch:
     # (tokens,) where target_out's real tokens are, flattened row by row: computed on the CPU when the batch is made, so
     # the loss gathers them with index_select, where a boolean mask would make a GPU wait for the host each batch
     target_positions: torch.Tensor
+    # (B,) the source lengths, kept on the CPU where the batch goes: what packing an RNN's input needs, without a wait
+    source_lengths: torch.Tensor
 
     def to(self, device: torch.device, non_blocking: bool = False) -> Batch:
-        return Batch(*(t.to(device, non_blocking=non_blocking) for t in vars(self).values()))
+        moved = {
+            k: t if k == "source_lengths" else t.to(device, non_blocking=non_blocking) for k, t in vars(self).items()
+        }
+        return Batch(**moved)
 
     def pin_memory(self) -> Batch:
         return Batch(*(t.pin_memory() for t in vars(self).values()))
@@ -205,7 +210,8 @@ def collate(items: list[tuple[int, list[int], list[int]]]) -> Batch:
         target_in[row, : len(tgt) + 1] = torch.tensor([BOS_ID, *tgt])
         target_out[row, : len(tgt) + 1] = torch.tensor([*tgt, EOS_ID])
     positions = (target_out != PAD_ID).flatten().nonzero().squeeze(1)
-    return Batch(source, source != PAD_ID, target_in, target_out, torch.tensor(indices), positions)
+    lengths = torch.tensor([len(src) for src in sources])
+    return Batch(source, source != PAD_ID, target_in, target_out, torch.tensor(indices), positions, lengths)
 
 
 def token_batches(

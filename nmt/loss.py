@@ -117,7 +117,8 @@ def batch_loss(model, features_of, batch, smoothing: float, device: torch.device
     never held whole. In training, plus the model's `attention_loss` where it has one (hard attention trained by
     REINFORCE, whose value is zero: the figure stays the cross-entropy)."""
     with autocast(device, dtype):
-        features, attention = features_of(batch.source, batch.source_mask, batch.target_in)  # (B, T, F), (B, T, S)
+        # (B, T, F), (B, T, S); the source lengths from the CPU side of the batch
+        features, attention = features_of(batch.source, batch.source_mask, batch.target_in, batch.source_lengths)
     real = batch.target_out != PAD_ID  # (B, T)
     positions = batch.target_positions  # real tokens, found on the CPU: no host sync here
     output = model.output

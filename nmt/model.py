@@ -44,16 +44,29 @@ class Seq2Seq(Protocol):
         ...
 
     def features(
-        self, source: torch.Tensor, source_mask: torch.Tensor, target_in: torch.Tensor
+        self,
+        source: torch.Tensor,
+        source_mask: torch.Tensor,
+        target_in: torch.Tensor,
+        source_lengths: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """`forward` without the output layer: what `output` reads (B, T, F), and the same attention or None.
-        `forward(...)[0]` equals `output(features(...)[0])`."""
+        `forward(...)[0]` equals `output(features(...)[0])`. `source_lengths`: the sentences' lengths on the CPU,
+        when the caller has them (the trainer's batches do), so that nothing is read back from the device (the RNN
+        encoders pack their input by them); None: from the mask."""
         ...
 
-    def encode(self, source: torch.Tensor, source_mask: torch.Tensor, max_steps: int | None = None) -> State:
+    def encode(
+        self,
+        source: torch.Tensor,
+        source_mask: torch.Tensor,
+        max_steps: int | None = None,
+        source_lengths: torch.Tensor | None = None,
+    ) -> State:
         """Read the source (B, S) once; the state that the first `decode_step` starts from (see the naming rule).
         `max_steps`: the most decode_steps that will follow, for a model whose state holds every step (the
-        Transformer's cache, allocated once; None: its own default); the others need not use it."""
+        Transformer's cache, allocated once; None: its own default); the others need not use it. `source_lengths`:
+        as in `features`."""
         ...
 
     def decode_step(self, previous: torch.Tensor, state: State) -> tuple[torch.Tensor, State, torch.Tensor | None]:

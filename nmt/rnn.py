@@ -74,10 +74,12 @@ class Encoder(nn.Module):
             bidirectional=bidirectional,
         )
 
-    def forward(self, source: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, tuple | torch.Tensor]:
+    def forward(
+        self, source: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, tuple | torch.Tensor]:
         """Annotations (B, S, directions * H) and the final states ((layers * directions, B, H), as nn.LSTM gives)."""
         embedded = self.dropout(self.embedding(source))  # (B, S, E)
-        lengths = mask.sum(1).cpu()
+        lengths = mask.sum(1).cpu() if lengths is None else lengths  # packing takes them on the CPU: the batch's own
         packed = pack_padded_sequence(embedded, lengths, batch_first=True, enforce_sorted=False)
         outputs, final = self.rnn(packed)
         outputs, _ = pad_packed_sequence(outputs, batch_first=True, total_length=source.shape[1])
@@ -146,10 +148,16 @@ class SutskeverSeq2Seq(nn.Module, Seq2Seq):
         self.output = nn.Linear(hidden_size, target_vocab_size)
         uniform_init(self, init_range)
 
-    def encode(self, source: torch.Tensor, source_mask: torch.Tensor, max_steps: int | None = None) -> State:
+    def encode(
+        self,
+        source: torch.Tensor,
+        source_mask: torch.Tensor,
+        max_steps: int | None = None,
+        source_lengths: torch.Tensor | None = None,
+    ) -> State:
         if self.reverse_source:  # section 3.3: reversing the source makes the first words' dependencies short
             source = reverse_padded(source, source_mask)
-        _, (hidden, cell) = self.encoder(source, source_mask)
+        _, (hidden, cell) = self.encoder(source, source_mask, source_lengths)
         return {"hidden": batch_first(hidden), "cell": batch_first(cell)}  # (B, layers, H) each
 
     def decode_step(self, previous: torch.Tensor, state: State) -> tuple[torch.Tensor, State, None]:
@@ -158,8 +166,14 @@ class SutskeverSeq2Seq(nn.Module, Seq2Seq):
         logits = self.output(self.dropout(output[:, 0]))  # (B, V)
         return logits, {"hidden": batch_first(hidden), "cell": batch_first(cell)}, None
 
-    def features(self, source: torch.Tensor, source_mask: torch.Tensor, target_in: torch.Tensor):
-        state = self.encode(source, source_mask)
+    def features(
+        self,
+        source: torch.Tensor,
+        source_mask: torch.Tensor,
+        target_in: torch.Tensor,
+        source_lengths: torch.Tensor | None = None,
+    ):
+        state = self.encode(source, source_mask, source_lengths=source_lengths)
         embedded = self.dropout(self.embedding(target_in))  # (B, T, E)
         # Teacher forcing needs no per-step Python: one nn.LSTM call over the whole target.
         outputs, _ = self.decoder(embedded, (layers_first(state["hidden"]), layers_first(state["cell"])))
@@ -231,8 +245,14 @@ class BahdanauSeq2Seq(AlignmentMaps, nn.Module, Seq2Seq):
         self.dropout = Dropout(dropout)
         self.output = nn.Linear(readout_size, target_vocab_size)  # W_o
 
-    def encode(self, source: torch.Tensor, source_mask: torch.Tensor, max_steps: int | None = None) -> State:
-        memory, final = self.encoder(source, source_mask)  # (B, S, 2H)
+    def encode(
+        self,
+        source: torch.Tensor,
+        source_mask: torch.Tensor,
+        max_steps: int | None = None,
+        source_lengths: torch.Tensor | None = None,
+    ) -> State:
+        memory, final = self.encoder(source, source_mask, source_lengths)  # (B, S, 2H)
         final_hidden = final[0] if isinstance(final, tuple) else final  # (layers * 2, B, H); [-1] = top backward
         hidden = torch.tanh(self.initial(final_hidden[-1]))  # s_0, (B, H)
         state = {
@@ -268,8 +288,14 @@ class BahdanauSeq2Seq(AlignmentMaps, nn.Module, Seq2Seq):
         context, state, weights = self.recur(embedded, state)
         return self.output(self.maxout(state["hidden"], context, embedded)), state, weights
 
-    def features(self, source: torch.Tensor, source_mask: torch.Tensor, target_in: torch.Tensor):
-        state = self.encode(source, source_mask)
+    def features(
+        self,
+        source: torch.Tensor,
+        source_mask: torch.Tensor,
+        target_in: torch.Tensor,
+        source_lengths: torch.Tensor | None = None,
+    ):
+        state = self.encode(source, source_mask, source_lengths=source_lengths)
         embedded = self.dropout(self.embedding(target_in))  # (B, T, E)
         hiddens, contexts, weights = [], [], []
         for t in range(target_in.shape[1]):  # the attention reads s_{t-1}, so the recurrence is step by step
@@ -369,13 +395,19 @@ class LuongSeq2Seq(AlignmentMaps, nn.Module, Seq2Seq):
         self.output = nn.Linear(hidden_size, target_vocab_size)  # W_s
         uniform_init(self, init_range, embeddings=uniform_embeddings)
 
-    def encode(self, source: torch.Tensor, source_mask: torch.Tensor, max_steps: int | None = None) -> State:
+    def encode(
+        self,
+        source: torch.Tensor,
+        source_mask: torch.Tensor,
+        max_steps: int | None = None,
+        source_lengths: torch.Tensor | None = None,
+    ) -> State:
         if self.reverse_source:  # the encoder reads the sentence backwards (section 4.1, "reverse") ...
-            memory, (hidden, cell) = self.encoder(reverse_padded(source, source_mask), source_mask)
+            memory, (hidden, cell) = self.encoder(reverse_padded(source, source_mask), source_mask, source_lengths)
             memory = reverse_padded(memory, source_mask)  # ... and attention sees the annotations in sentence order,
             # so local-m's p_t = t and the heatmaps refer to source words as they are written
         else:
-            memory, (hidden, cell) = self.encoder(source, source_mask)  # (B, S, H)
+            memory, (hidden, cell) = self.encoder(source, source_mask, source_lengths)  # (B, S, H)
         if self.bidirectional:  # (layers * 2, B, H/2), each layer's forward then backward -> (layers, B, H)
             hidden, cell = (torch.cat([s[0::2], s[1::2]], dim=-1) for s in (hidden, cell))
         batch = source.shape[0]
@@ -418,8 +450,14 @@ class LuongSeq2Seq(AlignmentMaps, nn.Module, Seq2Seq):
         }
         return dropped, new_state, weights[:, 0]
 
-    def features(self, source: torch.Tensor, source_mask: torch.Tensor, target_in: torch.Tensor):
-        state = self.encode(source, source_mask)
+    def features(
+        self,
+        source: torch.Tensor,
+        source_mask: torch.Tensor,
+        target_in: torch.Tensor,
+        source_lengths: torch.Tensor | None = None,
+    ):
+        state = self.encode(source, source_mask, source_lengths=source_lengths)
         if self.input_feeding:  # h~_{t-1} enters step t, so the decoder runs step by step
             attentional, weights = [], []
             for t in range(target_in.shape[1]):

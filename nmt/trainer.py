@@ -67,8 +67,14 @@ class Features(torch.nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, source: torch.Tensor, source_mask: torch.Tensor, target_in: torch.Tensor):
-        return self.model.features(source, source_mask, target_in)
+    def forward(
+        self,
+        source: torch.Tensor,
+        source_mask: torch.Tensor,
+        target_in: torch.Tensor,
+        source_lengths: torch.Tensor | None = None,
+    ):
+        return self.model.features(source, source_mask, target_in, source_lengths)
 
 
 class Trainer:

@@ -252,7 +252,13 @@ class Transformer(nn.Module, Seq2Seq):
             x, weights = layer(x, mask, need_weights and i == len(self.encoder) - 1)
         return self.encoder_norm(x), weights
 
-    def encode(self, source: torch.Tensor, source_mask: torch.Tensor, max_steps: int | None = None) -> State:
+    def encode(
+        self,
+        source: torch.Tensor,
+        source_mask: torch.Tensor,
+        max_steps: int | None = None,
+        source_lengths: torch.Tensor | None = None,
+    ) -> State:
         memory, _ = self.encode_memory(source, source_mask)
         batch, heads = source.shape[0], self.decoder[0].self_attention.heads
         head_size = self.decoder[0].self_attention.head_size
@@ -297,7 +303,13 @@ class Transformer(nn.Module, Seq2Seq):
         features, weights = self.features(source, source_mask, target_in)
         return self.output(features), weights  # (B, T, V), (B, T, S) or None
 
-    def features(self, source: torch.Tensor, source_mask: torch.Tensor, target_in: torch.Tensor):
+    def features(
+        self,
+        source: torch.Tensor,
+        source_mask: torch.Tensor,
+        target_in: torch.Tensor,
+        source_lengths: torch.Tensor | None = None,
+    ):
         """Teacher forcing over the whole target at once. In eval mode the last layer's cross-attention weights
         (averaged over heads) come back too; in training the fused attention kernel runs and they do not."""
         memory, _ = self.encode_memory(source, source_mask)

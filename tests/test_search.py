@@ -155,3 +155,26 @@ def test_beam_hypotheses_carry_their_own_tokens_scores_and_attention(sample_voca
                 torch.testing.assert_close(
                     hypothesis.attention, attention[0, : hypothesis.attention.shape[0]], atol=1e-5, rtol=1e-4
                 )
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_checking_for_ended_sentences_every_few_steps_changes_no_output(sample_vocabulary, name):
+    """On a GPU the searches look for ended sentences every few steps (each look waits for the device); an ended
+    sentence only takes eos at no cost meanwhile, so tokens, scores and attention are those of checking every step."""
+    model = model_with_likely_eos(sample_vocabulary, name)
+    source, mask = sources()
+    every_step = greedy(model, source, mask, every=1)
+    for every in (3, 8):
+        for a, b in zip(every_step, greedy(model, source, mask, every=every)):
+            assert a.tokens == b.tokens and a.score == pytest.approx(b.score, abs=1e-5)
+            if a.attention is not None:
+                torch.testing.assert_close(a.attention, b.attention)
+    every_step = beam_search(model, source, mask, beam_size=4, n_best=2, every=1)
+    for every in (3, 8):
+        checked = beam_search(model, source, mask, beam_size=4, n_best=2, every=every)
+        for a_best, b_best in zip(every_step, checked):
+            assert [h.tokens for h in a_best] == [h.tokens for h in b_best]
+            assert [h.score for h in a_best] == pytest.approx([h.score for h in b_best], abs=1e-5)
+            for a, b in zip(a_best, b_best):
+                if a.attention is not None:
+                    torch.testing.assert_close(a.attention, b.attention)
