@@ -77,6 +77,15 @@ class Features(torch.nn.Module):
         return self.model.features(source, source_mask, target_in, source_lengths)
 
 
+def loading(device: torch.device) -> dict:
+    """How the training batches are made. On a GPU two worker processes collate the next batches and a thread pins
+    them while the GPU works on this one (the copy to the device then waits for nothing); on a CPU the batches are
+    made in the training process, whose cores the model uses (a worker would take them from it)."""
+    if device.type != "cuda":
+        return {"num_workers": 0, "pin_memory": False}
+    return {"num_workers": 2, "pin_memory": True, "prefetch_factor": 4}
+
+
 class Trainer:
     """Trains `model` on `train_pairs`, validating on `valid_pairs` and writing checkpoints into `run_dir`.
 
@@ -249,7 +258,7 @@ class Trainer:
         of the update) from where training stands, epoch after epoch. An update takes `accumulate` x processes batches
         of the epoch's order; process r gets every r-th. Token and FLOP counts come from the corpus lengths, not from
         the tensors (no sync), and cover every process's batches."""
-        pin, progress = self.device.type == "cuda", self.progress
+        pin, progress = self.device.type == "cuda", self.progress  # pinned batches: copied without a wait
         per_update = self.config.accumulate * self.world
         lengths, sources = self.dataset.target_lengths, self.dataset.source_lengths  # eos included
         while True:
@@ -267,7 +276,11 @@ class Trainer:
             # A generator of its own: a DataLoader otherwise draws its seed from the global RNG, which would shift
             # the dropout masks of a resumed run against an uninterrupted one.
             loader = torch.utils.data.DataLoader(
-                self.dataset, batch_sampler=mine, collate_fn=collate, pin_memory=pin, generator=torch.Generator()
+                self.dataset,
+                batch_sampler=mine,
+                collate_fn=collate,
+                generator=torch.Generator(),
+                **loading(self.device),
             )
             loader = iter(loader)
             for group in groups:

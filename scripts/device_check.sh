@@ -4,8 +4,9 @@
 #
 #   bash scripts/device_check.sh prepare   here, on a clean checkout: puts in .gpu/ (ignored by git) the wheels that
 #                                          machine lacks, Multi30k's files and the commit the tree is at
-#   bash scripts/device_check.sh           there, with .gpu carried: the CUDA tests, then the benchmark's training
-#                                          figures; logs and results/measured/benchmark_cuda.json go to $OUT
+#   bash scripts/device_check.sh           there, with .gpu carried: the CUDA tests, the benchmark's training figures,
+#                                          one 1e14 run end to end with its wall time and the decoding speed of its
+#                                          checkpoint; logs and results/measured/benchmark_cuda.json go to $OUT
 #   bash scripts/device_check.sh study PART VARIANTS JOBS SECONDS
 #                                          there: `make results`' PART (claims or main) for VARIANTS (comma-separated),
 #                                          JOBS runs at once on the one GPU, for at most SECONDS; every run that
@@ -65,7 +66,7 @@ if [[ "${1:-}" == "study" ]]; then
         --seeds 3 --jobs "$jobs" --runs /tmp/results \
         --extra "data.dir=$NMT_DATA_DIR" "data.spm_cache=$PWD/$GPU/spm" > "$OUT/study.log" 2>&1 || true
     echo "wall seconds: $(( $(date +%s) - start ))" >> "$OUT/study.log"
-    pkill -TERM -f "train.py" || true; pkill -TERM -f loky || true; sleep 2; kill %1 2>/dev/null || true
+    pkill -TERM -f "nmt.cli.train" || true; pkill -TERM -f loky || true; sleep 2; kill %1 2>/dev/null || true
     # Records of runs whose job could not record them (stopped by the time limit after finishing), then one archive
     # each for the records and the logs: the device tool brings back a limited number of files
     "$PYTHON" -c "from pathlib import Path; from nmt.study.records import record_runs; \
@@ -83,4 +84,13 @@ timeout 300 "$PYTHON" -m pytest tests/test_cuda.py -rs -p no:cacheprovider -o ad
 timeout 240 "$PYTHON" -m nmt.study measure --record benchmark_cuda --train-only --device cuda \
     --data-dir "$NMT_DATA_DIR" --output "$OUT/bench" 2>&1 | tee "$OUT/benchmark.log" || status=1
 cp results/measured/benchmark_cuda.json "$OUT/" 2>/dev/null || status=1
+# One run at the claims' budget end to end (1e14 FLOPs, 12 validations, the test decode), its wall time; then the
+# decoding speed of its checkpoint, greedy and beam 5 over test2016
+start=$(date +%s)
+timeout 200 "$PYTHON" -m nmt.cli.train model=bahdanau trainer.max_flops=1e14 trainer.validations=12 \
+    trainer.progress=false "data.dir=$NMT_DATA_DIR" "data.spm_cache=$PWD/$GPU/spm" hydra.run.dir=/tmp/e2e/bahdanau \
+    > "$OUT/e2e.log" 2>&1 || status=1
+echo "wall seconds: $(( $(date +%s) - start ))" | tee -a "$OUT/e2e.log"
+timeout 150 "$PYTHON" -m nmt.study measure --models bahdanau --checkpoints /tmp/e2e --device cuda \
+    --data-dir "$NMT_DATA_DIR" --output "$OUT/decode" 2>&1 | tee "$OUT/decode.log" || status=1
 exit $status

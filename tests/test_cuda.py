@@ -138,3 +138,26 @@ def test_two_gpus_train_identical_replicas_on_nccl(tmp_path):
     assert launched.returncode == 0, launched.stderr[-3000:]
     assert "all 2 replicas hold the same weights" in launched.stdout + launched.stderr
     assert checkpoint.load(run_dir / "last.pt")["progress"]["step"] == 4
+
+
+@pytest.mark.parametrize("name, overrides", [("sutskever", ()), ("bahdanau", ()), ("luong", ()), ("transformer", ())])
+def test_an_update_on_cuda_never_waits_for_the_device(tmp_path, sample_vocabulary, sample_splits, name, overrides):
+    """CUDA's own check of tests/test_sync_free.py: with torch's sync debug mode set to error, any operation that
+    makes the host wait for the GPU raises while an update of each family runs (bf16 where the GPU has it)."""
+    from test_train import make_trainer
+
+    precision = "bf16" if bf16_supported() else "fp32"
+    trainer = make_trainer(
+        tmp_path, sample_vocabulary, sample_splits.train[:64], name, 0.1, overrides, device="cuda", precision=precision
+    )
+    updates = trainer.updates()
+    batches, tokens, *_ = next(updates)
+    trainer.train_step(batches, tokens)  # the first: lazy initialisations may wait once
+    batches, tokens, *_ = next(updates)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        loss, norm = trainer.train_step(batches, tokens)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert torch.isfinite(loss) and torch.isfinite(norm)

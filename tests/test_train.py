@@ -500,3 +500,27 @@ def test_each_validation_is_a_line_of_the_runs_plain_record(tmp_path, sample_spl
         handle.write(json.dumps({**lines[-1], "bleu": 99.0}) + "\n" + '{"step": 8, "bl')
     assert [step for _, step, _ in valid_curve(tmp_path)] == [2, 4, 6] and valid_curve(tmp_path)[-1][2] == 99.0
     assert [epochs for _, epochs, _ in compute_curve(tmp_path)] == [line["epochs"] for line in lines]
+
+
+def test_batches_made_by_worker_processes_as_on_a_gpu_are_the_ones_made_in_process(
+    tmp_path, sample_vocabulary, sample_splits
+):
+    """On a GPU worker processes collate the next batches (trainer.loading); they must give the batches, in the order,
+    that the training process makes itself on a CPU: the dataset and collate travel to a worker intact."""
+    from nmt.data import collate
+    from nmt.trainer import loading
+
+    trainer = make_trainer(tmp_path, sample_vocabulary, sample_splits.train[:300], "sutskever", max_steps=1)
+    trainer.sampler.set_epoch(0)
+    order = trainer.sampler.batches()[:12]
+    assert loading(torch.device("cpu")) == {"num_workers": 0, "pin_memory": False}
+    assert loading(torch.device("cuda"))["num_workers"] > 0 and loading(torch.device("cuda"))["pin_memory"]
+
+    def made(workers: int) -> list:
+        loader = torch.utils.data.DataLoader(
+            trainer.dataset, batch_sampler=order, collate_fn=collate, num_workers=workers
+        )
+        return list(loader)
+
+    for own, theirs in zip(made(0), made(2), strict=True):
+        assert all(torch.equal(a, b) for a, b in zip(vars(own).values(), vars(theirs).values(), strict=True))
