@@ -144,7 +144,8 @@ class Progress:
     step: int = 0  # updates done
     epoch: int = 0  # epochs finished
     batch_in_epoch: int = 0  # batches of the current epoch already used
-    best_bleu: float = -1.0  # best valid BLEU so far
+    best_bleu: float = -1.0  # valid BLEU of the best validation so far (by trainer.select)
+    best_score: float | None = None  # its trainer.select score (None: from before the option, when BLEU chose)
     bad_validations: int = 0  # validations since the best (early stopping)
     train_seconds: float = 0.0  # wall-clock training time, validation excluded
     tokens_trained: int = 0  # target tokens of every update (all processes)

@@ -174,6 +174,39 @@ class DecodeOptions:
 # --- training (the `trainer` group) ------------------------------------------------------------------------------
 
 
+# The trainer options with a set of values, and the least value of the numeric ones (TrainerConfig.check)
+TRAINER_CHOICES = {
+    "select": ("bleu", "loss", "aer"),
+    "optimizer": ("adam", "adamw"),
+    "schedule": ("constant", "plateau", "inverse_sqrt"),
+    "precision": ("auto", "fp32", "bf16", "fp16"),
+}
+TRAINER_AT_LEAST = {
+    "log_every": 1,
+    "accumulate": 1,
+    "valid_max_tokens": 1,
+    "decode_extra": 1,
+    "max_steps": 0,
+    "max_epochs": 0,
+    "max_minutes": 0,
+    "max_flops": 0,
+    "validations": 0,
+    "valid_every": 0,
+    "threads": 0,
+    "patience": 0,
+    "keep_checkpoints": 0,
+    "num_samples": 0,
+    "num_plots": 0,
+    "warmup_steps": 0,
+    "plateau_patience": 0,
+    "clip_norm": 0,
+    "weight_decay": 0,
+    "min_lr": 0,
+    "decode_ratio": 0,
+    "decode_max_input_len": 1,
+}
+
+
 @dataclass
 class TrainerConfig:
     """Optimiser, schedule, precision, budget, validation and checkpoints: the tuned values for the RNN models on
@@ -199,7 +232,10 @@ class TrainerConfig:
     max_flops: float = 5e14
     valid_every: int = 0  # steps between validations; 0: at the end of each epoch
     validations: int = 0  # with max_flops: validate as training passes each 1/N of the budget (instead of valid_every)
-    patience: int = 5  # early stopping: validations without a better BLEU; 0 turns it off
+    patience: int = 5  # early stopping: validations without a better `select` score; 0 turns it off
+    # What makes a validation the best (best.pt, and what patience waits for): bleu (higher), or the valid loss or
+    # AER (lower; aer needs the valid split's gold links, which the sample corpus has). The plateau schedule reads BLEU
+    select: str = "bleu"
     # auto: bf16 where the CPU or GPU has it natively, else fp16 (loss-scaled) on a GPU, else fp32 (nmt/device.py);
     # or fp32, bf16, fp16 (GPU only)
     precision: str = "auto"
@@ -230,39 +266,10 @@ class TrainerConfig:
 
     def check(self) -> None:
         """Refuse values that make no sense, naming the option, before anything is built."""
-        choices = {
-            "optimizer": ("adam", "adamw"),
-            "schedule": ("constant", "plateau", "inverse_sqrt"),
-            "precision": ("auto", "fp32", "bf16", "fp16"),
-        }
-        for key, allowed in choices.items():
+        for key, allowed in TRAINER_CHOICES.items():
             if getattr(self, key) not in allowed:
                 raise UserError(f"trainer.{key}={getattr(self, key)!r}: use one of {', '.join(allowed)}")
-        at_least = {
-            "log_every": 1,
-            "accumulate": 1,
-            "valid_max_tokens": 1,
-            "decode_extra": 1,
-            "max_steps": 0,
-            "max_epochs": 0,
-            "max_minutes": 0,
-            "max_flops": 0,
-            "validations": 0,
-            "valid_every": 0,
-            "threads": 0,
-            "patience": 0,
-            "keep_checkpoints": 0,
-            "num_samples": 0,
-            "num_plots": 0,
-            "warmup_steps": 0,
-            "plateau_patience": 0,
-            "clip_norm": 0,
-            "weight_decay": 0,
-            "min_lr": 0,
-            "decode_ratio": 0,
-            "decode_max_input_len": 1,
-        }
-        for key, low in at_least.items():
+        for key, low in TRAINER_AT_LEAST.items():
             if not getattr(self, key) >= low:  # NaN too
                 raise UserError(f"trainer.{key}={getattr(self, key)}: must be at least {low}")
         for key in ("max_minutes", "max_flops", "lr", "clip_norm", "decode_ratio", "min_lr"):

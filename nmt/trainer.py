@@ -111,6 +111,11 @@ class Trainer:
         config.check()
         self.vocabulary, self.valid_pairs, self.run_dir, self.seed = vocabulary, valid_pairs, Path(run_dir), seed
         self.valid_alignments = valid_alignments  # gold links of the valid pairs, for valid AER
+        if config.select == "aer" and valid_alignments is None:
+            raise UserError(
+                "trainer.select=aer: the valid split has no gold links to measure AER against (the "
+                "sample corpus has them); select on bleu or loss"
+            )
         self.run_config = run_config or {"trainer": asdict(config)}  # what checkpoints store as their config
         self.place(model, seed)
         self.dataset = ParallelDataset(train_pairs, vocabulary)
@@ -373,7 +378,7 @@ class Trainer:
         if c.max_flops and p.flops >= c.max_flops:
             return f"reached trainer.max_flops={c.max_flops:g} ({p.flops:.4g} FLOPs)"
         if c.patience and p.bad_validations >= c.patience:
-            return f"valid BLEU did not improve in {c.patience} validations (trainer.patience)"
+            return f"valid {c.select} did not improve in {c.patience} validations (trainer.patience)"
         return None
 
     def should_validate(self, flops_before: int) -> bool:
@@ -443,14 +448,29 @@ class Trainer:
         with open(self.run_dir / VALIDATIONS, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(line) + "\n")
 
+    def better(self, metrics: dict[str, float]) -> bool:
+        """Whether this validation is the best so far by trainer.select: a higher BLEU, a lower loss or AER."""
+        key, best = self.config.select, self.progress.best_score
+        if key not in metrics:
+            raise UserError(
+                f"trainer.select={key}: this model's validation measures no {key} (a model without "
+                "attention has no AER); select on bleu or loss"
+            )
+        if best is None:  # the first validation, or a run from before the option (BLEU chose its best)
+            best = self.progress.best_bleu if key == "bleu" and self.progress.best_bleu >= 0 else None
+        if best is None:
+            return True
+        return metrics[key] > best if key == "bleu" else metrics[key] < best
+
     def validate_and_save(self) -> None:
         metrics = distributed.share(self.validate() if self.rank == 0 else None)  # every replica steps the schedule
         self.last_metrics, progress = metrics, self.progress
-        improved = metrics["bleu"] > progress.best_bleu
+        improved = self.better(metrics)
         if steps_on_validation(self.schedule):
             self.schedule.step(metrics["bleu"])
         if improved:
-            progress.best_bleu, progress.bad_validations = metrics["bleu"], 0
+            progress.best_bleu, progress.best_score = metrics["bleu"], metrics[self.config.select]
+            progress.bad_validations = 0
             self.save("best.pt")
         else:
             progress.bad_validations += 1

@@ -524,3 +524,21 @@ def test_batches_made_by_worker_processes_as_on_a_gpu_are_the_ones_made_in_proce
 
     for own, theirs in zip(made(0), made(2), strict=True):
         assert all(torch.equal(a, b) for a, b in zip(vars(own).values(), vars(theirs).values(), strict=True))
+
+
+def test_the_best_checkpoint_is_the_validation_best_by_the_selected_score(tmp_path, sample_vocabulary, sample_splits):
+    """trainer.select=loss keeps as best.pt the validation with the lowest valid loss (validations.jsonl marks it),
+    and patience counts validations without a lower one; AER needs gold links, and a model with attention."""
+    from nmt.trainer import VALIDATIONS
+
+    pairs = sample_splits.train[:64]
+    trainer = make_trainer(tmp_path, sample_vocabulary, pairs, "luong", 0.1, max_steps=24, valid_every=3, select="loss")
+    trainer.train()
+    lines = [json.loads(line) for line in (tmp_path / VALIDATIONS).read_text().splitlines()]
+    best = min(lines, key=lambda line: line["loss"])
+    marked = [line["step"] for line in lines if line["best"]]
+    assert marked[-1] == best["step"] and all(line["loss"] >= best["loss"] for line in lines)
+    saved = checkpoint.load(tmp_path / "best.pt")["progress"]
+    assert saved["step"] == best["step"] and saved["best_score"] == best["loss"] and saved["best_bleu"] == best["bleu"]
+    with pytest.raises(UserError, match="trainer.select=aer: the valid split has no gold links"):
+        make_trainer(tmp_path / "aer", sample_vocabulary, pairs, "luong", select="aer")
