@@ -92,12 +92,12 @@ def describe(run: Path, test_cache: dict, beam: int) -> dict:
     beam_output = beam_hypotheses(run, sources, beam) if beam > 1 else None
     scored = beam_output or hypotheses  # the headline's output: BLEU, chrF, lengths and the tests all read it
     translator = Translator.load(run / "best.pt", DecodeOptions(precision="trained"))
-    shape = attention_shape(translator, pairs)
+    shape, variant = attention_shape(translator, pairs), Variant.of(config["model"])
     return {
         "run": str(run),
         "provenance": read_provenance(run),
-        "name": Variant.of(config["model"]).name,
-        "variant": Variant.of(config["model"]).as_record(),
+        "name": variant.name,
+        "variant": variant.as_record(),
         "seed": config.get("seed"),
         "config": {k: config[k] for k in ("data", "model", "trainer", "seed") if k in config},
         "parameters": sum({t.data_ptr(): t.numel() for t in best["model"].values()}.values()),  # tied ones once
