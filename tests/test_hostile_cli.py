@@ -682,8 +682,9 @@ def test_a_second_writer_into_a_run_folder_is_refused_naming_the_first_and_a_kil
     )
     try:
         lock = run_dir / ".lock"
-        assert wait_for(lambda: (run_dir / "last.pt").is_file() and lock.is_file() and lock.read_text().strip())
-        second = run("train.py", *options, "trainer.resume=true", "seed=7")
+        # generous: under a loaded machine (CI beside other work) the first writer's start alone takes a minute
+        assert wait_for(lambda: (run_dir / "last.pt").is_file() and lock.is_file() and lock.read_text().strip(), 240)
+        second = run("train.py", *options, "trainer.resume=true", "seed=7", timeout=240)
         refused(second, f"{run_dir} is being trained by process {first.pid} on ")
         assert first.poll() is None  # the first trains on
     finally:
@@ -691,7 +692,7 @@ def test_a_second_writer_into_a_run_folder_is_refused_naming_the_first_and_a_kil
         first.wait()
     assert lock.read_text().strip()  # killed: its note stays, its lock does not
     saved = checkpoint.load(run_dir / "last.pt")["progress"]["step"]
-    resumed = run("train.py", *options, "trainer.resume=true", f"trainer.max_steps={saved + 4}")
+    resumed = run("train.py", *options, "trainer.resume=true", f"trainer.max_steps={saved + 4}", timeout=240)
     assert resumed.returncode == 0, resumed.stderr.decode()[-2000:]
     assert checkpoint.load(run_dir / "last.pt")["progress"]["step"] == saved + 4 and lock.read_text() == ""
 
