@@ -4,7 +4,7 @@
 (`sweep`): one run after another, several at once on this machine (hydra-joblib-launcher), or a SLURM job each
 (submitit). Every job runs with `trainer.resume=auto`, so what a rerun does is the training command's own, under any
 launcher: a run finished with the same settings is kept, an interrupted one continues, the rest start.
-`make lab` (nmt.study lab) trains its variants (configs/variant/lab_*.yaml) the same way. A kept run must have the
+`make lab` (nmt.study lab) trains the same variants at the lab's sizes (size=lab) the same way. A kept run must have the
 settings the overrides give today: after a default changes, a finished run from before would otherwise be reported
 as if it had today's, beside seeds that do (`check_finished` refuses it, naming the options, before anything trains).
 """
