@@ -358,24 +358,28 @@ def test_still_improving_reads_the_last_third_of_each_run():
 
 
 def test_the_gap_by_length_compares_what_each_model_keeps_on_long_sentences():
-    """Figure 2's claim as a ratio: the share of its short-sentence BLEU each model keeps on sentences over 30 words,
-    Bahdanau's model against its fixed-context twin."""
+    """Figure 2's claim as a ratio: the share of its short-sentence BLEU each model keeps in each longer bucket,
+    averaged over every bucket (the middle ones too), Bahdanau's model against its fixed-context twin."""
     from test_significance import degrade
 
     short = [f"the {a} {n} {v} ." for a, n, v in [("small", "dog", "runs"), ("old", "man", "sleeps")] * 30]
+    middle = [" ".join(f"m{i}{k}" for k in range(15)) for i in range(60)]
     long = [" ".join(f"w{i}{k}" for k in range(40)) for i in range(60)]
-    references, lengths = short + long, [5] * 60 + [40] * 60
-    wrong_on_long = {s: short + [degrade(r, 2, s) for r in long] for s in (1, 2, 3)}
+    references, lengths = short + middle + long, [5] * 60 + [15] * 60 + [40] * 60
+    wrong_on_long = {s: short + middle + [degrade(r, 2, s) for r in long] for s in (1, 2, 3)}
     right = {s: [degrade(r, 9, s) for r in references] for s in (1, 2, 3)}
     evidence = Evidence(
         {"bahdanau (fixed context)": wrong_on_long, "bahdanau (additive)": right}, references, lengths, resamples=500
     )
     claim = check_claims(evidence, KEYS, {"bahdanau (fixed context)": 1.0, "bahdanau (additive)": 2.0})[1]
-    assert claim.verdict == SUPPORTED and "BLEU kept on 31+ words (60 sentences)" in claim.evidence
+    assert claim.verdict == SUPPORTED and "BLEU kept in each longer bucket, 11-20 (60), 31-40 (60)," in claim.evidence
+    by_bucket = [evidence.retention("bahdanau (fixed context)", (1, 10), b).observed for b in ((11, 20), (31, 40))]
+    mean = evidence.mean_retention("bahdanau (fixed context)", (1, 10), [(11, 20), (31, 40)]).observed
+    np.testing.assert_allclose(mean, np.mean(by_bucket, axis=0))  # every bucket counts, the middle one too
     few = Evidence(
-        {n: {s: h[:80] for s, h in runs.items()} for n, runs in evidence.hypotheses.items()},
-        references[:80],
-        lengths[:80],
+        {n: {s: h[:140] for s, h in runs.items()} for n, runs in evidence.hypotheses.items()},
+        references[:140],
+        lengths[:140],
         resamples=200,
     )  # 20 long sentences: below LONG_MIN
     claim = check_claims(few, KEYS, {"bahdanau (fixed context)": 1.0, "bahdanau (additive)": 2.0})[1]
@@ -1156,7 +1160,9 @@ def test_the_lab_trains_scores_alignment_and_length_and_resumes_where_it_stopped
     record = json.loads((tmp_path / "lab" / "comparison" / "compare.json").read_text())
     claims = {c["claim"]: c for c in record["claims"]}
     assert claims["The gap grows with sentence length"]["verdict"] == "needs 3 seeds"  # the lab's, on long sentences
-    assert claims["The gap grows with sentence length"]["evidence"].startswith("the lab: BLEU kept on 31+ words")
+    assert claims["The gap grows with sentence length"]["evidence"].startswith(
+        "the lab: BLEU kept in each longer bucket, 11-20 (20), 21-30 (20), 31-40 (20)"
+    )
     assert f"| {local_m} | 1 |" in comparison and "| Δ best |" in comparison
     offset = load_script("alignment_offset")  # docs/alignment.md's table: AER with every link moved by k words
     monkeypatch.setattr(offset.results, "RESULTS", tmp_path / "results")

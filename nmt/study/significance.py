@@ -451,6 +451,19 @@ class Evidence:
         """a's retention (long over short BLEU) minus b's."""
         return contrast([(1.0, self.retention(a, short, long)), (-1.0, self.retention(b, short, long))])
 
+    def mean_retention(self, name: str, short: tuple[int, int], buckets: list[tuple[int, int]]) -> Runs:
+        """The mean over `buckets` of the share of its `short` BLEU a variant keeps in each: the area under its curve
+        of BLEU by length, relative to its own short-sentence BLEU. Every bucket counts, a middle that does not fall
+        steadily included."""
+        parts = [self.retention(name, short, bucket) for bucket in buckets]
+        observed = np.mean([part.observed for part in parts], axis=0)
+        resampled = np.mean([part.resampled for part in parts], axis=0)
+        return Runs(f"{name} mean retention", observed, resampled, min(part.sentences for part in parts))
+
+    def kept_over(self, a: str, b: str, short: tuple[int, int], buckets: list[tuple[int, int]]) -> Interval:
+        """a's mean retention over `buckets` minus b's."""
+        return contrast([(1.0, self.mean_retention(a, short, buckets)), (-1.0, self.mean_retention(b, short, buckets))])
+
     def growth(self, a: str, b: str, first: tuple[int, int], last: tuple[int, int]) -> Interval:
         """How much more a leads b on BLEU in the `last` length bucket than in the `first`."""
         return contrast(
