@@ -464,17 +464,6 @@ class Evidence:
         """a's mean retention over `buckets` minus b's."""
         return contrast([(1.0, self.mean_retention(a, short, buckets)), (-1.0, self.mean_retention(b, short, buckets))])
 
-    def growth(self, a: str, b: str, first: tuple[int, int], last: tuple[int, int]) -> Interval:
-        """How much more a leads b on BLEU in the `last` length bucket than in the `first`."""
-        return contrast(
-            [
-                (1.0, self.runs(a, bucket=last)),
-                (-1.0, self.runs(b, bucket=last)),
-                (-1.0, self.runs(a, bucket=first)),
-                (1.0, self.runs(b, bucket=first)),
-            ]
-        )
-
 
 def aer_score(totals: np.ndarray) -> float:
     """AER from summed link counts (sure hits, possible hits, predicted links, sure links): `nmt.alignment`."""
