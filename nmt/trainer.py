@@ -15,6 +15,7 @@ import contextlib
 import json
 import logging
 import math
+import multiprocessing
 import os
 import signal
 from dataclasses import asdict
@@ -80,10 +81,13 @@ class Features(torch.nn.Module):
 def loading(device: torch.device) -> dict:
     """How the training batches are made. On a GPU two worker processes collate the next batches and a thread pins
     them while the GPU works on this one (the copy to the device then waits for nothing); on a CPU the batches are
-    made in the training process, whose cores the model uses (a worker would take them from it)."""
+    made in the training process, whose cores the model uses (a worker would take them from it). The workers are
+    forked by name: inside a job of the joblib launcher the default start method is loky's, with which a DataLoader
+    cannot start its workers."""
     if device.type != "cuda":
         return {"num_workers": 0, "pin_memory": False}
-    return {"num_workers": 2, "pin_memory": True, "prefetch_factor": 4}
+    fork = multiprocessing.get_context("fork")
+    return {"num_workers": 2, "pin_memory": True, "prefetch_factor": 4, "multiprocessing_context": fork}
 
 
 class Trainer:

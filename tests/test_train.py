@@ -542,3 +542,20 @@ def test_the_best_checkpoint_is_the_validation_best_by_the_selected_score(tmp_pa
     assert saved["step"] == best["step"] and saved["best_score"] == best["loss"] and saved["best_bleu"] == best["bleu"]
     with pytest.raises(UserError, match="trainer.select=aer: the valid split has no gold links"):
         make_trainer(tmp_path / "aer", sample_vocabulary, pairs, "luong", select="aer")
+
+
+def _batches_in_a_job(options: dict) -> list:
+    return [batch.tolist() for batch in torch.utils.data.DataLoader(range(6), batch_size=2, **options)]
+
+
+def test_worker_processes_of_the_gpu_loader_start_inside_a_joblib_job():
+    """make results and the sweeps run each training in a joblib (loky) job, whose default start method cannot start
+    a DataLoader's workers ('Process' object has no attribute 'env', as on the first GPU run of the claims): the
+    loader's options name their own."""
+    import joblib
+
+    from nmt.trainer import loading
+
+    options = {**loading(torch.device("cuda")), "pin_memory": False}
+    made = joblib.Parallel(n_jobs=2, backend="loky")(joblib.delayed(_batches_in_a_job)(options) for _ in range(2))
+    assert made == [[[0, 1], [2, 3], [4, 5]]] * 2
