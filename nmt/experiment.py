@@ -243,8 +243,8 @@ def record_provenance(run_dir: Path, where: torch.device, precision: str = "") -
 
 
 def read_provenance(run_dir: Path) -> dict:
-    """The commits, start times and machines of a run's invocations (run_dir/provenance.json, which train.py
-    appends to), and when it finished (its results.json written). A run started before train.py recorded them has
+    """The commits, start times, machines and torch versions of a run's invocations (run_dir/provenance.json, which
+    train.py appends to), and when it finished (its results.json written). A run started before train.py recorded them has
     its dates from Hydra's records and no commit: the commit checked out at that time need not be the code a
     long-lived worker process had loaded."""
     path = run_dir / "provenance.json"
@@ -268,6 +268,7 @@ def read_provenance(run_dir: Path) -> dict:
             "machines": sorted(
                 {e["machine"] + (f" ({e['precision']})" if e.get("precision") else "") for e in entries}
             ),
+            "torch": sorted({e["torch"] for e in entries if e.get("torch")}),
         }
     records = sorted(p.name for p in run_dir.glob(".hydra/*") if p.is_dir())  # .hydra/<%Y-%m-%d_%H-%M-%S>
     dates = [f"{day}T{time.replace('-', ':')}" for day, time in (r.split("_") for r in records)]

@@ -99,13 +99,13 @@ def test_tables_render_from_the_json_and_say_where_the_runs_come_from(tmp_path):
     main = tables.main_table(tmp_path)
     rows = [line for line in main.splitlines() if line.startswith("| ") and "seeds" not in line]
     assert rows[0].startswith("| bahdanau (additive) | 3 | 1,000 | 30.00 ± 1.00 | 30.50 ± 1.00 | 31.00 ± 1.00 |")
-    assert "at commit abcdef1 on a CPU (fp32), torch 2.13.0" in main
+    assert "at commit abcdef1 on a CPU (fp32), analysed with torch 2.13.0" in main
     assert "trained 2026-11-24 10:00 to 2026-11-24 11:30 UTC" in main  # from the first start to the last end
     made["variants"]["sutskever"]["runs"][0]["provenance"]["machines"] = ["a CPU(R) 2"]  # before precisions were kept
     (tmp_path / "main.json").write_text(json.dumps(made))
-    assert "on a CPU (fp32); a CPU(R) 2 (precision not recorded), torch" in tables.main_table(tmp_path)
+    assert "on a CPU (fp32); a CPU(R) 2 (precision not recorded), analysed with torch" in tables.main_table(tmp_path)
     assert "| 2.5 ± 0.0 | 100 | 0.10 ± 0.00 |" in rows[0]
-    assert "1e+14 FLOPs each, or less where valid BLEU did not improve in 5 validations in a row" in main
+    assert "1e+14 FLOPs each, or less where valid BLEU stalled for 5 validations" in main
     assert rows[0].split(" | ")[7] == "-" and "| -20.00 [-21.00, -19.00] 0.0002 | 2.5" in rows[1]  # Δ the best
     assert "minus that of the best on valid (bahdanau (additive))" in main
     main_claims = tables.render("main_claims", tmp_path)  # the claims four families can test, not the others
@@ -248,7 +248,16 @@ def test_the_lab_is_rendered_from_its_json_as_the_lab_writes_its_report(tmp_path
         result["seeds"] = [{"provenance": {**provenance, "finished": f"2026-11-2{5 + k}T1{k}:00"}} for k in range(3)]
     (tmp_path / "lab.json").write_text(json.dumps({**lab, "torch": "2.13.0"}))
     line = "9 runs, `python -m nmt.study lab --seeds 3`, trained 2026-11-25 10:00 to 2026-11-27 12:00 UTC at commit "
-    assert tables.render("lab", tmp_path).rstrip().endswith(f"{line}abc1234 on a CPU (fp32), torch 2.13.0.")
+    assert (
+        tables.render("lab", tmp_path).rstrip().endswith(f"{line}abc1234 on a CPU (fp32), analysed with torch 2.13.0.")
+    )
+    # the torch that trained the runs, where they recorded it (a GPU's may not be the one that analyses them)
+    lab["results"][0]["seeds"][0]["provenance"]["torch"] = ["2.11.0+cu130"]
+    (tmp_path / "lab.json").write_text(json.dumps({**lab, "torch": "2.13.0"}))
+    rendered = tables.render("lab", tmp_path).rstrip()
+    assert rendered.endswith(
+        "on a CPU (fp32) with torch 2.11.0+cu130 (not recorded by some), analysed with torch 2.13.0."
+    )
 
 
 def test_the_parts_table_says_which_parts_of_make_results_are_complete(tmp_path):

@@ -110,7 +110,7 @@ FIGURES = ROOT / "docs" / "figures" / "results"
 FIGURE_FILES = (
     ("bleu_by_compute.png", "valid BLEU against training compute"),
     ("bleu_by_length.png", "test BLEU by source sentence length"),
-    ("attention.png", "the attention of each model on a sentence we wrote"),
+    ("attention.png", "each model's attention on a sentence we wrote"),
 )
 
 

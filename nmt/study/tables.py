@@ -33,9 +33,9 @@ MARKER = re.compile(r"<!-- results:(?P<name>[a-z0-9_]+) -->\n(?P<body>.*?)<!-- /
 
 
 def trained(provenances: list[dict]) -> str:
-    """When, at which commits and on which machines runs were trained (from the first start to the last end, where
-    the runs recorded when they ended), from their provenance; a machine named before runs recorded their precision
-    says so."""
+    """When, at which commits, on which machines and with which torch runs were trained (from the first start to the
+    last end, where the runs recorded when they ended), from their provenance; a machine named before runs recorded
+    their precision says so. The torch that analysed them is the report's own (runs_line)."""
     from nmt.device import PRECISIONS  # read_provenance names a machine "<name> (<precision>)"
 
     recorded = tuple(f"({name})" for name in PRECISIONS)
@@ -44,12 +44,15 @@ def trained(provenances: list[dict]) -> str:
     machines = sorted(
         {m if m.endswith(recorded) else f"{m} (precision not recorded)" for p in provenances for m in p["machines"]}
     )
+    torches = sorted({t for p in provenances for t in p.get("torch", [])})
     first, last = (d[:16].replace("T", " ") for d in (dates[0], dates[-1])) if dates else ("", "")
     span = f"{first} to {last} UTC" if dates else "at dates not recorded"
     return (
         f"trained {span} at commit{'s' * (len(commits) != 1)} "
         f"{', '.join(c[:7] for c in commits) or 'not recorded'} "
         f"on {'; '.join(machines) or 'a machine not recorded'}"
+        + (f" with torch {', '.join(torches)}" if torches else "")
+        + (" (not recorded by some)" if torches and not all(p.get("torch") for p in provenances) else "")
     )
 
 
@@ -68,7 +71,7 @@ def runs_line(record: dict) -> str:
     changes = "+changes" if analysis.get("uncommitted_changes") else ""
     code = f" Analysed at commit {analysis['commit'][:7]}{changes}." if analysis.get("commit") else ""
     return (
-        f"{len(runs)} run{'s' * (len(runs) != 1)}, `{record['command']}`, {when}, torch {record['torch']}, "
+        f"{len(runs)} run{'s' * (len(runs) != 1)}, `{record['command']}`, {when}, analysed with torch {record['torch']}, "
         f"sacreBLEU `{record['signatures'].get('BLEU', '')}`.{pooled}{code}"
     )
 
@@ -154,10 +157,7 @@ def main_table(folder: Path = RESULTS, short: bool = False) -> str:
     budget = sorted({r["budget"] for r in every})
     patience = sorted({r["config"]["trainer"]["patience"] for r in every})
     early = (
-        (
-            f", or less where valid BLEU did not improve in {' or '.join(map(str, patience))} validations in a row "
-            "(`trainer.patience`)"
-        )
+        (f", or less where valid BLEU stalled for {' or '.join(map(str, patience))} validations (`trainer.patience`)")
         if any(patience)
         else ""
     )
@@ -318,7 +318,7 @@ def lab_source(record: dict, shown: list[dict] | None = None) -> str:
         return f"`{record['command']}`; commits {', '.join(record.get('commits', [])) or '-'}."
     return (
         f"{len(runs)} runs, `{record['command']}`, {trained([run['provenance'] for run in runs])}, "
-        f"torch {record['torch']}."
+        f"analysed with torch {record['torch']}."
     )
 
 
