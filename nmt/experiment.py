@@ -243,10 +243,10 @@ def record_provenance(run_dir: Path, where: torch.device, precision: str = "") -
 
 
 def read_provenance(run_dir: Path) -> dict:
-    """The commits, start times, machines and torch versions of a run's invocations (run_dir/provenance.json, which
-    train.py appends to), and when it finished (its results.json written). A run started before train.py recorded them has
-    its dates from Hydra's records and no commit: the commit checked out at that time need not be the code a
-    long-lived worker process had loaded."""
+    """The commits, start times, machines and torch versions of a run's invocations (run_dir/provenance.json,
+    which train.py appends to), and when it finished (its results.json written). A run started before train.py
+    recorded them has its dates from Hydra's records and no commit: the commit checked out at that time need not be
+    the code a long-lived worker process had loaded."""
     path = run_dir / "provenance.json"
     results = run_dir / "results.json"
     finished = (

@@ -71,8 +71,8 @@ def runs_line(record: dict) -> str:
     changes = "+changes" if analysis.get("uncommitted_changes") else ""
     code = f" Analysed at commit {analysis['commit'][:7]}{changes}." if analysis.get("commit") else ""
     return (
-        f"{len(runs)} run{'s' * (len(runs) != 1)}, `{record['command']}`, {when}, analysed with torch {record['torch']}, "
-        f"sacreBLEU `{record['signatures'].get('BLEU', '')}`.{pooled}{code}"
+        f"{len(runs)} run{'s' * (len(runs) != 1)}, `{record['command']}`, {when}, "
+        f"analysed with torch {record['torch']}, sacreBLEU `{record['signatures'].get('BLEU', '')}`.{pooled}{code}"
     )
 
 
