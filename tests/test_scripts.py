@@ -510,6 +510,23 @@ def test_the_joblib_launcher_runs_two_jobs_at_once_and_gives_the_basic_launchers
         assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
 
 
+def test_a_sweep_stopped_after_its_last_run_finished_says_so_instead_of_listing_no_runs(tmp_path):
+    """device_check.sh's time limit reached a GPU sweep whose 12 runs had all just finished: the message read
+    '0 of 12 runs of the sweep did not finish:' and an empty list."""
+    from nmt.study.sweep import failures
+
+    runs = [(f"luong seed {seed}", [], tmp_path / f"seed{seed}") for seed in (1, 2)]
+    for _, _, run_dir in runs:
+        run_dir.mkdir()
+        (run_dir / "results.json").write_text("{}")
+    message = failures(runs, tmp_path, 143)
+    assert message.startswith("the sweep stopped with exit status 143 (SIGTERM) after all 2 of its runs had finished")
+    (runs[1][2] / "results.json").unlink()
+    assert failures(runs, tmp_path, 1).startswith(
+        f"1 of 2 runs of the sweep did not finish:\n  luong seed 2 ({runs[1][2]})"
+    )
+
+
 def test_a_failing_job_of_a_sweep_lets_the_others_run_and_is_named_with_its_reason(tmp_path, capfd):
     from nmt.study.sweep import sweep
 

@@ -174,8 +174,8 @@ def sweep(
         ]
         command += launcher_overrides(launcher, min(jobs, len(needed) * len(grid_seeds)), overrides)
         print("train.py " + " ".join(command[len(TRAIN) :]), flush=True)
-        if waited(command) != 0:
-            raise UserError(failures(runs, folder))
+        if (status := waited(command)) != 0:
+            raise UserError(failures(runs, folder, status))
     return [run_dir for _, _, run_dir in runs]
 
 
@@ -255,10 +255,17 @@ def recorded(
     return found
 
 
-def failures(runs: list[tuple[str, list[str], Path]], folder: Path) -> str:
+def failures(runs: list[tuple[str, list[str], Path]], folder: Path, status: int) -> str:
     """Every run of a sweep that did not finish, with its reason (the `failed.txt` train.py leaves in a failed job's
-    folder), and what a rerun does."""
+    folder), and what a rerun does; a sweep stopped (`status`: its exit status) after its last run finished says
+    so."""
     unfinished = [(name, run_dir) for name, _, run_dir in runs if not (run_dir / "results.json").is_file()]
+    if not unfinished:
+        signalled = f" ({signal.Signals(status - 128).name})" if 128 < status < 128 + signal.NSIG else ""
+        return (
+            f"the sweep stopped with exit status {status}{signalled} after all {len(runs)} of its runs had finished "
+            f"(in {folder}): rerun to go on from them"
+        )
     lines = []
     for name, run_dir in unfinished:
         lines.append(f"{name} ({run_dir}): {failure(run_dir) or 'did not finish (its log above)'}")
