@@ -14,6 +14,7 @@ import torch
 
 from nmt import UserError, build
 from nmt.config import GrammarOptions, TrainerConfig
+from nmt.optim import load_optimizer
 
 # Options added after checkpoints had been written without them, with the value that keeps such a checkpoint's
 # behaviour (the code's behaviour before the option existed). Loading fills them in, so an older run still decodes,
@@ -225,7 +226,7 @@ def restore_training(
     """Load a `training_state` into the given objects and this process's random state (`restore_rng`); returns its
     progress and metrics."""
     model.load_state_dict(payload["model"])
-    optimizer.load_state_dict(payload["optimizer"])
+    load_optimizer(optimizer, payload["optimizer"])
     schedule.load_state_dict(payload["schedule"])
     if payload["scaler"] and scaler.is_enabled():  # precision=auto may pick fp16 (a scaler) on one machine, not another
         scaler.load_state_dict(payload["scaler"])

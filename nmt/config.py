@@ -240,6 +240,10 @@ class TrainerConfig:
     # or fp32, bf16, fp16 (GPU only)
     precision: str = "auto"
     device: str = "auto"  # auto (CUDA when present), cpu or cuda
+    # true: on a GPU each update is captured as a CUDA graph per batch shape and replayed (nmt/graphs.py; batches of
+    # a few static shapes), where the run allows it (one process, no accumulation, no fp16), else eager with the
+    # reason logged; false: eager, batches as on a CPU. No effect on a CPU
+    cuda_graphs: bool = True
     # true: deterministic kernels only, so a CUDA run repeats bit for bit (slower; an op without one is refused by
     # name). CPU runs repeat bit for bit without it
     deterministic: bool = False

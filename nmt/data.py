@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import io
 import logging
+import multiprocessing
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -160,15 +161,19 @@ class Batch:
     target_positions: torch.Tensor
     # (B,) the source lengths, kept on the CPU where the batch goes: what packing an RNN's input needs, without a wait
     source_lengths: torch.Tensor
+    # A batch of static shape (StaticShapes) has rows of padding and no target_positions: (B * T,) fp32, 1 on the
+    # real target tokens and 0 elsewhere, weights the loss over every position instead
+    token_weights: torch.Tensor | None = None
 
     def to(self, device: torch.device, non_blocking: bool = False) -> Batch:
         moved = {
-            k: t if k == "source_lengths" else t.to(device, non_blocking=non_blocking) for k, t in vars(self).items()
+            k: t if k == "source_lengths" or t is None else t.to(device, non_blocking=non_blocking)
+            for k, t in vars(self).items()
         }
         return Batch(**moved)
 
     def pin_memory(self) -> Batch:
-        return Batch(*(t.pin_memory() for t in vars(self).values()))
+        return Batch(*(t if t is None else t.pin_memory() for t in vars(self).values()))
 
     @property
     def target_tokens(self) -> int:
@@ -214,6 +219,59 @@ def collate(items: list[tuple[int, list[int], list[int]]]) -> Batch:
     return Batch(source, source != PAD_ID, target_in, target_out, torch.tensor(indices), positions, lengths)
 
 
+@dataclass(frozen=True)
+class StaticShapes:
+    """Batch shapes from a small fixed set, so that a captured update (nmt.graphs) replays the few it has: a pair goes
+    to the bucket of its longer side (the target with eos) rounded up to a multiple of `width`, both sides are padded
+    to that length, and every batch of the bucket has the same number of rows, the most that fit `max_tokens` (the
+    last one of an epoch filled with rows of padding, whose weight in the loss is 0)."""
+
+    max_tokens: int
+    width: int = 8
+
+    def length(self, source_length: int, target_length: int) -> int:
+        longest = max(int(source_length), int(target_length))
+        return -(-longest // self.width) * self.width
+
+    def rows(self, length: int) -> int:
+        return max(1, self.max_tokens // length)
+
+    def batches(self, source_lengths: np.ndarray, target_lengths: np.ndarray, order: np.ndarray) -> list[list[int]]:
+        """`order` cut into batches of one bucket each, at most rows(bucket) pairs, in the order's sequence."""
+        buckets: dict[int, list[int]] = {}
+        for index in order:
+            buckets.setdefault(self.length(source_lengths[index], target_lengths[index]), []).append(int(index))
+        return [
+            members[start : start + self.rows(length)]
+            for length, members in sorted(buckets.items())
+            for start in range(0, len(members), self.rows(length))
+        ]
+
+    def collate(self, items: list[tuple[int, list[int], list[int]]]) -> Batch:
+        """`items` of one bucket padded to its shape: (rows, length) on both sides. A row of padding has eos for a
+        source (attention needs a real position) and an all-padding target."""
+        batch = collate(items)
+        length = self.length(batch.source.shape[1], batch.target_out.shape[1])
+        rows = self.rows(length)
+        if len(items) > rows:
+            raise ValueError(f"{len(items)} pairs do not fit the static shape ({rows}, {length})")
+
+        def padded(tensor: torch.Tensor, fill: int) -> torch.Tensor:
+            grown = torch.full((rows, length), fill, dtype=tensor.dtype)
+            grown[: tensor.shape[0], : tensor.shape[1]] = tensor
+            return grown
+
+        source = padded(batch.source, PAD_ID)
+        source[len(items) :, 0] = EOS_ID
+        target_out = padded(batch.target_out, PAD_ID)
+        lengths = torch.cat([batch.source_lengths, torch.ones(rows - len(items), dtype=torch.long)])
+        weights = (target_out != PAD_ID).flatten().float()
+        indices = torch.cat([batch.indices, torch.full((rows - len(items),), -1)])
+        return Batch(
+            source, source != PAD_ID, padded(batch.target_in, PAD_ID), target_out, indices, None, lengths, weights
+        )
+
+
 def token_batches(
     source_lengths: np.ndarray, target_lengths: np.ndarray, max_tokens: int, order: np.ndarray
 ) -> list[list[int]]:
@@ -249,8 +307,10 @@ class TokenBatchSampler(torch.utils.data.Sampler):
         shuffle: bool,
         seed: int = 0,
         max_len: int | None = None,
+        static: StaticShapes | None = None,
     ):
         self.dataset, self.max_tokens, self.shuffle, self.seed = dataset, max_tokens, shuffle, seed
+        self.static = static  # batches of the few static shapes, or token_batches' own
         lengths = np.maximum(dataset.source_lengths, dataset.target_lengths)
         keep = lengths <= max_len if max_len else np.ones(len(dataset), dtype=bool)
         self.kept = np.flatnonzero(keep)
@@ -267,14 +327,14 @@ class TokenBatchSampler(torch.utils.data.Sampler):
 
     def batches(self) -> list[list[int]]:
         source, target = self.dataset.source_lengths, self.dataset.target_lengths
-        if not self.shuffle:
-            order = self.kept[np.lexsort((target[self.kept], source[self.kept]))]
-            return token_batches(source, target, self.max_tokens, order)
         rng = np.random.default_rng([self.seed, self.epoch])
-        noise = rng.uniform(-1.0, 1.0, size=len(self.kept))
+        noise = rng.uniform(-1.0, 1.0, size=len(self.kept)) if self.shuffle else np.zeros(len(self.kept))
         order = self.kept[np.lexsort((target[self.kept], source[self.kept] + noise))]
-        batches = token_batches(source, target, self.max_tokens, order)
-        return [batches[i] for i in rng.permutation(len(batches))]
+        if self.static is None:
+            batches = token_batches(source, target, self.max_tokens, order)
+        else:
+            batches = self.static.batches(source, target, order)
+        return [batches[i] for i in rng.permutation(len(batches))] if self.shuffle else batches
 
     def __iter__(self):
         return iter(self.batches())
@@ -299,3 +359,15 @@ def check_splits(
         )
     if not valid_pairs:
         raise UserError(f"the valid split is empty: validation needs at least one pair ({valid_option})")
+
+
+def loading(device: torch.device) -> dict:
+    """How the training batches are made. On a GPU two worker processes collate the next batches and a thread pins
+    them while the GPU works on this one (the copy to the device then waits for nothing); on a CPU the batches are
+    made in the training process, whose cores the model uses (a worker would take them from it). The workers are
+    forked by name: inside a job of the joblib launcher the default start method is loky's, with which a DataLoader
+    cannot start its workers."""
+    if device.type != "cuda":
+        return {"num_workers": 0, "pin_memory": False}
+    fork = multiprocessing.get_context("fork")
+    return {"num_workers": 2, "pin_memory": True, "prefetch_factor": 4, "multiprocessing_context": fork}

@@ -167,3 +167,13 @@ def autocast(where: torch.device, dtype: torch.dtype):
     if dtype == torch.float32:
         return contextlib.nullcontext()
     return torch.autocast(where.type, dtype=dtype)
+
+
+def make_deterministic() -> None:
+    """trainer.deterministic: PyTorch's deterministic kernels only (an op without one raises, naming itself), cuDNN's
+    deterministic algorithms without autotuning, and the cuBLAS workspace that makes its products repeatable. On a
+    CPU our runs are bit for bit already (tests/test_train.py); on CUDA this is the condition for it, at some speed."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before the first cuBLAS call
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False

@@ -25,8 +25,9 @@ CHUNK_ELEMENTS = {"cpu": 1 << 21, "cuda": 1 << 26}
 
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, features, weight, bias, target, smoothing, dtype):
-        # features (N, H), weight (V, H), bias (V,) or None, target (N,) without padding
+    def forward(ctx, features, weight, bias, target, smoothing, dtype, row_weights):
+        # features (N, H), weight (V, H), bias (V,) or None, target (N,) without padding, or with it and row_weights
+        # (N,) fp32 that give padding rows 0 (the static shapes of a captured update, nmt.graphs)
         rows, vocab = features.shape[0], weight.shape[0]
         x, w = features.to(dtype), weight.to(dtype)
         b = bias.to(dtype) if bias is not None else None
@@ -46,21 +47,31 @@ class _LinearCrossEntropy(torch.autograd.Function):
             log_p = torch.log_softmax(z.float(), dim=1)  # (n, V) fp32; faster than dtype=float32 on CPU
             target_log_p = log_p.gather(1, y)  # (n, 1)
             token_loss[chunk] = -target_log_p[:, 0]
-            total -= (1.0 - smoothing) * target_log_p.sum() + smoothing * log_p.mean(dim=1).sum()
+            if row_weights is None:
+                total -= (1.0 - smoothing) * target_log_p.sum() + smoothing * log_p.mean(dim=1).sum()
+            else:
+                weights = row_weights[chunk]
+                total -= weights @ ((1.0 - smoothing) * target_log_p[:, 0] + smoothing * log_p.mean(dim=1))
             if not needs_grad:
                 continue
             # d/dz = p - (1 - eps) 1[y] - eps/V: the products take p alone; the two sparse or constant terms are
-            # added after them in fp32, which keeps them exact and saves two passes over the (n, V) block.
+            # added after them in fp32, which keeps them exact and saves two passes over the (n, V) block. A row's
+            # weight scales its row of d/dz: its row of grad_x, and its features in grad_w and grad_b.
             p = torch.exp(log_p, out=probabilities[: len(x_chunk)])  # (n, V) in the matmul dtype
             grad_x[chunk] = torch.mm(p, w).float() - (1.0 - smoothing) * w[y[:, 0]].float()
+            if row_weights is not None:
+                grad_x[chunk] *= weights[:, None]
+                x_chunk = x_chunk * weights[:, None].to(x_chunk.dtype)
             grad_w += (p.t() @ x_chunk).float()
             grad_w.index_add_(0, y[:, 0], x_chunk.float(), alpha=smoothing - 1.0)
-            grad_b += p.sum(dim=0, dtype=torch.float32)
-            grad_b.index_add_(0, y[:, 0], torch.full((len(x_chunk),), smoothing - 1.0, device=x.device))
+            if row_weights is None:
+                grad_b += p.sum(dim=0, dtype=torch.float32)
+                grad_b.index_add_(0, y[:, 0], torch.full((len(x_chunk),), smoothing - 1.0, device=x.device))
+            else:
+                grad_b += (p.t() @ weights.to(p.dtype)).float()
+                grad_b.index_add_(0, y[:, 0], weights, alpha=smoothing - 1.0)
         if needs_grad and smoothing:
-            grad_x -= smoothing / vocab * w.float().sum(dim=0)
-            grad_w -= smoothing / vocab * x.float().sum(dim=0)
-            grad_b -= smoothing / vocab * rows
+            smooth(grad_x, grad_w, grad_b, w, x, smoothing / vocab, row_weights)
         if not needs_grad:
             grad_x = grad_w = grad_b = None
         elif bias is None:
@@ -82,7 +93,21 @@ class _LinearCrossEntropy(torch.autograd.Function):
             None,
             None,
             None,
+            None,
         )
+
+
+def smooth(grad_x, grad_w, grad_b, w, x, share: float, row_weights: torch.Tensor | None) -> None:
+    """The smoothing term's constant part of d/dz, -eps/V on every class of every row (weighted by row), added to
+    the gradients after the chunks' products."""
+    if row_weights is None:
+        grad_x -= share * w.float().sum(dim=0)
+        grad_w -= share * x.float().sum(dim=0)
+        grad_b -= share * x.shape[0]
+    else:
+        grad_x -= share * row_weights[:, None] * w.float().sum(dim=0)
+        grad_w -= share * (row_weights @ x.float())
+        grad_b -= share * row_weights.sum()
 
 
 def linear_cross_entropy(
@@ -93,11 +118,13 @@ def linear_cross_entropy(
     smoothing: float = 0.0,
     dtype: torch.dtype | None = None,
     per_token: bool = False,
+    row_weights: torch.Tensor | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Summed label-smoothed cross-entropy of `features @ weight.T + bias` against `target`: a scalar (fp32); with
     `per_token`, also each row's -log p(target) without smoothing (N,), fp32 and without gradient.
 
-    features (N, H), weight (V, H), bias (V,) or None, target (N,) class ids (padding already removed). The matrix
+    features (N, H), weight (V, H), bias (V,) or None, target (N,) class ids (padding already removed, or kept and
+    given weight 0 in `row_weights` (N,), fp32: the sum is then weighted, value and gradient). The matrix
     products run in `dtype` (bf16 or fp16 under mixed precision; default: the features' dtype), the softmax and the
     sums in fp32. Equals `F.cross_entropy(F.linear(features, weight, bias).float(), target, reduction="sum",
     label_smoothing=smoothing)` in value and gradient.
@@ -107,7 +134,9 @@ def linear_cross_entropy(
     if not torch.is_grad_enabled():  # validation: a Function still sees requires_grad under no_grad, and would form
         features, weight = features.detach(), weight.detach()  # the gradients (twice the products of the loss)
         bias = bias.detach() if bias is not None else None
-    total, token_loss = _LinearCrossEntropy.apply(features, weight, bias, target, smoothing, dtype or features.dtype)
+    total, token_loss = _LinearCrossEntropy.apply(
+        features, weight, bias, target, smoothing, dtype or features.dtype, row_weights
+    )
     return (total, token_loss) if per_token else total
 
 
@@ -120,19 +149,21 @@ def batch_loss(model, features_of, batch, smoothing: float, device: torch.device
         # (B, T, F), (B, T, S); the source lengths from the CPU side of the batch
         features, attention = features_of(batch.source, batch.source_mask, batch.target_in, batch.source_lengths)
     real = batch.target_out != PAD_ID  # (B, T)
-    positions = batch.target_positions  # real tokens, found on the CPU: no host sync here
     output = model.output
+    if batch.token_weights is None:
+        positions = batch.target_positions  # real tokens, found on the CPU: no host sync here
+        features, target, weights = features.flatten(0, 1).index_select(0, positions), batch.target_out.flatten(), None
+        target = target.index_select(0, positions)
+    else:  # a batch of static shape: every position, padding weighted 0 (no size that depends on the data)
+        features, target, weights = features.flatten(0, 1), batch.target_out.flatten(), batch.token_weights
     loss, token_loss = linear_cross_entropy(
-        features.flatten(0, 1).index_select(0, positions),
-        output.weight,
-        output.bias,
-        batch.target_out.flatten().index_select(0, positions),
-        smoothing,
-        dtype,
-        per_token=True,
+        features, output.weight, output.bias, target, smoothing, dtype, per_token=True, row_weights=weights
     )
     if attention is not None and attention.requires_grad:
-        token_loss = torch.zeros(real.shape, device=real.device).masked_scatter(real, token_loss)  # (B, T)
+        if weights is None:
+            token_loss = torch.zeros(real.shape, device=real.device).masked_scatter(real, token_loss)  # (B, T)
+        else:
+            token_loss = (token_loss * weights).view(real.shape)
         policy = model.attention_loss(attention, real, token_loss)
         if policy is not None:
             loss = loss + policy

@@ -12,12 +12,36 @@ from nmt.config import TrainerConfig
 OPTIMIZERS = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
 
 
-def make_optimizer(model: torch.nn.Module, config: TrainerConfig) -> torch.optim.Optimizer:
+# How an optimiser runs, not what it computes: the running one's, whatever a restored state says
+IMPLEMENTATION = ("foreach", "fused", "capturable", "differentiable")
+
+
+def make_optimizer(model: torch.nn.Module, config: TrainerConfig, captured: bool = False) -> torch.optim.Optimizer:
+    """The optimiser `config` names; `captured`: fused and capturable, its step count on the GPU, for an update
+    captured as a CUDA graph (nmt.graphs; the learning rate becomes a device tensor there)."""
     if config.optimizer not in OPTIMIZERS:
         raise UserError(f"trainer.optimizer={config.optimizer!r}: use {' or '.join(OPTIMIZERS)}")
+    graph = {"fused": True, "capturable": True} if captured else {}
     return OPTIMIZERS[config.optimizer](
-        model.parameters(), lr=config.lr, betas=tuple(config.betas), weight_decay=config.weight_decay
+        model.parameters(), lr=config.lr, betas=tuple(config.betas), weight_decay=config.weight_decay, **graph
     )
+
+
+def load_optimizer(optimizer: torch.optim.Optimizer, state: dict) -> None:
+    """A saved optimiser state into `optimizer`, which keeps its own implementation: a run saved with captured
+    updates on a GPU continues eagerly on a CPU and the other way round (the step counts moved to where that
+    implementation keeps them, the learning rate a float until nmt.graphs makes it a device tensor again)."""
+    kinds = [{key: group[key] for key in IMPLEMENTATION if key in group} for group in optimizer.param_groups]
+    optimizer.load_state_dict(state)
+    for group, kind in zip(optimizer.param_groups, kinds, strict=True):
+        group.update(kind)
+        group["lr"] = float(group["lr"])
+        on_device = bool(kind.get("capturable") or kind.get("fused"))
+        for parameter in group["params"]:
+            held = optimizer.state.get(parameter, {})
+            if isinstance(held.get("step"), torch.Tensor):
+                device = parameter.device if on_device else torch.device("cpu")
+                held["step"] = held["step"].to(device, torch.float32)
 
 
 def make_schedule(optimizer: torch.optim.Optimizer, config: TrainerConfig):
@@ -46,9 +70,13 @@ def set_lr(optimizer: torch.optim.Optimizer, schedule, lr: float) -> None:
     (a plateau schedule restarts from `lr` itself)."""
     for group in optimizer.param_groups:
         if steps_on_validation(schedule):
-            group["lr"] = lr
+            value = lr
         else:
-            group["lr"] = lr * group["lr"] / group["initial_lr"] if group.get("initial_lr") else lr
+            value = lr * float(group["lr"]) / group["initial_lr"] if group.get("initial_lr") else lr
+        if isinstance(group["lr"], torch.Tensor):
+            group["lr"].fill_(value)  # in place: a captured update reads this tensor
+        else:
+            group["lr"] = value
         group["initial_lr"] = lr
     if not steps_on_validation(schedule):
         schedule.base_lrs = [lr for _ in optimizer.param_groups]

@@ -17,18 +17,9 @@ from nmt.attention import Attention, LocalAttention
 from nmt.dropout import Dropout
 from nmt.flops import Shape, attention_products, linear, output_and_loss, packed_rnn, padded_rnn
 from nmt.model import Seq2Seq, State
+from nmt.unpacked import reverse_padded, unpacked_rnn
 
 AttentionFactory = Callable[..., Attention]
-
-
-def reverse_padded(sequence: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Reverse the real positions of each row, leaving the padding at the end: (B, S, ...) -> (B, S, ...). Its own
-    inverse, so it also brings annotations of a reversed sentence back to the original order."""
-    lengths = mask.sum(1, keepdim=True)  # (B, 1)
-    positions = torch.arange(sequence.shape[1], device=sequence.device)[None, :]  # (1, S)
-    reversed_positions = torch.where(positions < lengths, lengths - 1 - positions, positions)  # (B, S)
-    index = reversed_positions.view(*reversed_positions.shape, *[1] * (sequence.dim() - 2)).expand_as(sequence)
-    return sequence.gather(1, index)
 
 
 def uniform_init(model: nn.Module, init_range: float, embeddings: bool = True) -> None:
@@ -73,16 +64,20 @@ class Encoder(nn.Module):
             dropout=dropout if layers > 1 else 0.0,
             bidirectional=bidirectional,
         )
+        self.packed = True  # False while nmt.graphs captures an update (nmt.graphs.static_shapes)
 
     def forward(
         self, source: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, tuple | torch.Tensor]:
         """Annotations (B, S, directions * H) and the final states ((layers * directions, B, H), as nn.LSTM gives)."""
         embedded = self.dropout(self.embedding(source))  # (B, S, E)
-        lengths = mask.sum(1).cpu() if lengths is None else lengths  # packing takes them on the CPU: the batch's own
-        packed = pack_padded_sequence(embedded, lengths, batch_first=True, enforce_sorted=False)
-        outputs, final = self.rnn(packed)
-        outputs, _ = pad_packed_sequence(outputs, batch_first=True, total_length=source.shape[1])
+        if self.packed:
+            lengths = mask.sum(1).cpu() if lengths is None else lengths  # packing takes them on the CPU
+            packed = pack_padded_sequence(embedded, lengths, batch_first=True, enforce_sorted=False)
+            outputs, final = self.rnn(packed)
+            outputs, _ = pad_packed_sequence(outputs, batch_first=True, total_length=source.shape[1])
+        else:  # the same figures with every shape fixed by the padded batch, for a captured update (nmt.graphs)
+            outputs, final = unpacked_rnn(self.rnn, embedded, mask)
         if torch.is_autocast_enabled(outputs.device.type):
             # Autocast runs nn.GRU in fp32 (it covers nn.LSTM only). Cast its annotations once here; left in fp32,
             # every decoder step's attention product would cast (and keep for backward) a copy of its own.

@@ -15,8 +15,6 @@ import contextlib
 import json
 import logging
 import math
-import multiprocessing
-import os
 import signal
 from dataclasses import asdict
 from pathlib import Path
@@ -29,12 +27,22 @@ from nmt import UserError, checkpoint, distributed
 from nmt.checkpoint import Progress
 from nmt.config import DecodeOptions, TrainerConfig
 from nmt.corpus import Pairs
-from nmt.data import Batch, ParallelDataset, TokenBatchSampler, Vocabulary, check_splits, collate
+from nmt.data import (
+    Batch,
+    ParallelDataset,
+    StaticShapes,
+    TokenBatchSampler,
+    Vocabulary,
+    check_splits,
+    collate,
+    loading,
+)
 from nmt.decoding import Search, check_input_lengths
-from nmt.device import capability, exact_fp32
+from nmt.device import capability, exact_fp32, make_deterministic
 from nmt.device import choose as choose_precision
 from nmt.device import device as find_device
 from nmt.flops import Shape
+from nmt.graphs import GraphedUpdate, graph_refusal, graphed_update
 from nmt.loss import batch_loss
 from nmt.meters import Clock, ProgressBar, StopRequests, Window
 from nmt.optim import make_optimizer, make_schedule, steps_on_validation
@@ -44,16 +52,6 @@ from nmt.validation import validate
 log = logging.getLogger(__name__)
 VALIDATIONS = "validations.jsonl"  # in a run directory: one JSON line per validation (`Trainer.record_validation`)
 RECORDED = ("loss", "perplexity", "bleu", "chrf", "aer", "seconds")  # of a validation's metrics, what its line keeps
-
-
-def make_deterministic() -> None:
-    """trainer.deterministic: PyTorch's deterministic kernels only (an op without one raises, naming itself), cuDNN's
-    deterministic algorithms without autotuning, and the cuBLAS workspace that makes its products repeatable. On a
-    CPU our runs are bit for bit already (tests/test_train.py); on CUDA this is the condition for it, at some speed."""
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before the first cuBLAS call
-    torch.use_deterministic_algorithms(True)
-    torch.backends.cudnn.deterministic = True
-    torch.backends.cudnn.benchmark = False
 
 
 class NonFiniteLoss(Exception):
@@ -76,18 +74,6 @@ class Features(torch.nn.Module):
         source_lengths: torch.Tensor | None = None,
     ):
         return self.model.features(source, source_mask, target_in, source_lengths)
-
-
-def loading(device: torch.device) -> dict:
-    """How the training batches are made. On a GPU two worker processes collate the next batches and a thread pins
-    them while the GPU works on this one (the copy to the device then waits for nothing); on a CPU the batches are
-    made in the training process, whose cores the model uses (a worker would take them from it). The workers are
-    forked by name: inside a job of the joblib launcher the default start method is loky's, with which a DataLoader
-    cannot start its workers."""
-    if device.type != "cuda":
-        return {"num_workers": 0, "pin_memory": False}
-    fork = multiprocessing.get_context("fork")
-    return {"num_workers": 2, "pin_memory": True, "prefetch_factor": 4, "multiprocessing_context": fork}
 
 
 class Trainer:
@@ -122,8 +108,15 @@ class Trainer:
             )
         self.run_config = run_config or {"trainer": asdict(config)}  # what checkpoints store as their config
         self.place(model, seed)
+        self.graph_refusal = (
+            graph_refusal(self.device, self.world, config.accumulate, self.dtype)
+            if config.cuda_graphs
+            else "trainer.cuda_graphs=false"
+        )
+        static = StaticShapes(max_tokens) if self.graph_refusal is None else None  # what a captured update needs
+        self.collate = static.collate if static else collate
         self.dataset = ParallelDataset(train_pairs, vocabulary)
-        self.sampler = TokenBatchSampler(self.dataset, max_tokens, shuffle=True, seed=seed, max_len=max_len)
+        self.sampler = TokenBatchSampler(self.dataset, max_tokens, True, seed, max_len, static)
         if self.sampler.dropped:
             log.info("dropped %d training pairs longer than data.max_len=%d subwords", self.sampler.dropped, max_len)
         corpus = self.run_config.get("data", {}).get("corpus")
@@ -140,7 +133,7 @@ class Trainer:
             "trainer.decode_max_input_len",
             "valid line",
         )
-        self.optimizer = make_optimizer(self.model, config)
+        self.optimizer = make_optimizer(self.model, config, captured=self.graph_refusal is None)
         self.schedule = make_schedule(self.optimizer, config)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.dtype == torch.float16)
         self.progress = Progress()
@@ -148,6 +141,7 @@ class Trainer:
         self.last_metrics: dict[str, float] = {}
         self.log = RunLog(None)  # opened on the run directory when training starts (rank 0)
         self.stop_signal = 0  # the signal that interrupted training, if one did
+        self.graphed: GraphedUpdate | bool | None = None  # the captured update, False for eager; made at the first
 
     def place(self, model: torch.nn.Module, seed: int) -> None:
         """The model on its device in the chosen precision (refused where it cannot run: nmt/device.py); under
@@ -262,6 +256,18 @@ class Trainer:
             self.schedule.step()
         return loss_total, norm.detach()
 
+    def update(self, batches: list[Batch], tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """One update as training makes it: replayed as a CUDA graph where the run allows it (nmt.graphs, made at the
+        first update, after any restore), else `train_step`."""
+        if self.graphed is None:
+            self.graphed = graphed_update(self) or False
+        if not self.graphed:
+            return self.train_step(batches, tokens)
+        loss_sum, norm = self.graphed(batches[0], 1.0 / tokens)
+        if not steps_on_validation(self.schedule):
+            self.schedule.step()
+        return loss_sum, norm
+
     def updates(self):
         """(this process's batches, target tokens of the update, of this process's part, batches in the update, FLOPs
         of the update) from where training stands, epoch after epoch. An update takes `accumulate` x processes batches
@@ -287,7 +293,7 @@ class Trainer:
             loader = torch.utils.data.DataLoader(
                 self.dataset,
                 batch_sampler=mine,
-                collate_fn=collate,
+                collate_fn=self.collate,
                 generator=torch.Generator(),
                 **loading(self.device),
             )
@@ -315,7 +321,7 @@ class Trainer:
         try:
             with StopRequests() as stop:
                 for batches, tokens, local_tokens, count, flops in self.updates() if reason is None else ():
-                    loss_sum, norm = self.train_step(batches, tokens)
+                    loss_sum, norm = self.update(batches, tokens)
                     self.progress.step += 1
                     self.progress.batch_in_epoch += count
                     self.progress.tokens_trained += tokens
@@ -399,7 +405,7 @@ class Trainer:
         loss, speed = window.take()
         if distributed.agree([not math.isfinite(loss)], self.device)[0]:  # every process, at the same update
             raise NonFiniteLoss(f"the training loss became {loss} by step {self.step}")
-        lr = self.optimizer.param_groups[0]["lr"]
+        lr = float(self.optimizer.param_groups[0]["lr"])  # a device tensor under CUDA graphs
         scalars = {
             "train/loss": loss,
             "train/lr": lr,

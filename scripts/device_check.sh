@@ -4,11 +4,13 @@
 #
 #   bash scripts/device_check.sh prepare   here, on a clean checkout: puts in .gpu/ (ignored by git) the wheels that
 #                                          machine lacks, Multi30k's files and the commit the tree is at
-#   bash scripts/device_check.sh           there, with .gpu carried: the CUDA tests, the benchmark's training figures,
-#                                          one 1e14 run end to end with its wall time and the decoding speed of its
+#   bash scripts/device_check.sh           there, with .gpu carried (at most 9.5 minutes): the CUDA tests, the
+#                                          benchmark's training figures with CUDA graphs and eager, a 1e14 and a 5e14
+#                                          run end to end with their wall times, the decoding speed of the first's
 #                                          checkpoint; logs and results/measured/benchmark_cuda.json go to $OUT
-#   bash scripts/device_check.sh study PART VARIANTS JOBS SECONDS
-#                                          there: `make results`' PART (claims or main) for VARIANTS (comma-separated),
+#   bash scripts/device_check.sh study PART VARIANTS JOBS SECONDS [SEEDS]
+#                                          there: `make results`' PART (claims, main, or lab: `python -m nmt.study
+#                                          lab`'s variants) for VARIANTS (comma-separated), SEEDS each (3),
 #                                          JOBS runs at once on the one GPU, for at most SECONDS; every run that
 #                                          finishes is recorded by its own job, and the records come back as
 #                                          $OUT/records.tgz (untar it into results/runs/, then `python -m nmt.study results
@@ -56,21 +58,35 @@ export PYTHONPATH="/tmp/site:$PWD" NMT_DATA_DIR="$PWD/$GPU/multi30k" NMT_COMMIT=
 export PYTHONUNBUFFERED=1 GIT_DIR=/nonexistent
 nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || true
 if [[ "${1:-}" == "study" ]]; then
-    part="${2:?PART}" variants="${3:?VARIANTS}" jobs="${4:-8}" seconds="${5:-420}"
-    rm -rf "results/runs/$part" && mkdir -p "$OUT/records"  # only what this machine trains comes back
+    part="${2:?PART}" variants="${3:?VARIANTS}" jobs="${4:-8}" seconds="${5:-420}" seeds="${6:-3}"
+    # Only what this machine trains comes back; the lab keeps the records it has, so that it trains only the others
+    [[ "$part" == "lab" ]] || rm -rf "results/runs/$part"
     # The jobs record their runs as they finish; at the time limit the sweep is stopped, and what finished is kept
     ( while sleep 20; do nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader; done ) \
         > "$OUT/gpu_use.csv" 2>&1 &
     start=$(date +%s)
-    timeout --kill-after=20 "$seconds" "$PYTHON" -m nmt.study results --parts "$part" --only "$variants" \
-        --seeds 3 --jobs "$jobs" --runs /tmp/results \
-        --extra "data.dir=$NMT_DATA_DIR" "data.spm_cache=$PWD/$GPU/spm" > "$OUT/study.log" 2>&1 || true
+    if [[ "$part" == "lab" ]]; then  # the lab's own program, pinned as the CPU's lab runs are, eager as they are
+        timeout --kill-after=20 "$seconds" "$PYTHON" -m nmt.study lab --output /tmp/results/lab --variants "$variants" \
+            --seeds "$seeds" --launcher joblib --jobs "$jobs" --records results/runs/lab \
+            --extra trainer.precision=fp32 trainer.threads=1 trainer.cuda_graphs=false > "$OUT/study.log" 2>&1 || true
+    else
+        timeout --kill-after=20 "$seconds" "$PYTHON" -m nmt.study results --parts "$part" --only "$variants" \
+            --seeds "$seeds" --jobs "$jobs" --runs /tmp/results \
+            --extra "data.dir=$NMT_DATA_DIR" "data.spm_cache=$PWD/$GPU/spm" > "$OUT/study.log" 2>&1 || true
+    fi
     echo "wall seconds: $(( $(date +%s) - start ))" >> "$OUT/study.log"
     pkill -TERM -f "nmt.cli.train" || true; pkill -TERM -f loky || true; sleep 2; kill %1 2>/dev/null || true
-    # Records of runs whose job could not record them (stopped by the time limit after finishing), then one archive
-    # each for the records and the logs: the device tool brings back a limited number of files
+    # Records of runs whose job could not record them (stopped by the time limit after finishing; the lab's are
+    # measured on its length test set too), then one archive each for the records and the logs: the device tool
+    # brings back a limited number of files
     "$PYTHON" -c "from pathlib import Path; from nmt.study.records import record_runs; \
 record_runs(Path('/tmp/results/$part/runs'), Path('results/runs/$part'), 5)" >> "$OUT/study.log" 2>&1 || true
+    if [[ "$part" == "lab" ]]; then
+        "$PYTHON" -c "from pathlib import Path; from nmt.study.lab_measure import measure_one; \
+out = Path('/tmp/results/lab'); long = tuple(out / 'data' / f'long.{x}' for x in ('de', 'en', 'align')); \
+[measure_one(r.parent, Path('results/runs/lab'), long) for r in sorted(out.glob('runs/*/seed*/results.json'))]" \
+            >> "$OUT/study.log" 2>&1 || true
+    fi
     tar czf "$OUT/records.tgz" -C results/runs "$part" 2>/dev/null || true
     tar czf "$OUT/logs.tgz" -C /tmp/results --exclude='*.pt' --exclude='events.out*' --exclude='*.hyp' . 2>/dev/null \
         || true
@@ -79,18 +95,25 @@ record_runs(Path('/tmp/results/$part/runs'), Path('results/runs/$part'), 5)" >> 
     exit 0
 fi
 status=0
-timeout 300 "$PYTHON" -m pytest tests/test_cuda.py -rs -p no:cacheprovider -o addopts="" 2>&1 | tee "$OUT/cuda_tests.log" \
+timeout 200 "$PYTHON" -m pytest tests/test_cuda.py -rs -p no:cacheprovider -o addopts="" 2>&1 | tee "$OUT/cuda_tests.log" \
     || status=1
-timeout 240 "$PYTHON" -m nmt.study measure --record benchmark_cuda --train-only --device cuda \
-    --data-dir "$NMT_DATA_DIR" --output "$OUT/bench" 2>&1 | tee "$OUT/benchmark.log" || status=1
+# Each family's training rate as training makes it (its updates captured as CUDA graphs, trainer.cuda_graphs) and
+# eager beside it, in one run: the ratio is what the graphs give
+eager=""
+for model in sutskever bahdanau luong transformer; do eager+=";$model trainer.cuda_graphs=false"; done
+timeout 160 "$PYTHON" -m nmt.study measure --record benchmark_cuda --train-only --device cuda \
+    --models "sutskever;bahdanau;luong;transformer$eager" --data-dir "$NMT_DATA_DIR" --output "$OUT/bench" 2>&1 \
+    | tee "$OUT/benchmark.log" || status=1
 cp results/measured/benchmark_cuda.json "$OUT/" 2>/dev/null || status=1
-# One run at the claims' budget end to end (1e14 FLOPs, 12 validations, the test decode), its wall time; then the
-# decoding speed of its checkpoint, greedy and beam 5 over test2016
-start=$(date +%s)
-timeout 200 "$PYTHON" -m nmt.cli.train model=bahdanau trainer.max_flops=1e14 trainer.validations=12 \
-    trainer.progress=false "data.dir=$NMT_DATA_DIR" "data.spm_cache=$PWD/$GPU/spm" hydra.run.dir=/tmp/e2e/bahdanau \
-    > "$OUT/e2e.log" 2>&1 || status=1
-echo "wall seconds: $(( $(date +%s) - start ))" | tee -a "$OUT/e2e.log"
-timeout 150 "$PYTHON" -m nmt.study measure --models bahdanau --checkpoints /tmp/e2e --device cuda \
+# A run at the claims' budget (1e14 FLOPs, 12 validations) and one at the main table's (5e14) end to end, with their
+# wall times (targets: 20 s and 60 s); then the decoding speed of the first's checkpoint, greedy and beam 5
+for flops in 1e14 5e14; do
+    start=$(date +%s)
+    timeout "$([[ $flops == 1e14 ]] && echo 60 || echo 80)" "$PYTHON" -m nmt.cli.train model=bahdanau \
+        trainer.max_flops=$flops trainer.validations=12 trainer.progress=false "data.dir=$NMT_DATA_DIR" \
+        "data.spm_cache=$PWD/$GPU/spm" hydra.run.dir=/tmp/e2e_$flops/bahdanau > "$OUT/e2e_$flops.log" 2>&1 || status=1
+    echo "wall seconds: $(( $(date +%s) - start ))" | tee -a "$OUT/e2e_$flops.log"
+done
+timeout 60 "$PYTHON" -m nmt.study measure --models bahdanau --checkpoints /tmp/e2e_1e14 --device cuda \
     --data-dir "$NMT_DATA_DIR" --output "$OUT/decode" 2>&1 | tee "$OUT/decode.log" || status=1
 exit $status

@@ -3,6 +3,7 @@ kernel against their plain forms, data parallelism on NCCL. Skipped, saying why,
 logic these share with the CPU path is tested on the CPU elsewhere (test_device.py, test_distributed.py)."""
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -161,3 +162,81 @@ def test_an_update_on_cuda_never_waits_for_the_device(tmp_path, sample_vocabular
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert torch.isfinite(loss) and torch.isfinite(norm)
+
+
+def captured_trainer(tmp_path, sample_vocabulary, sample_splits, name, overrides=(), dropout=0.1):
+    from test_train import make_trainer
+
+    from nmt.graphs import graphed_update
+
+    precision = "bf16" if bf16_supported() else "fp32"
+    trainer = make_trainer(
+        tmp_path, sample_vocabulary, sample_splits.train[:300], name, dropout, overrides, device="cuda",
+        precision=precision,
+    )  # fmt: skip
+    return trainer, graphed_update(trainer)
+
+
+VARIANTS = [
+    ("sutskever", ()),
+    ("bahdanau", ()),
+    ("bahdanau", ("model/attention=none",)),
+    ("bahdanau", ("model.attention.normalizer=sparsemax",)),
+    ("bahdanau", ("model.attention.normalizer=entmax15",)),
+    ("bahdanau", ("model.attention.hard=reinforce",)),
+    ("bahdanau", ("model.attention.hard=gumbel",)),
+    ("luong", ()),
+    ("luong", ("model.input_feeding=true",)),
+    ("luong", ("model.alignment=local_m",)),
+    ("luong", ("model.alignment=local_p",)),
+    ("luong", ("model/attention=location",)),
+    ("transformer", ()),
+    ("transformer", ("model.window=2",)),
+]
+
+
+@pytest.mark.parametrize("name, overrides", VARIANTS, ids=[f"{n}{''.join(o)}" for n, o in VARIANTS])
+def test_every_variant_trains_as_captured_cuda_graphs(tmp_path, sample_vocabulary, sample_splits, name, overrides):
+    """trainer.cuda_graphs on a GPU: every family and attention variant's update is captured, one graph per batch
+    shape, and replayed; the loss falls."""
+    from nmt.graphs import WARMUP
+
+    trainer, graphed = captured_trainer(tmp_path, sample_vocabulary, sample_splits, name, overrides)
+    assert graphed is not None and trainer.sampler.static is not None
+    losses = []
+    for number, (batches, tokens, *_) in enumerate(trainer.updates()):
+        loss, norm = graphed(batches[0], 1.0 / tokens)
+        losses.append(float(loss) / tokens)
+        assert math.isfinite(float(norm))
+        if number == 40:
+            break
+    assert not graphed.failed, graphed.failed
+    eager = sum(graphed.seen.values())  # each shape's warm-ups, at most WARMUP each
+    assert all(n <= WARMUP for n in graphed.seen.values())
+    assert len(graphed.graphs) >= 1 and graphed.replays + eager == 41 and graphed.replays > eager
+    assert sum(losses[-5:]) < sum(losses[:5])
+
+
+def test_a_replayed_update_is_the_eager_update(tmp_path, sample_vocabulary, sample_splits):
+    """From the same weights and optimiser state, one batch: the graph's replay and the eager update give the same
+    loss and the same weights after the step (dropout off, so nothing random tells them apart)."""
+    from nmt.graphs import WARMUP
+
+    trainer, graphed = captured_trainer(tmp_path, sample_vocabulary, sample_splits, "luong", dropout=0.0)
+    batches, tokens, *_ = next(trainer.updates())
+    for _ in range(WARMUP + 1):  # the eager warm-ups, then the capture (and its first replay)
+        graphed(batches[0], 1.0 / tokens)
+    assert len(graphed.graphs) == 1
+    parameters = list(trainer.model.parameters())
+    state = [t for s in trainer.optimizer.state.values() for t in s.values() if isinstance(t, torch.Tensor)]
+    saved = [t.detach().clone() for t in parameters + state]
+    replayed_loss, _ = graphed(batches[0], 1.0 / tokens)
+    replayed = [p.detach().clone() for p in parameters]
+    replayed_loss = replayed_loss.clone()
+    with torch.no_grad():
+        for tensor, value in zip(parameters + state, saved, strict=True):
+            tensor.copy_(value)  # in place: the graph holds these very tensors
+    eager_loss, _ = graphed.eager(batches[0], 1.0 / tokens)
+    torch.testing.assert_close(replayed_loss, eager_loss, rtol=1e-3, atol=1e-3)
+    for got, want in zip(replayed, parameters, strict=True):
+        torch.testing.assert_close(got, want.detach(), rtol=1e-3, atol=1e-4)

@@ -28,6 +28,30 @@ def test_equals_linear_then_cross_entropy_in_value_and_gradient(monkeypatch, bia
         torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_row_weights_give_the_weighted_sum_of_pytorchs_per_row_losses(monkeypatch, bias, smoothing):
+    """The static shapes of a captured update keep padding rows and give them weight 0 (nmt.graphs): the weighted
+    loss is PyTorch's per-row losses times the weights, in value and gradient, and a 0 row adds nothing."""
+    monkeypatch.setitem(loss.CHUNK_ELEMENTS, "cpu", 120)
+    torch.manual_seed(2)
+    features = torch.randn(50, 8, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(30, 8, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(30, dtype=torch.float64, requires_grad=True) if bias else None
+    target = torch.randint(0, 30, (50,))
+    row_weights = (torch.rand(50) > 0.3).float() * torch.rand(50).add(0.5)  # zeros (padding) and other weights
+    inputs = [features, weight] + ([b] if bias else [])
+    rows = F.cross_entropy(F.linear(features, weight, b), target, reduction="none", label_smoothing=smoothing)
+    expected = rows @ row_weights.double()
+    expected_grads = torch.autograd.grad(expected, inputs)
+    ours = linear_cross_entropy(features, weight, b, target, smoothing, row_weights=row_weights)
+    grads = torch.autograd.grad(ours, inputs)
+    torch.testing.assert_close(ours.double(), expected, rtol=1e-6, atol=1e-4)
+    for got, want in zip(grads, expected_grads):
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+    assert grads[0][row_weights == 0].abs().max() == 0
+
+
 def test_bf16_products_stay_close_to_fp32():
     torch.manual_seed(1)
     features = torch.randn(300, 32, requires_grad=True)

@@ -505,25 +505,31 @@ def test_each_validation_is_a_line_of_the_runs_plain_record(tmp_path, sample_spl
 def test_batches_made_by_worker_processes_as_on_a_gpu_are_the_ones_made_in_process(
     tmp_path, sample_vocabulary, sample_splits
 ):
-    """On a GPU worker processes collate the next batches (trainer.loading); they must give the batches, in the order,
-    that the training process makes itself on a CPU: the dataset and collate travel to a worker intact."""
-    from nmt.data import collate
-    from nmt.trainer import loading
+    """On a GPU worker processes collate the next batches (nmt.data.loading); they must give the batches, in the order,
+    that the training process makes itself on a CPU: the dataset and collate travel to a worker intact, the static
+    shapes' collate (a captured update's batches, nmt.graphs) too."""
+    from nmt.data import StaticShapes, collate, loading
 
     trainer = make_trainer(tmp_path, sample_vocabulary, sample_splits.train[:300], "sutskever", max_steps=1)
-    trainer.sampler.set_epoch(0)
-    order = trainer.sampler.batches()[:12]
     assert loading(torch.device("cpu")) == {"num_workers": 0, "pin_memory": False}
     assert loading(torch.device("cuda"))["num_workers"] > 0 and loading(torch.device("cuda"))["pin_memory"]
+    for static in (None, StaticShapes(512)):
+        trainer.sampler.static = static
+        trainer.sampler.set_epoch(0)
+        order = trainer.sampler.batches()[:12]
 
-    def made(workers: int) -> list:
-        loader = torch.utils.data.DataLoader(
-            trainer.dataset, batch_sampler=order, collate_fn=collate, num_workers=workers
-        )
-        return list(loader)
+        def made(workers: int) -> list:
+            loader = torch.utils.data.DataLoader(
+                trainer.dataset,
+                batch_sampler=order,  # noqa: B023 (used at once)
+                collate_fn=static.collate if static else collate,  # noqa: B023
+                num_workers=workers,
+            )
+            return list(loader)
 
-    for own, theirs in zip(made(0), made(2), strict=True):
-        assert all(torch.equal(a, b) for a, b in zip(vars(own).values(), vars(theirs).values(), strict=True))
+        for own, theirs in zip(made(0), made(2), strict=True):
+            pairs = zip(vars(own).values(), vars(theirs).values(), strict=True)
+            assert all(a is b is None or torch.equal(a, b) for a, b in pairs)
 
 
 def test_the_best_checkpoint_is_the_validation_best_by_the_selected_score(tmp_path, sample_vocabulary, sample_splits):
@@ -554,7 +560,7 @@ def test_worker_processes_of_the_gpu_loader_start_inside_a_joblib_job():
     loader's options name their own."""
     import joblib
 
-    from nmt.trainer import loading
+    from nmt.data import loading
 
     options = {**loading(torch.device("cuda")), "pin_memory": False}
     made = joblib.Parallel(n_jobs=2, backend="loky")(joblib.delayed(_batches_in_a_job)(options) for _ in range(2))

@@ -12,8 +12,10 @@ python -m nmt.study measure [--models "sutskever;bahdanau;luong;transformer"] [-
 A model is a name with optional config overrides: `--models "luong model/attention=dot;luong model.alignment=local_p"`
 compares attention variants (their decoding needs a checkpoint of that variant, so use --train-only there).
 
-For each model at its default size: training target tokens/s (after warm-up, the median of --windows timed windows
-of --steps updates each), peak resident memory of a process that only trains it, and decoding sentences/s of greedy
+For each model at its default size: training target tokens/s of the updates as training makes them (on a GPU each
+captured as a CUDA graph, where `trainer.cuda_graphs` holds: add `trainer.cuda_graphs=false` to a model spec for
+the eager ones; after warm-up, each graph's capture included, the median of --windows timed windows of --steps
+updates each), peak resident memory of a process that only trains it, and decoding sentences/s of greedy
 search and beam 5 over test2016 with a trained checkpoint (`<checkpoints>/<model>/best.pt`, when there is one; an
 untrained model decodes to its length limit, which says little). The harness also measures this machine's
 matrix-multiply peak in the chosen precision and reports each model's FLOP/s against it: the floating-point operations
@@ -46,6 +48,7 @@ from nmt.config import DecodeOptions, TrainConfig
 from nmt.decoding import Translator
 from nmt.device import cpu_name, resolve
 from nmt.device import device as find_device
+from nmt.graphs import WARMUP
 from nmt.paths import output_folder, write_text
 from nmt.study import results as measured
 from nmt.study.sweep import ROOT, composed
@@ -129,9 +132,9 @@ def training_speed(trainer: Trainer, args) -> dict:
     """Target tokens/s of training updates (the median of --windows timed windows of --steps updates, after 3 of
     warm-up), FLOP/s from the model's own formula (nmt/flops.py, on any device) and peak memory."""
     updates = trainer.updates()
-    for _ in range(3):  # warm-up: allocator, kernels, first batches
+    for _ in range(warm_up(trainer)):  # allocator, kernels, first batches; under CUDA graphs each shape's capture
         batches, tokens, _, _, _ = next(updates)
-        trainer.train_step(batches, tokens)
+        trainer.update(batches, tokens)
     rates, all_tokens, all_flops, busy = [], 0, 0, []
     if trainer.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(trainer.device)
@@ -140,7 +143,7 @@ def training_speed(trainer: Trainer, args) -> dict:
         started, window_tokens = time.perf_counter(), 0
         for _ in range(args.steps):
             batches, tokens, _, _, flops = next(updates)
-            trainer.train_step(batches, tokens)
+            trainer.update(batches, tokens)  # as training makes it: captured where trainer.cuda_graphs holds
             window_tokens += tokens
             all_flops += flops
         synchronize(trainer.device)
@@ -158,6 +161,17 @@ def training_speed(trainer: Trainer, args) -> dict:
         "flops_per_token": all_flops / all_tokens,
         "model_flops_per_second": all_flops / all_tokens * statistics.median(rates),
     }
+
+
+def warm_up(trainer: Trainer) -> int:
+    """Updates before the timing: 3, and under CUDA graphs each batch shape's eager updates and capture besides (the
+    shapes of the training split's length buckets), so that the timed windows replay."""
+    static = trainer.sampler.static
+    if static is None or trainer.graph_refusal is not None:
+        return 3
+    kept = trainer.sampler.kept
+    source, target = trainer.dataset.source_lengths[kept], trainer.dataset.target_lengths[kept]
+    return 3 + (WARMUP + 1) * len({static.length(s, t) for s, t in zip(source, target, strict=True)})
 
 
 def decoding_speed(trainer: Trainer, vocabulary, sources: list[str], model_name: str, args) -> dict:
@@ -199,7 +213,7 @@ def write_profile(trainer: Trainer, updates, model_name: str, args) -> None:
     with torch.profiler.profile(activities=activities) as profiler:
         for _ in range(args.profile):
             batches, tokens, _, _, _ = next(updates)
-            trainer.train_step(batches, tokens)
+            trainer.update(batches, tokens)
         synchronize(trainer.device)
     # on a GPU both: the kernels' time, and the host's, which bounds a small model's step when the GPU waits on it
     sorts = ["self_cpu_time_total"]

@@ -1,0 +1,165 @@
+"""The captured update's parts on the CPU (nmt/graphs.py): batches of a few static shapes, the loss and gradients they
+give against today's batches, an update that reads nothing back and packs nothing, training that learns as today's
+does, refusals by name, and optimiser states that move between captured and eager runs. The capture itself is
+tests/test_cuda.py's, on a GPU."""
+
+import math
+
+import pytest
+import test_sync_free
+import torch
+from test_sync_free import VARIANTS, reads_raise
+from test_train import make_trainer
+
+from nmt.config import TrainerConfig
+from nmt.data import PAD_ID, StaticShapes, collate
+from nmt.graphs import graph_refusal, graphed_update, static_shapes, update_of
+from nmt.loss import batch_loss
+from nmt.optim import load_optimizer, make_optimizer, set_lr
+
+
+def test_static_batches_hold_every_pair_once_in_a_few_shapes(tmp_path, sample_vocabulary, sample_splits):
+    trainer = make_trainer(tmp_path, sample_vocabulary, sample_splits.train[:300], "bahdanau", max_steps=1)
+    static = StaticShapes(400)
+    trainer.sampler.static = static
+    for epoch in (0, 1):
+        trainer.sampler.set_epoch(epoch)
+        batches = trainer.sampler.batches()
+        assert sorted(i for b in batches for i in b) == sorted(trainer.sampler.kept.tolist())
+        shapes = set()
+        for indices in batches:
+            batch = static.collate([trainer.dataset[i] for i in indices])
+            length = batch.source.shape[1]
+            assert length % 8 == 0 and batch.source.shape == batch.target_out.shape == (static.rows(length), length)
+            shapes.add(batch.source.shape)
+        assert len(shapes) <= 100 // 8 + 1  # one shape per length bucket: what a graph is captured for
+    assert trainer.sampler.batches() == trainer.sampler.batches()  # an epoch's batches are the same every time
+
+
+def test_static_collate_pads_rows_and_positions_that_weigh_nothing():
+    static = StaticShapes(64, width=8)
+    items = [(0, [5, 6, 7], [8, 9]), (1, [5], [8, 9, 10, 11, 12])]
+    batch = static.collate(items)
+    today = collate(items)
+    assert batch.source.shape == batch.target_in.shape == batch.target_out.shape == (8, 8)  # 64 tokens of length 8
+    assert torch.equal(batch.source[:2, :3], today.source) and batch.source[2:, 0].eq(3).all()  # eos: not all padding
+    assert batch.source_mask[2:].sum() == 6 and batch.target_out[2:].eq(PAD_ID).all()
+    weights = batch.token_weights.view(8, 8)
+    assert torch.equal(weights.bool(), batch.target_out != PAD_ID) and weights.sum() == today.target_tokens
+    assert batch.target_positions is None and batch.source_lengths.tolist() == [3, 1, 1, 1, 1, 1, 1, 1]
+    with pytest.raises(ValueError, match="do not fit the static shape"):
+        StaticShapes(16, width=8).collate([*items, *items])
+
+
+DETERMINISTIC = [(n, o) for n, o in VARIANTS if not any("hard=" in x for x in o)]  # hard attention draws samples
+
+
+@pytest.mark.parametrize("name, overrides", DETERMINISTIC, ids=[f"{n}{''.join(o)}" for n, o in DETERMINISTIC])
+def test_a_static_batch_gives_the_loss_and_gradients_of_todays(tmp_path, sample_vocabulary, sample_splits, name,
+                                                               overrides):  # fmt: skip
+    """The same sentences as today's batch and as a static one (padded rows and positions, encoders unpacked): the
+    same summed loss and the same gradients, to float32 rounding."""
+    trainer = make_trainer(tmp_path, sample_vocabulary, sample_splits.train[:64], name, 0.0, overrides, max_steps=1)
+    model = trainer.model.train()
+    items = [trainer.dataset[i] for i in range(12)]
+    results = []
+    for static in (False, True):
+        batch = StaticShapes(1024).collate(items) if static else collate(items)
+        model.zero_grad()
+        with static_shapes(model) if static else torch.enable_grad():
+            loss = batch_loss(model, model.features, batch, 0.1, trainer.device, torch.float32)
+        loss.backward()
+        results.append((loss.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]))
+    (loss, grads), (static_loss, static_grads) = results
+    torch.testing.assert_close(static_loss, loss, rtol=1e-5, atol=1e-4)
+    assert len(grads) == len(static_grads)
+    for got, want in zip(static_grads, grads, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name, overrides", VARIANTS, ids=[f"{n}{''.join(o)}" for n, o in VARIANTS])
+def test_the_update_a_graph_captures_reads_nothing_back_and_packs_nothing(tmp_path, sample_vocabulary, sample_splits,
+                                                                          monkeypatch, name, overrides):  # fmt: skip
+    """`update_of` is what nmt.graphs captures: inside it no tensor is read back, packing's host reads included (the
+    encoders run unpacked); only the CPU optimiser's step counter is let through (on a GPU it is capturable)."""
+    trainer = make_trainer(tmp_path, sample_vocabulary, sample_splits.train[:64], name, 0.1, overrides, max_steps=3)
+    trainer.sampler.static = static = StaticShapes(400)
+    trainer.collate = static.collate
+    step = update_of(trainer)
+    updates = trainer.updates()
+    batches, tokens, *_ = next(updates)
+    step(batches[0], torch.tensor(1.0 / tokens))  # the first creates the gradients and the optimiser's state
+    batches, tokens, *_ = next(updates)
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    monkeypatch.setattr(test_sync_free, "HOST_DATA", (test_sync_free.HOST_DATA[-1],))  # the optimiser only
+    with reads_raise(monkeypatch):
+        loss, norm = step(batches[0], torch.tensor(1.0 / tokens))
+    assert torch.isfinite(loss) and torch.isfinite(norm) and loss > 0
+    assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))  # a step was made
+
+
+def test_static_updates_learn_as_todays_do(tmp_path, sample_vocabulary, sample_splits):
+    """From the same seed, today's batches and eager update against static batches and the update a graph captures,
+    each for the same number of real target tokens (what a budget counts; a static batch holds fewer, its rows of
+    padding and rounded lengths taking the rest): the training loss falls as far, within the noise of other batches."""
+    pairs, curves = sample_splits.train[:400], []
+    for static in (None, StaticShapes(400)):
+        trainer = make_trainer(tmp_path / str(bool(static)), sample_vocabulary, pairs, "bahdanau", max_steps=10**4)
+        if static:
+            trainer.sampler.static, trainer.collate = static, static.collate
+        step = update_of(trainer) if static else None
+        losses, trained = [], 0
+        for batches, tokens, *_ in trainer.updates():
+            if static:
+                loss, _ = step(batches[0], torch.tensor(1.0 / tokens))
+            else:
+                loss, _ = trainer.train_step(batches, tokens)
+            losses.append((float(loss), tokens))
+            trained += tokens
+            if trained >= 60_000:
+                break
+        curves.append(losses)
+    mean = [[sum(x[0] for x in part) / sum(x[1] for x in part) for part in (c[:5], c[-len(c) // 10 :])] for c in curves]
+    (today_first, today), (static_first, static) = mean
+    assert today < 0.5 * today_first and static < 0.5 * static_first  # both learned
+    assert math.isclose(static, today, rel_tol=0.2), (mean, [len(c) for c in curves])
+
+
+def test_graphs_are_refused_by_name_where_a_run_cannot_hold_them(tmp_path, sample_vocabulary, sample_splits):
+    cuda = torch.device("cuda")
+    assert graph_refusal(cuda, 1, 1, torch.bfloat16) is None and graph_refusal(cuda, 1, 1, torch.float32) is None
+    assert "GPU" in graph_refusal(torch.device("cpu"), 1, 1, torch.float32)
+    assert "DDP" in graph_refusal(cuda, 2, 1, torch.float32)
+    assert "trainer.accumulate" in graph_refusal(cuda, 1, 2, torch.float32)
+    assert "fp16" in graph_refusal(cuda, 1, 1, torch.float16)
+    trainer = make_trainer(tmp_path, sample_vocabulary, sample_splits.train[:64], "luong", max_steps=1)
+    assert trainer.sampler.static is None and trainer.collate is collate  # a CPU run: today's batches
+    assert graphed_update(trainer) is None
+    off = make_trainer(tmp_path / "off", sample_vocabulary, sample_splits.train[:64], "luong", cuda_graphs=False)
+    assert off.graph_refusal == "trainer.cuda_graphs=false"
+
+
+def test_an_optimizer_state_moves_between_captured_and_eager_runs():
+    """A checkpoint of a captured run (fused, capturable, learning rate a tensor, step counts on the GPU) continues
+    eagerly, and the other way round: the running optimiser keeps its implementation, the rate comes back a float,
+    the step counts go where that implementation keeps them; a new base rate is written in place into a tensor."""
+    model = torch.nn.Linear(3, 2)
+    model(torch.randn(4, 3)).sum().backward()
+    optimizer = make_optimizer(model, TrainerConfig(lr=0.5))
+    optimizer.step()
+    captured_state = optimizer.state_dict()  # made a captured run's by hand: no GPU here
+    for group in captured_state["param_groups"]:
+        group.update(fused=True, capturable=True, lr=torch.tensor(0.25))
+    eager = make_optimizer(model, TrainerConfig(lr=0.5))
+    load_optimizer(eager, captured_state)
+    group = eager.param_groups[0]
+    assert group["lr"] == 0.25 and isinstance(group["lr"], float) and not group["capturable"] and not group["fused"]
+    assert all(state["step"].device.type == "cpu" and state["step"] == 1 for state in eager.state.values())
+    eager.step()  # runs
+    group["lr"] = torch.tensor(0.25)
+    schedule = torch.optim.lr_scheduler.LambdaLR(eager, lambda step: 1.0)
+    held = group["lr"]
+    set_lr(eager, schedule, 0.1)
+    assert group["lr"] is held and math.isclose(
+        float(held), 0.1, rel_tol=1e-6
+    )  # in place: a captured graph reads this tensor
