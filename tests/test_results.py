@@ -6,7 +6,7 @@ import pytest
 from conftest import ROOT
 
 from nmt import UserError
-from nmt.study import results, tables
+from nmt.study import parts, results, tables
 
 
 def test_every_generated_table_matches_the_committed_results():
@@ -294,7 +294,9 @@ def test_the_parts_table_says_which_parts_of_make_results_are_complete(tmp_path)
         (runs / "lab" / variant).mkdir(parents=True, exist_ok=True)
         (runs / "lab" / variant / f"seed{seed}.record.json").write_text("{}")  # the lab's records so far
     assert f"{lab} 3 of 51 runs; its table is written when all its runs end |" in tables.render("parts", tmp_path)
-    (tmp_path / "lab.json").write_text(json.dumps({"results": [{"seeds": [{}]}, {"seeds": [{}]}]}))  # 1 seed each
+    words = parts.lab_train_words()  # a lab.json of today's protocol
+    one_seed = {"results": [{"seeds": [{}]}, {"seeds": [{}]}], "train_words": words}
+    (tmp_path / "lab.json").write_text(json.dumps(one_seed))
     shown = "3 of 51 runs; its tables show the 1 seed every variant has so far |"
     assert f"{lab} {shown}" in tables.render("parts", tmp_path)
     from nmt.study.comparison import VARIANTS
@@ -304,8 +306,15 @@ def test_the_parts_table_says_which_parts_of_make_results_are_complete(tmp_path)
         for seed in (1234, 1235, 1236):
             (runs / "lab" / f"lab_{variant}" / f"seed{seed}.record.json").write_text("{}")
     assert f"{lab} **complete**: 51 runs; its tables show the 1 seed" in tables.render("parts", tmp_path)
-    (tmp_path / "lab.json").write_text(json.dumps({"results": [{"seeds": [{}, {}, {}]}]}))
+    (tmp_path / "lab.json").write_text(json.dumps({"results": [{"seeds": [{}, {}, {}]}], "train_words": words}))
     assert f"{lab} **complete**: 51 runs |" in tables.render("parts", tmp_path)
+    # a lab.json of an earlier protocol (trained on shorter sentences) is named so, beside today's records
+    (tmp_path / "lab.json").write_text(json.dumps({"results": [{"seeds": [{}, {}]}] * 3, "train_words": 20}))
+    for variant in VARIANTS[1:]:
+        for seed in (1234, 1235, 1236):
+            (runs / "lab" / f"lab_{variant}" / f"seed{seed}.record.json").unlink()
+    stale = "3 of 51 runs of today's protocol; its tables are still the earlier one's (trained on at most 20 words, 6"
+    assert f"{lab} {stale} runs) |" in tables.render("parts", tmp_path)
 
 
 def test_readme_shows_the_main_runs_figures_once_made_and_the_comparisons_until_then(tmp_path):

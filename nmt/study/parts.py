@@ -1,0 +1,78 @@
+"""README's table of `make results`' parts: which are complete, which are still to run, and whether the lab's tables
+are today's protocol's (rendered by nmt.study.tables as the `parts` block)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from nmt.study.results import CLAIM_VARIANTS, FAMILIES, RESULTS, UNFINISHED, finished, load
+from nmt.study.significance import MIN_SEEDS
+
+
+def part_state(wanted: list[str], seeds: dict[str, int]) -> str:
+    """How far a part is: its runs finished (`seeds` per variant) out of the seeds it trains for each of `wanted`."""
+    if not seeds:
+        return "no runs yet"
+    runs = sum(min(seeds.get(v, 0), MIN_SEEDS) for v in wanted)
+    if runs == MIN_SEEDS * len(wanted):
+        return f"**complete**: {runs} runs"
+    return f"{runs} of {MIN_SEEDS * len(wanted)} runs"
+
+
+def parts_table(folder: Path = RESULTS) -> str:
+    """Which of make results' parts the committed results hold, and which are still to run."""
+    from nmt.study.comparison import VARIANTS
+
+    def seeds(part: str) -> dict[str, int]:  # each variant's runs: recorded (results/runs/<part>) or reported
+        found = {variant: len(s) for variant, s in (load(part, folder) or {}).get("finished", {}).items()}
+        for variant, s in finished(folder / "runs" / part).items():
+            found[variant] = max(found.get(variant, 0), len(s))
+        return found
+
+    lab = load("lab", folder)
+    lab_variants = [f"lab_{variant}" for variant in VARIANTS]
+    shown = sorted({len(r["seeds"]) for r in (lab or {}).get("results", [])})  # what results/lab.json covers
+    if lab and lab.get("train_words", 20) != lab_train_words():  # results/lab.json is an earlier protocol's
+        recorded = {variant: len(s) for variant, s in finished(folder / "runs" / "lab").items()}
+        lab_row = (
+            f"{part_state(lab_variants, recorded)} of today's protocol; its tables are still the earlier one's "
+            f"(trained on at most {lab.get('train_words', 20)} words, {sum(len(r['seeds']) for r in lab['results'])}"
+            " runs)"
+        )
+    else:
+        lab_row = lab_state(lab_variants, seeds("lab"), shown)
+    rows = [
+        ("claims", f"{len(CLAIM_VARIANTS)} variants at 5e14 FLOPs, fp32", part_state(CLAIM_VARIANTS, seeds("claims"))),
+        ("main", f"the {len(FAMILIES)} families' defaults, 5e14 FLOPs each", part_state(FAMILIES, seeds("main"))),
+        ("lab", "the attention variants on the sample grammar", lab_row),
+        (
+            "others",
+            f"the comparison: {len(VARIANTS)} variants at 1e14 FLOPs (early training)",
+            part_state(VARIANTS, seeds("compare")),
+        ),
+    ]
+    lines = ["| part of `make results` | what | state |", "|---|---|---|"]
+    lines += [f"| {part} | {what} | {state} |" for part, what, state in rows]
+    note = f"{MIN_SEEDS} seeds each; the table of a part not complete shows its runs so far."
+    return "\n".join([*lines, "", note, ""])
+
+
+def lab_train_words() -> int:
+    """The longest training sentence of today's lab (configs/experiment/lab.yaml)."""
+    from omegaconf import OmegaConf
+
+    from nmt.config import CONFIGS
+
+    return int(OmegaConf.load(CONFIGS / "experiment" / "lab.yaml").data.grammar.max_words)
+
+
+def lab_state(variants: list[str], recorded: dict[str, int], shown: list[int]) -> str:
+    """The lab's runs recorded so far (results/runs/lab), and the seeds its tables show (results/lab.json, made from
+    the seeds every variant has: `python -m nmt.study results --parts lab --record`)."""
+    state = part_state(variants, recorded)
+    if shown == [MIN_SEEDS] and all(recorded.get(v, 0) >= MIN_SEEDS for v in variants):
+        return state
+    if not shown:
+        return f"{state}; {UNFINISHED}"
+    seeds = "/".join(map(str, shown))
+    return f"{state}; its tables show the {seeds} seed{'s' * (shown != [1])} every variant has so far"
