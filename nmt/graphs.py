@@ -125,8 +125,13 @@ class GraphedUpdate:
         scale_tensor = torch.tensor(scale, device=self.device)
         graph = torch.cuda.CUDAGraph()
         torch.cuda.synchronize(self.device)
-        with torch.cuda.graph(graph, pool=self.pool):
-            outputs = self.step(inputs, scale_tensor)
+        cache = torch.is_autocast_cache_enabled()
+        torch.set_autocast_cache_enabled(False)  # each cast in the graph itself, none kept from outside it
+        try:
+            with torch.cuda.graph(graph, pool=self.pool):
+                outputs = self.step(inputs, scale_tensor)
+        finally:
+            torch.set_autocast_cache_enabled(cache)
         self.pool = graph.pool()  # every shape's graph in one pool: they never run at once
         self.graphs[key] = graph, inputs, scale_tensor, outputs
         graph.replay()
