@@ -4,10 +4,11 @@
 #
 #   bash scripts/device_check.sh prepare   here, on a clean checkout: puts in .gpu/ (ignored by git) the wheels that
 #                                          machine lacks, Multi30k's files and the commit the tree is at
-#   bash scripts/device_check.sh           there, with .gpu carried (at most 9.5 minutes): the CUDA tests, the
+#   bash scripts/device_check.sh           there, with .gpu carried (at most 9.6 minutes): the CUDA graph tests, the
 #                                          benchmark's training figures with CUDA graphs and eager, a 1e14 and a 5e14
 #                                          run end to end with their wall times, the decoding speed of the first's
-#                                          checkpoint; logs and results/measured/benchmark_cuda.json go to $OUT
+#                                          checkpoint, the other CUDA tests; logs and
+#                                          results/measured/benchmark_cuda.json go to $OUT
 #   bash scripts/device_check.sh study PART VARIANTS JOBS SECONDS [SEEDS]
 #                                          there: `make results`' PART (claims, main, or lab: `python -m nmt.study
 #                                          lab`'s variants) for VARIANTS (comma-separated), SEEDS each (3),
@@ -95,8 +96,9 @@ out = Path('/tmp/results/lab'); long = tuple(out / 'data' / f'long.{x}' for x in
     exit 0
 fi
 status=0
-timeout 200 "$PYTHON" -m pytest tests/test_cuda.py -rs -p no:cacheprovider -o addopts="" 2>&1 | tee "$OUT/cuda_tests.log" \
-    || status=1
+# The captured updates first (every variant, and a replay against the eager update): what the rest measures
+timeout 150 "$PYTHON" -m pytest tests/test_cuda.py -k "captured or replayed" -rs -p no:cacheprovider -o addopts="" \
+    2>&1 | tee "$OUT/cuda_graph_tests.log" || status=1
 # Each family's training rate as training makes it (its updates captured as CUDA graphs, trainer.cuda_graphs) and
 # eager beside it, in one run: the ratio is what the graphs give
 eager=""
@@ -116,4 +118,7 @@ for flops in 1e14 5e14; do
 done
 timeout 60 "$PYTHON" -m nmt.study measure --models bahdanau --checkpoints /tmp/e2e_1e14 --device cuda \
     --data-dir "$NMT_DATA_DIR" --output "$OUT/decode" 2>&1 | tee "$OUT/decode.log" || status=1
+# The other CUDA tests with the time left: training, resuming and decoding through the commands, the fused kernels
+timeout 65 "$PYTHON" -m pytest tests/test_cuda.py -k "not captured and not replayed" -rs -p no:cacheprovider \
+    -o addopts="" 2>&1 | tee "$OUT/cuda_tests.log" || status=1
 exit $status
