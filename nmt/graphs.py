@@ -71,16 +71,22 @@ def capturable_lr(optimizer: torch.optim.Optimizer, device: torch.device) -> Non
 class GraphedUpdate:
     """The update `step(batch, scale)` (gradients zeroed in place, loss, backward, clipping, optimiser step; returns
     the summed loss and the gradient norm as device tensors) captured per batch shape and replayed. `step` must
-    read nothing back to the host. Once a capture fails, every later update runs `step` eagerly (logged)."""
+    read nothing back to the host. Once a capture fails, every later update runs `step` eagerly (logged).
+    `record` captures (`cuda_graph`; tests/test_graphs.py gives one that runs on a CPU)."""
 
-    def __init__(self, step: Callable[[Batch, torch.Tensor], tuple[torch.Tensor, torch.Tensor]], device: torch.device):
-        self.step, self.device = step, device
-        self.graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, Batch, torch.Tensor, tuple]] = {}
+    def __init__(
+        self,
+        step: Callable[[Batch, torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
+        device: torch.device,
+        record: Callable | None = None,
+    ):
+        self.step, self.device, self.record = step, device, record or cuda_graph
+        self.graphs: dict[tuple, tuple] = {}  # shape -> (graph, static inputs, static scale, static outputs)
         self.seen: dict[tuple, int] = {}
         self.pool = None
         self.failed = ""  # the reason the graphs were given up, once they were
         self.replays = 0
-        self.side = torch.cuda.Stream(device)
+        self.side = torch.cuda.Stream(device) if device.type == "cuda" else None
 
     @staticmethod
     def shape(batch: Batch) -> tuple:
@@ -102,11 +108,14 @@ class GraphedUpdate:
         except Exception as error:  # the eager update is right wherever a graph is not possible
             self.failed = f"{type(error).__name__}: {error}"
             log.warning("trainer.cuda_graphs: the update could not be captured (%s); updates run eagerly", self.failed)
-            torch.cuda.synchronize(self.device)
+            if self.side is not None:
+                torch.cuda.synchronize(self.device)
             return self.eager(batch, scale)
 
     def eager(self, batch: Batch, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-        """The update run as it is, on a side stream (what a capture needs of the updates before it)."""
+        """The update run as it is; on a GPU on a side stream (what a capture needs of the updates before it)."""
+        if self.side is None:
+            return self.step(batch, torch.tensor(scale, device=self.device))
         self.side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(self.side):
             result = self.step(batch, torch.tensor(scale, device=self.device))
@@ -123,20 +132,26 @@ class GraphedUpdate:
             }
         )
         scale_tensor = torch.tensor(scale, device=self.device)
-        graph = torch.cuda.CUDAGraph()
-        torch.cuda.synchronize(self.device)
-        cache = torch.is_autocast_cache_enabled()
-        torch.set_autocast_cache_enabled(False)  # each cast in the graph itself, none kept from outside it
-        try:
-            with torch.cuda.graph(graph, pool=self.pool):
-                outputs = self.step(inputs, scale_tensor)
-        finally:
-            torch.set_autocast_cache_enabled(cache)
-        self.pool = graph.pool()  # every shape's graph in one pool: they never run at once
+        graph, outputs, self.pool = self.record(self.step, inputs, scale_tensor, self.pool)
         self.graphs[key] = graph, inputs, scale_tensor, outputs
         graph.replay()
         self.replays += 1
         return outputs
+
+
+def cuda_graph(step: Callable, inputs: Batch, scale: torch.Tensor, pool) -> tuple:
+    """`step(inputs, scale)` captured as a CUDA graph in `pool` (every shape's graph in one pool: they never run at
+    once): the graph, its static outputs and the pool."""
+    graph = torch.cuda.CUDAGraph()
+    torch.cuda.synchronize()
+    cache = torch.is_autocast_cache_enabled()
+    torch.set_autocast_cache_enabled(False)  # each cast in the graph itself, none kept from outside it
+    try:
+        with torch.cuda.graph(graph, pool=pool):
+            outputs = step(inputs, scale)
+    finally:
+        torch.set_autocast_cache_enabled(cache)
+    return graph, outputs, graph.pool()
 
 
 def fill(inputs: Batch, batch: Batch, scale_tensor: torch.Tensor, scale: float) -> None:

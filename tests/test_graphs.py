@@ -163,3 +163,74 @@ def test_an_optimizer_state_moves_between_captured_and_eager_runs():
     assert group["lr"] is held and math.isclose(
         float(held), 0.1, rel_tol=1e-6
     )  # in place: a captured graph reads this tensor
+
+
+class Replayed:
+    """What `cuda_graph` gives, on a CPU: capturing runs nothing and allocates the static outputs; a replay runs the
+    step on the static inputs and writes its results into them, as a graph's kernels do."""
+
+    def __init__(self, step, inputs, scale):
+        self.step, self.inputs, self.scale = step, inputs, scale
+        self.outputs = (torch.zeros(()), torch.zeros(()))
+
+    def replay(self):
+        for static, result in zip(self.outputs, self.step(self.inputs, self.scale), strict=True):
+            static.copy_(result)
+
+
+def record_on_cpu(step, inputs, scale, pool):
+    graph = Replayed(step, inputs, scale)
+    return graph, graph.outputs, pool
+
+
+def test_graphed_updates_warm_up_capture_and_replay_each_shape_with_the_batch_they_get(
+    tmp_path, sample_vocabulary, sample_splits
+):
+    """GraphedUpdate's bookkeeping, with a recorder that runs on the CPU: each shape's first WARMUP updates eager,
+    then one capture and replays that read each new batch through the static inputs; the weights end where the plain
+    update leaves them on the same batches (nothing of a batch is left out of the static copy)."""
+    from nmt.graphs import WARMUP, GraphedUpdate
+
+    pairs, weights = sample_splits.train[:300], []
+    for graphed in (False, True):
+        trainer = make_trainer(tmp_path / str(graphed), sample_vocabulary, pairs, "luong", 0.0, max_steps=10**4)
+        trainer.sampler.static, trainer.collate = StaticShapes(400), StaticShapes(400).collate
+        step = update_of(trainer)
+        runner = GraphedUpdate(step, trainer.device, record_on_cpu) if graphed else None
+        losses = []
+        for number, (batches, tokens, *_) in enumerate(trainer.updates()):
+            if number == 30:
+                break
+            loss, _ = runner(batches[0], 1.0 / tokens) if graphed else step(batches[0], torch.tensor(1.0 / tokens))
+            losses.append(float(loss))
+        weights.append([p.detach().clone() for p in trainer.model.parameters()])
+        if graphed:
+            assert runner.graphs and runner.replays > 0 and not runner.failed
+            assert runner.replays + sum(runner.seen.values()) == 30
+            assert all(n == WARMUP for key, n in runner.seen.items() if key in runner.graphs)
+            curve = losses
+        else:
+            plain = losses
+    torch.testing.assert_close(torch.tensor(curve), torch.tensor(plain))
+    for got, want in zip(*weights, strict=True):
+        torch.testing.assert_close(got, want)
+
+
+def test_a_capture_that_fails_leaves_every_later_update_eager_with_the_reason_logged(
+    tmp_path, sample_vocabulary, sample_splits, caplog
+):
+    from nmt.graphs import WARMUP, GraphedUpdate
+
+    def refuse(step, inputs, scale, pool):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    trainer = make_trainer(tmp_path, sample_vocabulary, sample_splits.train[:300], "bahdanau", max_steps=10**4)
+    trainer.sampler.static, trainer.collate = StaticShapes(400), StaticShapes(400).collate
+    runner = GraphedUpdate(update_of(trainer), trainer.device, refuse)
+    updates = trainer.updates()
+    batches, tokens, *_ = next(updates)
+    for _ in range(WARMUP + 3):  # the warm-ups, the capture that fails, then eager updates
+        loss, norm = runner(batches[0], 1.0 / tokens)
+        assert torch.isfinite(loss) and torch.isfinite(norm)
+    assert runner.failed.startswith("RuntimeError: operation not permitted") and not runner.graphs
+    assert "could not be captured" in caplog.text and "updates run eagerly" in caplog.text
