@@ -50,7 +50,9 @@ def validate(
     for each attention map, its entropy, diagonality and AER (`nmt.alignment`)."""
     started = time.perf_counter()
     loss = valid_loss(model, dataset, config.valid_max_tokens, device, dtype)
+    decoding = time.perf_counter()
     texts, hypotheses, scores = decode_split(model, vocabulary, pairs, search, device, dtype)
+    reporting = time.perf_counter()
     if not run_log.signatures_logged:
         log.info("sacrebleu signatures: BLEU %s | chrF %s", scores.bleu_signature, scores.chrf_signature)
     run_log.signatures(scores, step)
@@ -70,5 +72,17 @@ def validate(
         run_log.scalars({"valid/aer": metrics["aer"]}, step)
     sources, references = [s for s, _ in pairs], [t for _, t in pairs]
     run_log.samples(sources, references, texts, config.num_samples, step)
+    plotting = time.perf_counter()
     run_log.attention(model, vocabulary, sources, hypotheses, config.num_plots, device, dtype, step)
-    return {**metrics, "seconds": time.perf_counter() - started}
+    ended = time.perf_counter()
+    # where a validation's time goes: on a GPU the decoding is short and the host's share shows
+    log.info(
+        "validation %.2f s: loss %.2f, decoding %.2f, attention report %.2f, %d heatmaps %.2f",
+        ended - started,
+        decoding - started,
+        reporting - decoding,
+        plotting - reporting,
+        config.num_plots,
+        ended - plotting,
+    )
+    return {**metrics, "seconds": ended - started}
