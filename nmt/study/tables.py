@@ -15,7 +15,7 @@ from functools import partial
 from pathlib import Path
 
 from nmt import UserError
-from nmt.study.parts import parts_table
+from nmt.study.parts import lab_train_words, parts_table
 from nmt.study.results import (
     FIGURE_FILES,
     FIGURES,
@@ -200,13 +200,16 @@ def claims_table(folder: Path = RESULTS, short: bool = False, part: str = "claim
     source = ""
     if any(c.get("from") == "lab" for c in claims):  # where its runs are told in full: docs/alignment.md
         runs = [run["provenance"] for result in lab["results"] for run in result["seeds"] if "provenance" in run]
-        source = f" The lab's claims: its {len(runs)} runs (`results/lab.json`), {trained(runs)}."
+        earlier = lab.get("train_words", 20) != lab_train_words()  # lab.json of the protocol before today's
+        protocol = f", trained on at most {lab.get('train_words', 20)} words (the earlier protocol)" if earlier else ""
+        source = f" The lab's claims: its {len(runs)} runs (`results/lab.json`){protocol}, {trained(runs)}."
     if short:  # README: what and where; docs/results.md has the commands, commits and dates
         machines = sorted(
             {m for v in record["variants"].values() for r in v["runs"] for m in r["provenance"]["machines"]}
         )
         runs = sum(len(v["runs"]) for v in record["variants"].values())
-        lab_runs = f"; the lab's claims, its {len(runs_of(lab))} runs" if source else ""
+        earlier = " of the earlier protocol" if source and lab.get("train_words", 20) != lab_train_words() else ""
+        lab_runs = f"; the lab's claims, its {len(runs_of(lab))} runs{earlier}" if source else ""
         return "\n".join(
             [
                 *lines,
