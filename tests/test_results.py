@@ -443,9 +443,16 @@ def test_the_claims_table_takes_from_the_lab_only_what_the_comparison_could_not_
     table = tables.claims_table(tmp_path)
     assert f"| {aligns} | Luong et al. 2015, Table 6 | **contradicted** | local_p minus global: +0.06 AER |" in table
     assert "| The gap grows with sentence length | Bahdanau | **inconclusive** | Multi30k's |" in table  # measured
-    assert "The lab's claims: its 3 runs (`results/lab.json`), trained 2026-11-25 17:33" in table
+    earlier = "The lab's claims: its 3 runs of the earlier protocol (at most 20 words; `results/lab.json`), trained"
+    assert f"{earlier} 2026-11-25 17:33" in table  # a lab.json without train_words: the 20-word protocol of before
     short = tables.render("claims_short", tmp_path)
     assert "| **contradicted** | the lab: 1 comparison, AER: +0.06 [+0.02, +0.10] |" in short
+    assert "the lab's claims, its 3 runs of the earlier protocol (" in short
+    today = {**lab, "claims": lab_claims, "train_words": parts.lab_train_words()}
+    (tmp_path / "lab.json").write_text(json.dumps(today))
+    assert "The lab's claims: its 3 runs (`results/lab.json`), trained 2026" in tables.claims_table(tmp_path)
+    assert "the lab's claims, its 3 runs (" in tables.render("claims_short", tmp_path)
+    (tmp_path / "lab.json").write_text(json.dumps({**lab, "claims": lab_claims}))
     (tmp_path / "main.json").write_text(json.dumps(made))  # the main table's claims: its own runs' alone
     main = tables.claims_table(tmp_path, part="main")
     assert aligns not in main and "The lab's claim" not in main

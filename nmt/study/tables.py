@@ -200,9 +200,10 @@ def claims_table(folder: Path = RESULTS, short: bool = False, part: str = "claim
     source = ""
     if any(c.get("from") == "lab" for c in claims):  # where its runs are told in full: docs/alignment.md
         runs = [run["provenance"] for result in lab["results"] for run in result["seeds"] if "provenance" in run]
-        earlier = lab.get("train_words", 20) != lab_train_words()  # lab.json of the protocol before today's
-        protocol = f", trained on at most {lab.get('train_words', 20)} words (the earlier protocol)" if earlier else ""
-        source = f" The lab's claims: its {len(runs)} runs (`results/lab.json`){protocol}, {trained(runs)}."
+        words = lab.get("train_words", 20)  # a lab.json of the protocol before today's names it
+        where = f" of the earlier protocol (at most {words} words; " if words != lab_train_words() else " ("
+        where += "`results/lab.json`)"
+        source = f" The lab's claims: its {len(runs)} runs{where}, {trained(runs)}."
     if short:  # README: what and where; docs/results.md has the commands, commits and dates
         machines = sorted(
             {m for v in record["variants"].values() for r in v["runs"] for m in r["provenance"]["machines"]}
