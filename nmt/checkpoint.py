@@ -151,6 +151,17 @@ class Progress:
     train_seconds: float = 0.0  # wall-clock training time, validation excluded
     tokens_trained: int = 0  # target tokens of every update (all processes)
     flops: int = 0  # training compute so far: the FLOPs of every update's products (nmt/flops.py)
+    static_batches: bool = False  # the epochs cut in static shapes (nmt.data.StaticShapes: a captured run's)
+
+    def batches_of(self, static: bool) -> bool:
+        """Continue with batches static or not: an epoch saved part-way with the other kind (a captured run resumed
+        eagerly, or the other way round) ends there, since its position means nothing in the new batches. Whether
+        it did."""
+        cut = self.static_batches != static and self.batch_in_epoch > 0
+        if cut:
+            self.epoch, self.batch_in_epoch = self.epoch + 1, 0
+        self.static_batches = static
+        return cut
 
     @classmethod
     def of(cls, saved: dict) -> Progress:

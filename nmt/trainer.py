@@ -136,7 +136,7 @@ class Trainer:
         self.optimizer = make_optimizer(self.model, config, captured=self.graph_refusal is None)
         self.schedule = make_schedule(self.optimizer, config)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.dtype == torch.float16)
-        self.progress = Progress()
+        self.progress = Progress(static_batches=static is not None)
         self.batches_in_epoch = 0  # set when an epoch's batches are drawn, so no step re-sorts the corpus
         self.last_metrics: dict[str, float] = {}
         self.log = RunLog(None)  # opened on the run directory when training starts (rank 0)
@@ -226,6 +226,8 @@ class Trainer:
         except (KeyError, RuntimeError, ValueError) as error:
             first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise UserError(f"{path}: does not fit this model and trainer ({first})") from None
+        if self.progress.batches_of(self.sampler.static is not None):
+            log.warning("%s: its epoch was cut in other batches (trainer.cuda_graphs); the next epoch starts", path)
         log.info("resumed from %s at step %d (epoch %d)", path, self.progress.step, self.progress.epoch + 1)
 
     # --- one update -------------------------------------------------------------------------------------------
@@ -257,8 +259,7 @@ class Trainer:
         return loss_total, norm.detach()
 
     def update(self, batches: list[Batch], tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """One update as training makes it: replayed as a CUDA graph where the run allows it (nmt.graphs, made at the
-        first update, after any restore), else `train_step`."""
+        """One update: replayed as a CUDA graph where the run allows it (nmt.graphs, made after any restore)."""
         if self.graphed is None:
             self.graphed = graphed_update(self) or False
         if not self.graphed:

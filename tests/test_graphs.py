@@ -254,3 +254,24 @@ def test_a_static_batch_in_bf16_stays_close_to_todays(tmp_path, sample_vocabular
     (loss, grad), (static_loss, static_grad) = results
     torch.testing.assert_close(static_loss, loss, rtol=2e-2, atol=0)
     assert (static_grad - grad).norm() < 0.05 * grad.norm()
+
+
+def test_a_run_resumed_with_the_other_kind_of_batches_starts_its_next_epoch(
+    tmp_path, sample_vocabulary, sample_splits, caplog
+):
+    """A checkpoint saved part-way through an epoch of today's batches, resumed where batches are static (a CPU
+    run continued on a GPU, or the other way round): its place in the epoch means nothing there, so the next epoch
+    starts, said in the log; resumed with the same kind, it goes on where it stood."""
+    pairs = sample_splits.train[:300]
+    first = make_trainer(tmp_path, sample_vocabulary, pairs, "bahdanau", max_steps=3)
+    first.train()
+    saved = first.progress
+    assert 0 < saved.batch_in_epoch and not saved.static_batches
+    same = make_trainer(tmp_path / "same", sample_vocabulary, pairs, "bahdanau", max_steps=6)
+    same.restore(tmp_path / "last.pt")
+    assert (same.progress.epoch, same.progress.batch_in_epoch) == (saved.epoch, saved.batch_in_epoch)
+    other = make_trainer(tmp_path / "other", sample_vocabulary, pairs, "bahdanau", max_steps=6)
+    other.sampler.static = StaticShapes(400)
+    other.restore(tmp_path / "last.pt")
+    assert (other.progress.epoch, other.progress.batch_in_epoch) == (saved.epoch + 1, 0)
+    assert other.progress.static_batches and "its epoch was cut in other batches" in caplog.text
