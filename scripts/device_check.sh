@@ -9,6 +9,8 @@
 #                                          run end to end with their wall times, the decoding speed of the first's
 #                                          checkpoint, the other CUDA tests; logs and
 #                                          results/measured/benchmark_cuda.json go to $OUT
+#   bash scripts/device_check.sh peer [S]  there: Joey NMT's RNN and Transformer, S seconds each (60), fp16, as
+#                                          ../shared/peers/joeynmt/gpu.sh measures them ($OUT/joey/joeynmt_cuda.json)
 #   bash scripts/device_check.sh study PART VARIANTS JOBS SECONDS [SEEDS]
 #                                          there: `make results`' PART (claims, main, or lab: `python -m nmt.study
 #                                          lab`'s variants) for VARIANTS (comma-separated), SEEDS each (3),
@@ -44,6 +46,11 @@ if [[ "${1:-}" == "prepare" ]]; then
     # the sentencepiece models of Multi30k's defaults, so that jobs started together do not each train them there
     NMT_DATA_DIR="$data" .venv/bin/python -c "from nmt import build; from nmt.config import Multi30kConfig as C; \
 c = C(spm_cache='$GPU/spm'); build.vocabulary(c, build.load_corpus(c))"
+    # Joey NMT beside us there (`peer`): its wheels, configs and data, and the script that measures it
+    peer="${PEER:-../shared/peers/joeynmt}"
+    if [[ -f "$peer/gpu.sh" ]]; then
+        bash "$peer/gpu.sh" prepare "$GPU/joey" > /dev/null && cp "$peer/gpu.sh" "$GPU/joey/"
+    fi
     git rev-parse HEAD > "$GPU/commit"
     echo "prepared $GPU: ${pins[*]}, Multi30k, commit $(cut -c1-7 "$GPU/commit"); run with carry=[\"$GPU\"]"
     exit 0
@@ -58,6 +65,11 @@ export PYTHONPATH="/tmp/site:$PWD" NMT_DATA_DIR="$PWD/$GPU/multi30k" NMT_COMMIT=
 # session's checkout with the files of this one): no git there, so the records name NMT_COMMIT's commit
 export PYTHONUNBUFFERED=1 GIT_DIR=/nonexistent
 nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || true
+if [[ "${1:-}" == "peer" ]]; then  # Joey NMT 2.3.0's training rate on this GPU, 60 s per model, fp16
+    [[ -f "$GPU/joey/gpu.sh" ]] || { echo "error: no $GPU/joey: prepare where ../shared/peers/joeynmt is" >&2; exit 1; }
+    PY="$PYTHON" bash "$GPU/joey/gpu.sh" run "$GPU/joey" "$OUT/joey" "${2:-60}"
+    exit 0
+fi
 if [[ "${1:-}" == "study" ]]; then
     part="${2:?PART}" variants="${3:?VARIANTS}" jobs="${4:-8}" seconds="${5:-420}" seeds="${6:-3}"
     # Only what this machine trains comes back; the lab keeps the records it has, so that it trains only the others
