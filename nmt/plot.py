@@ -41,10 +41,23 @@ def legend_beside(axes: plt.Axes) -> None:
     axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
 
 
+def own_figure(size: tuple[float, float], dpi: int, rows: int = 1, columns: int = 1, layout: str | None = None):
+    """A figure outside pyplot's registry and its grid of axes: drawn on any one thread (RunLog draws heatmaps on a
+    thread of their own while a GPU trains), written with savefig or TensorBoard, dropped when no longer held."""
+    pyplot()  # the Agg backend and the colour cycle, once
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=size, dpi=dpi, layout=layout)
+    FigureCanvasAgg(figure)  # its own canvas, which draws it
+    return figure, figure.subplots(rows, columns, squeeze=False)
+
+
 def attention_figure(weights: np.ndarray, source: list[str], target: list[str], title: str = "") -> plt.Figure:
     """A heatmap of weights (len(target), len(source)); pieces are sentencepiece subwords."""
     height, width = weights.shape
-    figure, axes = pyplot().subplots(figsize=(max(4.0, 0.38 * width + 2.2), max(3.0, 0.32 * height + 1.6)), dpi=100)
+    figure, grid = own_figure((max(4.0, 0.38 * width + 2.2), max(3.0, 0.32 * height + 1.6)), dpi=100)
+    axes = grid[0, 0]
     image = axes.imshow(weights, cmap="viridis", vmin=0.0, vmax=max(float(weights.max()), 1e-6), aspect="auto")
     axes.set_xticks(range(width), source, rotation=70, ha="right", fontsize=8)
     axes.set_yticks(range(height), target, fontsize=8)
@@ -73,7 +86,7 @@ def panels_figure(
     cell = (max(3.0, 0.3 * width + 1.5), max(2.5, 0.26 * height + 1.2))
     size = (cell[0] * columns, cell[1] * rows)
     # constrained, not tight, layout: it keeps the figure's title clear of the panels' titles
-    figure, grid = pyplot().subplots(rows, columns, figsize=size, dpi=90, squeeze=False, layout="constrained")
+    figure, grid = own_figure(size, 90, rows, columns, layout="constrained")
     for index, axes in enumerate(grid.flat):
         if index >= count:
             axes.axis("off")

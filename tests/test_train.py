@@ -565,3 +565,30 @@ def test_worker_processes_of_the_gpu_loader_start_inside_a_joblib_job():
     options = {**loading(torch.device("cuda")), "pin_memory": False}
     made = joblib.Parallel(n_jobs=2, backend="loky")(joblib.delayed(_batches_in_a_job)(options) for _ in range(2))
     assert made == [[[0, 1], [2, 3], [4, 5]]] * 2
+
+
+def test_heatmaps_drawn_on_their_own_thread_are_the_ones_drawn_at_once(tmp_path, sample_vocabulary, sample_splits):
+    """On a GPU RunLog draws a validation's heatmaps on a thread of its own (the host is idle while a captured update
+    runs): the same images reach TensorBoard as when drawn at once, all of them by the time the log is closed."""
+    from nmt.runlog import RunLog
+    from nmt.search import Hypothesis
+
+    trainer = make_trainer(tmp_path, sample_vocabulary, sample_splits.train[:64], "bahdanau", max_steps=1)
+    sources = [s for s, _ in sample_splits.valid[:2]]
+    decoded = [Hypothesis(sample_vocabulary.encode_target([t])[0], 0.0, None) for _, t in sample_splits.valid[:2]]
+    images = {}
+    for background in (False, True):
+        folder = tmp_path / f"log_{background}"
+        run_log = RunLog(folder)
+        for step in (1, 2):
+            run_log.attention(trainer.model, sample_vocabulary, sources, decoded, 2, trainer.device, torch.float32,
+                              step, background=background)  # fmt: skip
+        assert (run_log.drawing is not None) == background
+        run_log.close()
+        events = EventAccumulator(str(folder), size_guidance={"images": 0})
+        events.Reload()
+        images[background] = {
+            tag: [e.encoded_image_string for e in events.Images(tag)] for tag in events.Tags()["images"]
+        }
+    assert len(images[True]) == 2 and all(len(v) == 2 for v in images[True].values())  # 2 sentences, 2 steps each
+    assert images[True] == images[False]
