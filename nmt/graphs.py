@@ -147,7 +147,9 @@ def cuda_graph(step: Callable, inputs: Batch, scale: torch.Tensor, pool) -> tupl
     cache = torch.is_autocast_cache_enabled()
     torch.set_autocast_cache_enabled(False)  # each cast in the graph itself, none kept from outside it
     try:
-        with torch.cuda.graph(graph, pool=pool):
+        # thread_local: the DataLoader's pinning thread allocates pinned memory while this thread captures, which
+        # the default (global) mode would count against the capture
+        with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
             outputs = step(inputs, scale)
     finally:
         torch.set_autocast_cache_enabled(cache)
