@@ -84,7 +84,7 @@ class RunLog:
                 rows = source_pieces if name.startswith("encoder_self") else target_pieces
                 weights = weights[0].float().cpu().numpy()  # (heads or 1, rows, S)
                 figures.append((f"valid/attention/{name}/{i}", weights, source_pieces, rows, name))
-        if background if background is not None else device.type == "cuda":
+        if device.type == "cuda" if background is None else background:
             self.drawing = self.drawing or ThreadPoolExecutor(1, thread_name_prefix="heatmaps")
             self.drawing.submit(self.draw, figures, step)
         else:
