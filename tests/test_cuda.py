@@ -11,6 +11,7 @@ import sys
 import pytest
 import torch
 from conftest import ROOT
+from test_sync_free import VARIANTS  # every family and attention variant the trainer trains
 
 from nmt import checkpoint
 from nmt.attention import MultiHeadAttention
@@ -175,24 +176,6 @@ def captured_trainer(tmp_path, sample_vocabulary, sample_splits, name, overrides
         precision=precision,
     )  # fmt: skip
     return trainer, graphed_update(trainer)
-
-
-VARIANTS = [
-    ("sutskever", ()),
-    ("bahdanau", ()),
-    ("bahdanau", ("model/attention=none",)),
-    ("bahdanau", ("model.attention.normalizer=sparsemax",)),
-    ("bahdanau", ("model.attention.normalizer=entmax15",)),
-    ("bahdanau", ("model.attention.hard=reinforce",)),
-    ("bahdanau", ("model.attention.hard=gumbel",)),
-    ("luong", ()),
-    ("luong", ("model.input_feeding=true",)),
-    ("luong", ("model.alignment=local_m",)),
-    ("luong", ("model.alignment=local_p",)),
-    ("luong", ("model/attention=location",)),
-    ("transformer", ()),
-    ("transformer", ("model.window=2",)),
-]
 
 
 @pytest.mark.parametrize("name, overrides", VARIANTS, ids=[f"{n}{''.join(o)}" for n, o in VARIANTS])

@@ -51,6 +51,19 @@ def test_static_collate_pads_rows_and_positions_that_weigh_nothing():
         StaticShapes(16, width=8).collate([*items, *items])
 
 
+def losses_of(trainer, static: bool, dtype: torch.dtype) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """The summed loss of the trainer's first 12 pairs, as today's batch or a static one (encoders unpacked), and the
+    gradients it gives."""
+    model = trainer.model.train()
+    items = [trainer.dataset[i] for i in range(12)]
+    batch = StaticShapes(1024).collate(items) if static else collate(items)
+    model.zero_grad()
+    with static_shapes(model) if static else torch.enable_grad():
+        loss = batch_loss(model, model.features, batch, 0.1, trainer.device, dtype)
+    loss.backward()
+    return loss.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+
 DETERMINISTIC = [(n, o) for n, o in VARIANTS if not any("hard=" in x for x in o)]  # hard attention draws samples
 
 
@@ -60,17 +73,7 @@ def test_a_static_batch_gives_the_loss_and_gradients_of_todays(tmp_path, sample_
     """The same sentences as today's batch and as a static one (padded rows and positions, encoders unpacked): the
     same summed loss and the same gradients, to float32 rounding."""
     trainer = make_trainer(tmp_path, sample_vocabulary, sample_splits.train[:64], name, 0.0, overrides, max_steps=1)
-    model = trainer.model.train()
-    items = [trainer.dataset[i] for i in range(12)]
-    results = []
-    for static in (False, True):
-        batch = StaticShapes(1024).collate(items) if static else collate(items)
-        model.zero_grad()
-        with static_shapes(model) if static else torch.enable_grad():
-            loss = batch_loss(model, model.features, batch, 0.1, trainer.device, torch.float32)
-        loss.backward()
-        results.append((loss.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]))
-    (loss, grads), (static_loss, static_grads) = results
+    (loss, grads), (static_loss, static_grads) = (losses_of(trainer, static, torch.float32) for static in (0, 1))
     torch.testing.assert_close(static_loss, loss, rtol=1e-5, atol=1e-4)
     assert len(grads) == len(static_grads)
     for got, want in zip(static_grads, grads, strict=True):
@@ -241,17 +244,8 @@ def test_a_static_batch_in_bf16_stays_close_to_todays(tmp_path, sample_vocabular
     """Under bf16 autocast (what a GPU with native bf16 trains in) the unpacked encoders' products and the closed-form
     cell state round as the packed run's do: the loss and the gradient stay within bf16's rounding."""
     trainer = make_trainer(tmp_path, sample_vocabulary, sample_splits.train[:64], name, 0.0, max_steps=1)
-    model = trainer.model.train()
-    items = [trainer.dataset[i] for i in range(12)]
-    results = []
-    for static in (False, True):
-        batch = StaticShapes(1024).collate(items) if static else collate(items)
-        model.zero_grad()
-        with static_shapes(model) if static else torch.enable_grad():
-            loss = batch_loss(model, model.features, batch, 0.1, trainer.device, torch.bfloat16)
-        loss.backward()
-        results.append((loss.detach(), torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])))
-    (loss, grad), (static_loss, static_grad) = results
+    (loss, grads), (static_loss, static_grads) = (losses_of(trainer, static, torch.bfloat16) for static in (0, 1))
+    grad, static_grad = torch.cat([g.flatten() for g in grads]), torch.cat([g.flatten() for g in static_grads])
     torch.testing.assert_close(static_loss, loss, rtol=2e-2, atol=0)
     assert (static_grad - grad).norm() < 0.05 * grad.norm()
 
