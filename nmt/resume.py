@@ -174,6 +174,15 @@ def same_run_options() -> set[str]:
     }
 
 
+def unread(key: str, saved: dict, new: dict) -> bool:
+    """Whether the option `key` is one neither run reads, given their other options: Luong's window D where both
+    runs' attention is global (section 3.2: D bounds local attention), so that a lab whose local window changes keeps
+    its global runs."""
+    if key == "model.window":
+        return all(config.get("model", {}).get("alignment") == "global" for config in (saved, new))
+    return False
+
+
 def another_run(
     saved: dict, new: dict, trained_in: str | None = None, precision_now: str | None = None
 ) -> tuple[dict[str, tuple], list[str]]:
@@ -182,7 +191,7 @@ def another_run(
     it was: `auto` stands for the precision the run trained in (`trained_in`, its provenance's) and for the one
     today's `auto` resolves to (`precision_now`)."""
     changed, _ = changes(saved, new)
-    other = sorted(k for k in changed if k not in same_run_options())
+    other = sorted(k for k in changed if k not in same_run_options() and not unread(k, saved, new))
     if "trainer.precision" in other:
         old, value = changed["trainer.precision"]
         then = trained_in if old == "auto" else old

@@ -185,3 +185,20 @@ def test_a_score_the_models_paper_does_not_define_is_refused_naming_the_ones_it_
     cfg = compose_config("model=luong", "model/attention=additive")
     with pytest.raises(UserError, match="model/attention=additive: LuongSeq2Seq takes dot, general, concat, location"):
         build.model(cfg.model, sample_vocabulary)
+
+
+@pytest.mark.parametrize(
+    "model, before, after, other",
+    [
+        ("luong", [], ["model.window=40"], []),  # global attention reads no window: the same run
+        ("luong", ["model.alignment=local_p"], ["model.alignment=local_p", "model.window=40"], ["model.window"]),
+        ("luong", [], ["model.alignment=local_m", "model.window=40"], ["model.alignment", "model.window"]),
+        ("transformer", [], ["model.window=4"], ["model.window"]),  # the Transformer's own window
+    ],
+)
+def test_a_window_no_attention_reads_makes_no_other_run(model, before, after, other):
+    from nmt.resume import another_run
+    from nmt.study.sweep import settings
+
+    saved, new = (settings([f"model={model}", *overrides]) for overrides in (before, after))
+    assert another_run(saved, new)[1] == other
