@@ -40,7 +40,8 @@ compare: install
 		--launcher joblib --jobs $(COMPARE_JOBS) $(if $(LAB_JSON),--lab $(LAB_JSON),) --extra $(DATA_ARG)
 
 # The alignment lab: the four families and the Luong variants on the sample grammar; AER against its gold alignments
-# and BLEU by sentence length up to 80 words (multirun/lab/report.md and its figures). About 40 minutes per seed (17 variants).
+# and BLEU by sentence length up to 80 words (multirun/lab/report.md and its figures). About 13 minutes a run on one
+# core, two at once on 2 cores: about two hours per seed (17 variants).
 lab: install
 	$(BIN)/python -m nmt.study lab --output multirun/lab --seeds $(SEEDS) --launcher joblib --jobs $(COMPARE_JOBS)
 

@@ -456,3 +456,32 @@ def test_the_claims_table_takes_from_the_lab_only_what_the_comparison_could_not_
     (tmp_path / "main.json").write_text(json.dumps(made))  # the main table's claims: its own runs' alone
     main = tables.claims_table(tmp_path, part="main")
     assert aligns not in main and "The lab's claim" not in main
+
+
+def test_the_lab_windows_choice_is_rendered_from_its_runs_records_in_order_of_window(tmp_path):
+    from nmt.study.records import validation_at
+
+    run = tmp_path / "run"
+    run.mkdir()
+    lines = [{"step": 5, "loss": 0.9, "bleu": 10.0}, {"step": 9, "loss": 0.5}, {"step": 9, "loss": 0.4, "aer": 0.25}]
+    (run / "validations.jsonl").write_text("\n".join(json.dumps(line) for line in lines) + "\n{cut sho")
+    assert validation_at(run, 9) == {"loss": 0.4, "aer": 0.25}  # a resumed run's repeated step: its last line
+    assert validation_at(run, 7) == {} and validation_at(tmp_path, 9) == {}  # no such validation, no file
+    assert "No runs of the window's choice" in tables.render("lab_window", tmp_path)
+    provenance = {"commits": ["abc1234"], "dates": ["2026-11-27T09:00:00"], "machines": ["a CPU (fp32)"]}
+
+    def record(folder, window, best):
+        path = tmp_path / "runs" / folder / "seed7.record.json"
+        path.parent.mkdir(parents=True)
+        model = {"alignment": "local_p" if window else "global", "window": window or 10}
+        config = {"model": model}
+        body = {"seed": 7, "config": config, "best_step": 90, "provenance": provenance, "best_validation": best}
+        path.write_text(json.dumps(body))
+
+    record("lab_window/D40/lab_luong_local_p", 40, {"loss": 0.1133, "aer": 0.128, "bleu": 90.58})
+    record("lab_window/D5/lab_luong_local_p", 5, {"loss": 0.8, "bleu": 20.0})  # no AER measured
+    table = tables.render("lab_window", tmp_path)
+    assert table.index("| D = 5 | 0.800 | - | 20.0 | 90 |") < table.index("| D = 40 | 0.113 | 0.128 | 90.6 | 90 |")
+    assert "global attention" not in table and "seed 7, the lab's budget; 2 runs" in table
+    record("lab/lab_luong", 0, {"loss": 0.102, "aer": 0.142, "bleu": 95.3})  # global attention, the same seed
+    assert "| global attention (no window) | 0.102 | 0.142 | 95.3 | 90 |\n\n" in tables.render("lab_window", tmp_path)

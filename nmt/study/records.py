@@ -108,6 +108,7 @@ def describe(run: Path, test_cache: dict, beam: int) -> dict:
         "budget": budget(config.get("trainer", {})),
         "tokens_per_second": progress["tokens_trained"] / max(progress["train_seconds"], 1e-9),
         "valid_bleu": best["progress"]["best_bleu"],
+        "best_validation": validation_at(run, best["progress"]["step"]),
         "test_bleu": sacrebleu.corpus_bleu(hypotheses, [references]).score,
         "test_chrf": sacrebleu.corpus_chrf(scored, [references]).score,
         "test_bleu_beam": sacrebleu.corpus_bleu(beam_output, [references]).score if beam_output else None,
@@ -265,6 +266,13 @@ def recorded_validations(run: Path) -> list[dict]:
         except (ValueError, KeyError, TypeError):  # a line cut short by a crash: the others still hold
             continue
     return [found[step] for step in sorted(found)]
+
+
+def validation_at(run: Path, step: int) -> dict:
+    """The figures of the validation at update `step` (loss, BLEU, chrF, AER where measured) from validations.jsonl:
+    the best checkpoint's, whichever figure chose it; empty where it was not recorded."""
+    entry = next((e for e in recorded_validations(run) if e["step"] == step), {})
+    return {k: entry[k] for k in ("loss", "perplexity", "bleu", "chrf", "aer") if k in entry}
 
 
 def valid_curve(run: Path) -> list[tuple[float, int, float]]:

@@ -15,6 +15,7 @@ from functools import partial
 from pathlib import Path
 
 from nmt import UserError
+from nmt.paths import read_json
 from nmt.study.parts import lab_train_words, parts_table
 from nmt.study.results import (
     FIGURE_FILES,
@@ -309,6 +310,44 @@ def lab_family_table(folder: Path = RESULTS) -> str:
     )
 
 
+def lab_window_table(folder: Path = RESULTS) -> str:
+    """How the lab's local window D was chosen: local-p at each D tried (results/runs/lab_window/D<D>), and global
+    attention of the same seed (results/runs/lab), each at its best checkpoint's validation."""
+    tried = sorted(
+        (
+            read_json(path, "restore it from git")
+            for path in (folder / "runs" / "lab_window").glob("D*/lab_luong_local_p/*.record.json")
+        ),
+        key=lambda r: r["config"]["model"]["window"],
+    )
+    if not tried:
+        return "No runs of the window's choice recorded (results/runs/lab_window).\n"
+    seed = tried[0]["seed"]
+    same = folder / "runs" / "lab" / "lab_luong" / f"seed{seed}.record.json"
+    rows = [(f"D = {r['config']['model']['window']}", r) for r in tried]
+    rows += [("global attention (no window)", read_json(same, "restore it from git"))] if same.is_file() else []
+    lines = [
+        "| local-p window | best valid loss | its valid AER | its valid BLEU | its update |",
+        "|---|---|---|---|---|",
+    ]
+    for label, r in rows:
+        best = r.get("best_validation", {})
+        figures = [
+            f"{best[k]:.{digits}f}" if k in best else "-" for k, digits in (("loss", 3), ("aer", 3), ("bleu", 1))
+        ]
+        lines.append(f"| {label} | {' | '.join(figures)} | {r['best_step']} |")
+    runs = [r for _, r in rows]
+    return "\n".join(
+        [
+            *lines,
+            "",
+            f"Luong's model, general score, seed {seed}, the lab's budget; {len(runs)} runs, "
+            f"{trained([r['provenance'] for r in runs])}.",
+            "",
+        ]
+    )
+
+
 # Whose figures README shows: the main table's runs once they are made, the claims part's until then
 FIGURE_PARTS = (("main", "the main table's runs"), ("compare", "the comparison's runs, 1e14 FLOPs each"))
 
@@ -410,6 +449,7 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "compare": compare_table,
     "lab": lab_table,
     "lab_family": lab_family_table,
+    "lab_window": lab_window_table,
     "figures": figures_block,
     "parts": parts_table,
     "versus_joeynmt": versus_joeynmt,
