@@ -249,7 +249,9 @@ def test_the_lab_is_rendered_from_its_json_as_the_lab_writes_its_report(tmp_path
     (tmp_path / "lab.json").write_text(json.dumps({**lab, "torch": "2.13.0"}))
     line = "9 runs, `python -m nmt.study lab --seeds 3`, trained 2026-11-25 10:00 to 2026-11-27 12:00 UTC at commit "
     assert (
-        tables.render("lab", tmp_path).rstrip().endswith(f"{line}abc1234 on a CPU (fp32), analysed with torch 2.13.0.")
+        tables.render("lab", tmp_path)
+        .rstrip()
+        .endswith(f"{line}abc1234+changes on a CPU (fp32), analysed with torch 2.13.0.")
     )
     # the torch that trained the runs, where they recorded it (a GPU's may not be the one that analyses them)
     lab["results"][0]["seeds"][0]["provenance"]["torch"] = ["2.11.0+cu130"]
@@ -468,20 +470,27 @@ def test_the_lab_windows_choice_is_rendered_from_its_runs_records_in_order_of_wi
     assert validation_at(run, 9) == {"loss": 0.4, "aer": 0.25}  # a resumed run's repeated step: its last line
     assert validation_at(run, 7) == {} and validation_at(tmp_path, 9) == {}  # no such validation, no file
     assert "No runs of the window's choice" in tables.render("lab_window", tmp_path)
-    provenance = {"commits": ["abc1234"], "dates": ["2026-11-27T09:00:00"], "machines": ["a CPU (fp32)"]}
+    provenance = {"commits": ["abc1234ff+changes"], "dates": ["2026-11-27T09:00:00"], "machines": ["a CPU (fp32)"]}
 
-    def record(folder, window, best):
+    def record(folder, alignment, window, best, score="General"):
         path = tmp_path / "runs" / folder / "seed7.record.json"
         path.parent.mkdir(parents=True)
-        model = {"alignment": "local_p" if window else "global", "window": window or 10}
-        config = {"model": model}
-        body = {"seed": 7, "config": config, "best_step": 90, "provenance": provenance, "best_validation": best}
-        path.write_text(json.dumps(body))
+        model = {"alignment": alignment, "window": window, "attention": {"_target_": f"nmt.attention.{score}Attention"}}
+        body = {"seed": 7, "config": {"model": model}, "best_step": 90, "provenance": provenance}
+        path.write_text(json.dumps({**body, "best_validation": best}))
 
-    record("lab_window/D40/lab_luong_local_p", 40, {"loss": 0.1133, "aer": 0.128, "bleu": 90.58})
-    record("lab_window/D5/lab_luong_local_p", 5, {"loss": 0.8, "bleu": 20.0})  # no AER measured
+    record("lab_window/D40/lab_luong_local_p", "local_p", 40, {"loss": 0.1133, "aer": 0.128, "bleu": 90.58})
+    record("lab_window/D5/lab_luong_local_p", "local_p", 5, {"loss": 0.8, "bleu": 20.0})  # no AER measured
     table = tables.render("lab_window", tmp_path)
-    assert table.index("| D = 5 | 0.800 | - | 20.0 | 90 |") < table.index("| D = 40 | 0.113 | 0.128 | 90.6 | 90 |")
-    assert "global attention" not in table and "seed 7, the lab's budget; 2 runs" in table
-    record("lab/lab_luong", 0, {"loss": 0.102, "aer": 0.142, "bleu": 95.3})  # global attention, the same seed
-    assert "| global attention (no window) | 0.102 | 0.142 | 95.3 | 90 |\n\n" in tables.render("lab_window", tmp_path)
+    five, forty = "| local-p, general | 5 | 0.800 | - | 20.0 | 90 |", "| local-p, general | 40 | 0.113 | 0.128 | 90.6 |"
+    assert table.index(five) < table.index(forty)  # in order of the window, not of its folder's name
+    assert "global" not in table and "seed 7, the lab's budget; 2 runs" in table and "abc1234+changes on" in table
+    record("lab/lab_luong_local_m", "local_m", 40, {"loss": 0.107})  # today's lab's, beside the windows tried
+    record("lab/lab_luong", "global", 40, {"loss": 0.102, "aer": 0.142, "bleu": 95.3})  # reads no window
+    record("lab/lab_luong_location", "global", 40, {"loss": 0.171, "aer": 0.803}, "Location")
+    rows = [line for line in tables.render("lab_window", tmp_path).splitlines() if line.startswith("| ")][1:]
+    assert rows[2:] == [
+        "| local-m, general | 40 (the lab's) | 0.107 | - | - | 90 |",
+        "| global, general | - | 0.102 | 0.142 | 95.3 | 90 |",
+        "| global, location | - | 0.171 | 0.803 | - | 90 |",
+    ]

@@ -37,7 +37,8 @@ def trained(provenances: list[dict]) -> str:
     from nmt.device import PRECISIONS  # read_provenance names a machine "<name> (<precision>)"
 
     recorded = tuple(f"({name})" for name in PRECISIONS)
-    commits = sorted({c for p in provenances for c in p["commits"]})
+    # a commit shortened, keeping the mark of a run started with uncommitted changes (nmt.experiment)
+    commits = sorted({c[:7] + "+changes" * c.endswith("+changes") for p in provenances for c in p["commits"]})
     dates = sorted(d for p in provenances for d in [*p["dates"], p.get("finished")] if d)
     machines = sorted(
         {m if m.endswith(recorded) else f"{m} (precision not recorded)" for p in provenances for m in p["machines"]}
@@ -47,7 +48,7 @@ def trained(provenances: list[dict]) -> str:
     span = f"{first} to {last} UTC" if dates else "at dates not recorded"
     return (
         f"trained {span} at commit{'s' * (len(commits) != 1)} "
-        f"{', '.join(c[:7] for c in commits) or 'not recorded'} "
+        f"{', '.join(commits) or 'not recorded'} "
         f"on {'; '.join(machines) or 'a machine not recorded'}"
         + (f" with torch {', '.join(torches)}" if torches else "")
         + (" (not recorded by some)" if torches and not all(p.get("torch") for p in provenances) else "")
@@ -311,40 +312,41 @@ def lab_family_table(folder: Path = RESULTS) -> str:
 
 
 def lab_window_table(folder: Path = RESULTS) -> str:
-    """How the lab's local window D was chosen: local-p at each D tried (results/runs/lab_window/D<D>), and global
-    attention of the same seed (results/runs/lab), each at its best checkpoint's validation."""
-    tried = sorted(
-        (
-            read_json(path, "restore it from git")
-            for path in (folder / "runs" / "lab_window").glob("D*/lab_luong_local_p/*.record.json")
-        ),
-        key=lambda r: r["config"]["model"]["window"],
-    )
+    """How the lab's local window D was chosen: each local variant at each D tried (results/runs/lab_window/D<D>, and
+    today's lab runs, results/runs/lab), beside global attention, one seed, each at its best checkpoint's validation."""
+    runs = folder / "runs"
+    tried = list((runs / "lab_window").glob("D*/lab_luong_local_p/*.record.json"))
     if not tried:
         return "No runs of the window's choice recorded (results/runs/lab_window).\n"
-    seed = tried[0]["seed"]
-    same = folder / "runs" / "lab" / "lab_luong" / f"seed{seed}.record.json"
-    rows = [(f"D = {r['config']['model']['window']}", r) for r in tried]
-    rows += [("global attention (no window)", read_json(same, "restore it from git"))] if same.is_file() else []
+    seed = read_json(tried[0], "restore it from git")["seed"]
+    rows: dict[tuple[str, int], tuple[dict, bool]] = {}
+    variants = [f"lab_luong_{name}".rstrip("_") for name in ("local_p", "local_m", "", "location")]
+    for variant in variants:
+        for path, today in [
+            *((p, False) for p in runs.glob(f"lab_window/D*/{variant}/seed{seed}.record.json")),
+            (runs / "lab" / variant / f"seed{seed}.record.json", True),
+        ]:
+            if path.is_file():
+                record = read_json(path, "restore it from git")
+                model = record["config"]["model"]
+                local = model["alignment"] != "global"
+                rows[(variant, model["window"] if local else 0)] = (record, today)
     lines = [
-        "| local-p window | best valid loss | its valid AER | its valid BLEU | its update |",
-        "|---|---|---|---|---|",
+        "| attention | D | best valid loss | its valid AER | its valid BLEU | its update |",
+        "|---|---|---|---|---|---|",
     ]
-    for label, r in rows:
-        best = r.get("best_validation", {})
+    for (_, window), (record, today) in sorted(rows.items(), key=lambda item: (variants.index(item[0][0]), item[0][1])):
+        best, model = record.get("best_validation", {}), record["config"]["model"]
         figures = [
             f"{best[k]:.{digits}f}" if k in best else "-" for k, digits in (("loss", 3), ("aer", 3), ("bleu", 1))
         ]
-        lines.append(f"| {label} | {' | '.join(figures)} | {r['best_step']} |")
-    runs = [r for _, r in rows]
+        score = model["attention"]["_target_"].rsplit(".", 1)[-1].removesuffix("Attention").lower()
+        kind = f"{model['alignment'].replace('_', '-')}, {score}"
+        size = f"{window} (the lab's)" if window and today else str(window or "-")
+        lines.append(f"| {kind} | {size} | {' | '.join(figures)} | {record['best_step']} |")
+    provenances = [record["provenance"] for record, _ in rows.values()]
     return "\n".join(
-        [
-            *lines,
-            "",
-            f"Luong's model, general score, seed {seed}, the lab's budget; {len(runs)} runs, "
-            f"{trained([r['provenance'] for r in runs])}.",
-            "",
-        ]
+        [*lines, "", f"Luong's lab model, seed {seed}, the lab's budget; {len(rows)} runs, {trained(provenances)}.", ""]
     )
 
 
