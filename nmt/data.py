@@ -165,12 +165,13 @@ class Batch:
     # real target tokens and 0 elsewhere, weights the loss over every position instead
     token_weights: torch.Tensor | None = None
 
+    def device_tensors(self) -> dict[str, torch.Tensor]:
+        """The tensors that go to the device, by name: every one but source_lengths, which stays on the CPU."""
+        return {k: t for k, t in vars(self).items() if k != "source_lengths" and t is not None}
+
     def to(self, device: torch.device, non_blocking: bool = False) -> Batch:
-        moved = {
-            k: t if k == "source_lengths" or t is None else t.to(device, non_blocking=non_blocking)
-            for k, t in vars(self).items()
-        }
-        return Batch(**moved)
+        moved = {k: t.to(device, non_blocking=non_blocking) for k, t in self.device_tensors().items()}
+        return Batch(**{**vars(self), **moved})
 
     def pin_memory(self) -> Batch:
         return Batch(*(t if t is None else t.pin_memory() for t in vars(self).values()))

@@ -125,12 +125,7 @@ class GraphedUpdate:
     def capture(self, key: tuple, batch: Batch, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
         """Capture `step` on static copies of this batch's tensors (capturing runs nothing), then replay it once
         for this batch."""
-        inputs = Batch(
-            **{
-                k: t.clone() if isinstance(t, torch.Tensor) and k != "source_lengths" else t
-                for k, t in vars(batch).items()
-            }
-        )
+        inputs = Batch(**{**vars(batch), **{k: t.clone() for k, t in batch.device_tensors().items()}})
         scale_tensor = torch.tensor(scale, device=self.device)
         graph, outputs, self.pool = self.record(self.step, inputs, scale_tensor, self.pool)
         self.graphs[key] = graph, inputs, scale_tensor, outputs
@@ -158,9 +153,8 @@ def cuda_graph(step: Callable, inputs: Batch, scale: torch.Tensor, pool) -> tupl
 
 def fill(inputs: Batch, batch: Batch, scale_tensor: torch.Tensor, scale: float) -> None:
     """A graph's static inputs set to this batch (copies on the device, in stream order: no wait)."""
-    for name, target in vars(inputs).items():
-        if isinstance(target, torch.Tensor) and name != "source_lengths":
-            target.copy_(getattr(batch, name), non_blocking=True)
+    for name, target in inputs.device_tensors().items():
+        target.copy_(getattr(batch, name), non_blocking=True)
     scale_tensor.fill_(scale)
 
 
