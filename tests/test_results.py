@@ -295,11 +295,11 @@ def test_the_parts_table_says_which_parts_of_make_results_are_complete(tmp_path)
     for variant, seed in (("lab_bahdanau", 1234), ("lab_bahdanau", 1235), ("lab_sutskever", 1234)):
         (runs / "lab" / variant).mkdir(parents=True, exist_ok=True)
         (runs / "lab" / variant / f"seed{seed}.record.json").write_text("{}")  # the lab's records so far
-    assert f"{lab} 3 of 51 runs; its table is written when all its runs end |" in tables.render("parts", tmp_path)
+    assert f"{lab} 3 of 81 runs; its table is written when all its runs end |" in tables.render("parts", tmp_path)
     words = parts.lab_train_words()  # a lab.json of today's protocol
     one_seed = {"results": [{"seeds": [{}]}, {"seeds": [{}]}], "train_words": words}
     (tmp_path / "lab.json").write_text(json.dumps(one_seed))
-    shown = "3 of 51 runs; its tables show the 1 seed every variant has so far |"
+    shown = "3 of 81 runs; its tables show the 1 seed every variant has so far |"
     assert f"{lab} {shown}" in tables.render("parts", tmp_path)
     from nmt.study.comparison import VARIANTS
 
@@ -307,15 +307,25 @@ def test_the_parts_table_says_which_parts_of_make_results_are_complete(tmp_path)
         (runs / "lab" / f"lab_{variant}").mkdir(parents=True, exist_ok=True)
         for seed in (1234, 1235, 1236):
             (runs / "lab" / f"lab_{variant}" / f"seed{seed}.record.json").write_text("{}")
-    assert f"{lab} **complete**: 51 runs; its tables show the 1 seed" in tables.render("parts", tmp_path)
-    (tmp_path / "lab.json").write_text(json.dumps({"results": [{"seeds": [{}, {}, {}]}], "train_words": words}))
-    assert f"{lab} **complete**: 51 runs |" in tables.render("parts", tmp_path)
+    assert f"{lab} 51 of 81 runs; its tables show the 1 seed" in tables.render("parts", tmp_path)
+    from nmt.study.lab import CLAIM_VARIANTS  # 8 seeds of the variants the lab's claims compare
+
+    for variant in CLAIM_VARIANTS:
+        for seed in range(1237, 1242):
+            (runs / "lab" / f"lab_{variant}" / f"seed{seed}.record.json").write_text("{}")
+    assert f"{lab} **complete**: 81 runs; its tables show the 1 seed" in tables.render("parts", tmp_path)
+    three = {"seeds": [{}] * 3}
+    (tmp_path / "lab.json").write_text(json.dumps({"results": [three], "train_words": words}))
+    assert f"{lab} **complete**: 81 runs; its tables show the 3 seeds" in tables.render("parts", tmp_path)
+    (tmp_path / "lab.json").write_text(json.dumps({"results": [three, {"seeds": [{}] * 8}], "train_words": words}))
+    assert f"{lab} **complete**: 81 runs |" in tables.render("parts", tmp_path)
     # a lab.json of an earlier protocol (trained on shorter sentences) is named so, beside today's records
     (tmp_path / "lab.json").write_text(json.dumps({"results": [{"seeds": [{}, {}]}] * 3, "train_words": 20}))
     for variant in VARIANTS[1:]:
-        for seed in (1234, 1235, 1236):
-            (runs / "lab" / f"lab_{variant}" / f"seed{seed}.record.json").unlink()
-    stale = "3 of 51 runs of today's protocol; its tables are still the earlier one's (trained on at most 20 words, 6"
+        for path in (runs / "lab" / f"lab_{variant}").glob("seed*.record.json"):
+            path.unlink()
+    # bahdanau's 8 seeds (one of the variants the lab's claims compare) count, beside today's protocol's earlier tables
+    stale = "8 of 81 runs of today's protocol; its tables are still the earlier one's (trained on at most 20 words, 6"
     assert f"{lab} {stale} runs) |" in tables.render("parts", tmp_path)
 
 

@@ -880,6 +880,9 @@ def test_make_results_record_reports_on_what_is_recorded_without_training(tmp_pa
     recorded(LAB_VARIANTS[0], 1234, 1236)  # 1235 missing: the report covers seed 1234 alone
     script.main(["--parts", "lab", "--record", "--runs", str(tmp_path)])
     assert calls[-1][calls[-1].index("--seeds") + 1] == "1"
+    assert calls[-1][calls[-1].index("--claim-seeds") + 1] == "0"  # --record trains nothing, more seeds neither
+    script.main(["--parts", "lab", "--runs", str(tmp_path)])  # trains: 3 seeds each, 8 of the claims' variants
+    assert [calls[-1][calls[-1].index(option) + 1] for option in ("--seeds", "--claim-seeds")] == ["3", "8"]
     recorded(LAB_VARIANTS[0], 1235)
     assert script.lab_seeds_recorded() == 3
     extra = ["--extra", "data.dir=/data/multi30k", "trainer.threads=1"]  # the lab writes its own corpus
@@ -1203,3 +1206,9 @@ def test_the_lab_trains_scores_alignment_and_length_and_resumes_where_it_stopped
     lab.main(small)
     assert "train.py " not in capfd.readouterr().out  # nothing trained
     assert len(json.loads((tmp_path / "lab" / "lab.json").read_text())["results"]) == 3
+    monkeypatch.setattr(lab, "CLAIM_VARIANTS", ("luong_local_m", "luong_location"))  # one of them in --variants
+    lab.main([*small, "--claim-seeds", "2"])  # more seeds of the variants the claims compare, the others kept
+    assert "train.py -m seed=1235 variant=luong_local_m " in capfd.readouterr().out
+    assert sorted(p.parent.name for p in records.rglob("seed1235.record.json")) == ["lab_luong_local_m"]
+    seeds = {r["name"]: len(r["seeds"]) for r in json.loads((tmp_path / "lab" / "lab.json").read_text())["results"]}
+    assert seeds == {"bahdanau (additive)": 1, "bahdanau (fixed context)": 1, local_m: 2}

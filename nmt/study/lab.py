@@ -29,6 +29,12 @@ CONTRASTS = [
     ("luong_feeding", "luong"),
     ("luong_paper", "luong"),
 ]
+# The variants the lab's two claims compare (nmt.study.claims: Bahdanau's model with and without attention for the
+# length claim; Luong's local-p, local-m and global attention with the general score, and global with the location
+# score, for the alignment claim), and the seeds make results trains of them: runs are cheap there and seeds, not
+# sentences, are the noise of an AER difference (issue 47: at least 8)
+CLAIM_VARIANTS = ("bahdanau", "bahdanau_fixed", "luong", "luong_local_m", "luong_local_p", "luong_location")
+CLAIM_SEEDS = 8
 BUCKETS = [(1, 10), (11, 20), (21, 30), (31, 40), (41, 60), (61, 80)]  # source words of the length test set
 # Luong et al. 2015, Table 6: AER on the RWTH German-English gold alignments (different data, same measure), by score
 # and alignment (the paper's model; ours may differ in encoder and feeding, which the name says).

@@ -9,14 +9,21 @@ from nmt.study.results import CLAIM_VARIANTS, FAMILIES, RESULTS, UNFINISHED, fin
 from nmt.study.significance import MIN_SEEDS
 
 
-def part_state(wanted: list[str], seeds: dict[str, int]) -> str:
-    """How far a part is: its runs finished (`seeds` per variant) out of the seeds it trains for each of `wanted`."""
+def part_state(wanted: list[str], seeds: dict[str, int], more: dict[str, int] | None = None) -> str:
+    """How far a part is: its runs finished (`seeds` per variant) out of the seeds it trains for each of `wanted`
+    (MIN_SEEDS, or `more`'s for the variants it names)."""
     if not seeds:
         return "no runs yet"
-    runs = sum(min(seeds.get(v, 0), MIN_SEEDS) for v in wanted)
-    if runs == MIN_SEEDS * len(wanted):
-        return f"**complete**: {runs} runs"
-    return f"{runs} of {MIN_SEEDS * len(wanted)} runs"
+    targets = {v: max(MIN_SEEDS, (more or {}).get(v, 0)) for v in wanted}
+    runs, total = sum(min(seeds.get(v, 0), n) for v, n in targets.items()), sum(targets.values())
+    return f"**complete**: {runs} runs" if runs == total else f"{runs} of {total} runs"
+
+
+def lab_targets() -> dict[str, int]:
+    """The lab's variants (their run folders' names) that make results trains more seeds of: its claims'."""
+    from nmt.study.lab import CLAIM_SEEDS, CLAIM_VARIANTS
+
+    return {f"lab_{variant}": CLAIM_SEEDS for variant in CLAIM_VARIANTS}
 
 
 def parts_table(folder: Path = RESULTS) -> str:
@@ -34,10 +41,10 @@ def parts_table(folder: Path = RESULTS) -> str:
     shown = sorted({len(r["seeds"]) for r in (lab or {}).get("results", [])})  # what results/lab.json covers
     if lab and lab.get("train_words", 20) != lab_train_words():  # results/lab.json is an earlier protocol's
         recorded = {variant: len(s) for variant, s in finished(folder / "runs" / "lab").items()}
+        earlier = f"at most {lab.get('train_words', 20)} words, {sum(len(r['seeds']) for r in lab['results'])} runs"
         lab_row = (
-            f"{part_state(lab_variants, recorded)} of today's protocol; its tables are still the earlier one's "
-            f"(trained on at most {lab.get('train_words', 20)} words, {sum(len(r['seeds']) for r in lab['results'])}"
-            " runs)"
+            f"{part_state(lab_variants, recorded, lab_targets())} of today's protocol; its tables are still the "
+            f"earlier one's (trained on {earlier})"
         )
     else:
         lab_row = lab_state(lab_variants, seeds("lab"), shown)
@@ -53,7 +60,8 @@ def parts_table(folder: Path = RESULTS) -> str:
     ]
     lines = ["| part of `make results` | what | state |", "|---|---|---|"]
     lines += [f"| {part} | {what} | {state} |" for part, what, state in rows]
-    note = f"{MIN_SEEDS} seeds each; the table of a part not complete shows its runs so far."
+    claims = max(lab_targets().values())
+    note = f"{MIN_SEEDS} seeds each (the lab's claims: {claims}); a part not complete shows its runs so far."
     return "\n".join([*lines, "", note, ""])
 
 
@@ -69,8 +77,10 @@ def lab_train_words() -> int:
 def lab_state(variants: list[str], recorded: dict[str, int], shown: list[int]) -> str:
     """The lab's runs recorded so far (results/runs/lab), and the seeds its tables show (results/lab.json, made from
     the seeds every variant has: `python -m nmt.study results --parts lab --record`)."""
-    state = part_state(variants, recorded)
-    if shown == [MIN_SEEDS] and all(recorded.get(v, 0) >= MIN_SEEDS for v in variants):
+    more = lab_targets()
+    state = part_state(variants, recorded, more)
+    wanted = {max(MIN_SEEDS, more.get(v, 0)) for v in variants}
+    if shown == sorted(wanted) and state.startswith("**complete**"):
         return state
     if not shown:
         return f"{state}; {UNFINISHED}"

@@ -8,8 +8,9 @@ sentences of any length, so BLEU can be measured against sentence length, as Bah
 Each variant trains for the same compute (--flops: where the valid loss of Bahdanau's lab model levels off; the same
 updates on any machine) on sentences of 1 to 80 words, the length test set's range, its checkpoint chosen on valid
 loss (`train.py experiment=lab variant=<name>`), once per seed, as one `train.py -m` through Hydra's launcher
-(OUTPUT/runs/lab_<name>/seed<N>; --launcher joblib --jobs 2 runs two at once); then every model decodes a
-test set of length buckets up to 80 words. The report (OUTPUT/report.md with its figures, OUTPUT/lab.json, and the
+(OUTPUT/runs/lab_<name>/seed<N>; --launcher joblib --jobs 2 runs two at once; --claim-seeds N: N seeds of the
+variants the lab's claims compare, where seeds are the noise); then every model decodes a test set of length buckets
+up to 80 words. The report (OUTPUT/report.md with its figures, OUTPUT/lab.json, and the
 figures in TensorBoard under OUTPUT/tensorboard) holds the AER table beside the paper's figures, BLEU by length and
 valid AER during training; OUTPUT/comparison/report.md compares the same runs as `make compare` does (seeds,
 significance on the sample test split, the papers' claims, with the lab's AER and length figures).
@@ -37,7 +38,7 @@ from nmt.paths import output_folder, read_json
 from nmt.plot import legend_beside, lines_figure
 from nmt.study.claims import Claim, gap_grows_with_length, local_aligns_better
 from nmt.study.comparison import VARIANTS
-from nmt.study.lab import BUCKETS, contrasts, tables
+from nmt.study.lab import BUCKETS, CLAIM_VARIANTS, contrasts, tables
 from nmt.study.lab_measure import LAB_SUFFIX, length_test_set, measure_callback, measure_one
 from nmt.study.records import describe_runs, recorded_sweep
 from nmt.study.report import REPORT_FILES, summarise
@@ -194,6 +195,12 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--per-bucket", type=int, default=100, help="length test sentences per bucket")
     parser.add_argument("--seed", type=int, default=1234, help="the first seed")
     parser.add_argument("--seeds", type=int, default=1, help="seeds per variant (the report gives their mean)")
+    parser.add_argument(
+        "--claim-seeds",
+        type=int,
+        default=0,
+        help=f"seeds of the variants the lab's claims compare ({', '.join(CLAIM_VARIANTS)}), where more than --seeds",
+    )
     parser.add_argument("--extra", nargs="*", default=[], help="more train.py overrides for every variant")
     parser.add_argument(
         "--records",
@@ -206,8 +213,8 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--samples", type=int, default=RESAMPLES, help="bootstrap resamples (claims, comparison)")
     parser.add_argument("--trials", type=int, default=10000, help="approximate randomization trials (the comparison)")
     args = parser.parse_args(argv)
-    if args.seeds < 1 or args.jobs < 1:
-        raise UserError("--seeds and --jobs must be at least 1")
+    if args.seeds < 1 or args.jobs < 1 or args.claim_seeds < 0:
+        raise UserError("--seeds and --jobs must be at least 1, --claim-seeds at least 0")
     if (
         args.validations < 1
         or not 0 < args.flops < math.inf
@@ -250,9 +257,11 @@ def main(argv: list[str] | None = None) -> None:
     records = (args.records or output / "records").resolve()
     hydra = measure_callback(records, long_set)
     overrides = ["experiment=lab", *budget]
-    recorded = recorded_sweep(
-        keys, list(seeds), overrides, output / "runs", records, 1, args.launcher, args.jobs, hydra, PREFIX
-    )
+    sweep = (output / "runs", records, 1, args.launcher, args.jobs, hydra, PREFIX)
+    recorded = recorded_sweep(keys, list(seeds), overrides, *sweep)
+    more = [key for key in keys if key in CLAIM_VARIANTS]
+    if args.claim_seeds > args.seeds and more:  # measured with the others (measured_seeds); compared on --seeds
+        recorded_sweep(more, list(range(seeds.stop, args.seed + args.claim_seeds)), overrides, *sweep)
     for run in sorted((output / "runs").glob("*/seed*/results.json")):  # what a job's callback did not measure
         measure_one(run.parent, records, long_set)
     measured = {

@@ -13,8 +13,8 @@ The parts, in this order (each resumable: a rerun keeps finished runs with today
           (results.PINNED), then their report and the claims (results/claims.json)
   main    the four families' defaults, as `python train.py model=X` trains them (5e14 FLOPs each), greedy and beam 5
           (results/main.json)
-  lab     the alignment lab, `python -m nmt.study lab`, with fp32 and one thread pinned (results/lab.json; its runs'
-          records in results/runs/lab)
+  lab     the alignment lab, `python -m nmt.study lab`, with fp32 and one thread pinned, 8 seeds of the variants its
+          claims compare (--claim-seeds) (results/lab.json; its runs' records in results/runs/lab)
   others  the comparison of every variant at `make compare`'s budget (1e14 FLOPs each: early training, not the
           claims), then its report (results/compare.json)
 Runs go to RUNS/<part>/runs/<variant>/seed<N> (the others part: RUNS/compare/runs/...), with NMT_DATA_DIR (or
@@ -42,6 +42,7 @@ from nmt.paths import write_text
 from nmt.study import results, tables
 from nmt.study.cli import compare, lab
 from nmt.study.comparison import VARIANTS
+from nmt.study.lab import CLAIM_SEEDS
 from nmt.study.records import record_runs, recorded_sweep
 from nmt.study.results import CLAIM_VARIANTS, FAMILIES, PARTS, PINNED
 from nmt.study.sweep import ROOT, chosen, launcher_options
@@ -268,6 +269,7 @@ def train_lab(args: argparse.Namespace, runs: Path) -> None:
     # the lab writes its own corpus; its runs pin precision and threads as the claims' do
     lab_extra = [*PINNED, *(e for e in args.extra if not e.startswith(MULTI30K_DIR))]
     lab_options = ["--output", str(runs / "lab"), "--seeds", str(seeds), "--launcher", args.launcher]
+    lab_options += ["--claim-seeds", str(0 if args.record else CLAIM_SEEDS)]
     lab_options += ["--jobs", str(args.jobs), "--records", str(results.RECORDS / "lab")]
     lab.main([*lab_options, *(["--extra", *lab_extra] if lab_extra else [])])
     export_lab(runs / "lab")
