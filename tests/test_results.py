@@ -450,7 +450,12 @@ def test_the_claims_table_takes_from_the_lab_only_what_the_comparison_could_not_
         "claims": [{**lab_claims[0], "verdict": "needs 3 seeds"}, lab_claims[1]],
     }
     (tmp_path / "lab.json").write_text(json.dumps(lab))
-    assert f"| {aligns} | Luong | **not measured** |" in tables.claims_table(tmp_path)  # the lab has no verdict yet
+    # the lab measured it, on fewer seeds than a verdict needs: so it says, with the lab's figures
+    needs = f"| {aligns} | Luong et al. 2015, Table 6 | **needs 3 seeds** | local_p minus global: +0.06 AER |"
+    assert needs in tables.claims_table(tmp_path)
+    not_yet = {**lab, "claims": [{**lab_claims[0], "verdict": "not measured"}, lab_claims[1]]}
+    (tmp_path / "lab.json").write_text(json.dumps(not_yet))
+    assert f"| {aligns} | Luong | **not measured** |" in tables.claims_table(tmp_path)  # nor has the lab
     (tmp_path / "lab.json").write_text(json.dumps({**lab, "claims": lab_claims}))
     table = tables.claims_table(tmp_path)
     assert f"| {aligns} | Luong et al. 2015, Table 6 | **contradicted** | local_p minus global: +0.06 AER |" in table

@@ -1212,3 +1212,12 @@ def test_the_lab_trains_scores_alignment_and_length_and_resumes_where_it_stopped
     assert sorted(p.parent.name for p in records.rglob("seed1235.record.json")) == ["lab_luong_local_m"]
     seeds = {r["name"]: len(r["seeds"]) for r in json.loads((tmp_path / "lab" / "lab.json").read_text())["results"]}
     assert seeds == {"bahdanau (additive)": 1, "bahdanau (fixed context)": 1, local_m: 2}
+    data = tmp_path / "lab" / "data"
+    (data / "long.en").write_text("the set another protocol's lab left here\n")
+    (data / "long.json").write_text("{}")
+    lab.main(small)  # the length test set drawn again for today's training sentences: the records match it
+    assert json.loads((data / "long.json").read_text())["per_bucket"] == 20
+    path = records / "lab_bahdanau" / "seed1234.lab.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "long_set": "of another set"}))
+    with pytest.raises(UserError, match=r"lab_bahdanau/seed1234.lab.json measured on another length test set"):
+        lab.main(small)  # its BLEU by length is not read against other references

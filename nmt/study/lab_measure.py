@@ -9,6 +9,7 @@ are ours, so a lab record keeps the translations of the length test set.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -29,9 +30,21 @@ LAB_SUFFIX = ".lab.json"
 
 
 def length_test_set(folder: Path, per_bucket: int, train: set[str], seed: int) -> tuple[Path, Path, Path]:
-    """Sentences of every length bucket, none of them in the training split, with their gold links."""
+    """Sentences of every length bucket, none of them in the training split, with their gold links. Kept in `folder`
+    with what they were drawn for (long.json: the training sentences' digest, buckets, seed); drawn again where that
+    differs, so that no lab reads the set another protocol's training left there."""
     paths = folder / "long.de", folder / "long.en", folder / "long.align"
-    if all(p.is_file() for p in paths):
+    drawn_for = {
+        "train": hashlib.sha256("\n".join(sorted(train)).encode("utf-8")).hexdigest(),
+        "per_bucket": per_bucket,
+        "buckets": [list(bucket) for bucket in BUCKETS],
+        "seed": seed,
+    }
+    try:
+        kept = json.loads((folder / "long.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        kept = None
+    if kept == drawn_for and all(p.is_file() for p in paths):
         return paths
     pairs, gold = [], []
     for number, (low, high) in enumerate(BUCKETS):
@@ -42,7 +55,16 @@ def length_test_set(folder: Path, per_bucket: int, train: set[str], seed: int) -
         gold += [g for _, g in kept]
     folder.mkdir(parents=True, exist_ok=True)
     write_aligned(paths, pairs, gold)
+    write_text(folder / "long.json", json.dumps(drawn_for) + "\n")
     return paths
+
+
+def set_digest(long_set: tuple[Path, Path, Path]) -> str:
+    """What identifies a length test set: the digest of its files (a lab record names the set it was measured on)."""
+    digest = hashlib.sha256()
+    for path in long_set:
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
 
 
 def valid_aer_curve(run_dir: Path) -> list[tuple[int, float]]:
@@ -71,6 +93,7 @@ def measure(run_dir: Path, long_set: tuple[Path, Path, Path]) -> dict:
         "test_bleu": json.loads((run_dir / "results.json").read_text())["test/bleu"],
         "seed": translator.config.get("seed"),
         "long_hypotheses": hypotheses,
+        "long_set": set_digest(long_set),
     }
     chosen_map = alignment_map_of(translator, None, None)
     if chosen_map is not None:

@@ -25,7 +25,7 @@ from nmt.study.results import (
     load,
     spread,
 )
-from nmt.study.significance import MIN_SEEDS, NEEDS_SEEDS, NOT_MEASURED, p_value
+from nmt.study.significance import MIN_SEEDS, NOT_MEASURED, p_value
 
 MARKER = re.compile(r"<!-- results:(?P<name>[a-z0-9_]+) -->\n(?P<body>.*?)<!-- /results:(?P=name) -->", re.DOTALL)
 
@@ -163,11 +163,11 @@ def detects(claim: dict) -> str:
 
 def with_lab(claims: list[dict], lab: dict | None) -> list[dict]:
     """The comparison's claims, each one it could not measure or test (the alignment claim: Multi30k has no gold
-    links; the length claim: no sentences over 30 words) taken from the lab's verdict when the lab has one over 3
-    seeds (marked "from": "lab")."""
+    links; the length claim: no sentences over 30 words) taken from the lab where the lab measured it: its verdict, or
+    that it needs more seeds (marked "from": "lab")."""
     from nmt.study.claims import UNTESTABLE
 
-    found = {c["claim"]: c for c in (lab or {}).get("claims", []) if c["verdict"] not in (NOT_MEASURED, NEEDS_SEEDS)}
+    found = {c["claim"]: c for c in (lab or {}).get("claims", []) if c["verdict"] != NOT_MEASURED}
     return [
         {**found[c["claim"]], "from": "lab"}
         if c["verdict"] in (NOT_MEASURED, UNTESTABLE) and c["claim"] in found

@@ -39,7 +39,7 @@ from nmt.plot import legend_beside, lines_figure
 from nmt.study.claims import Claim, gap_grows_with_length, local_aligns_better
 from nmt.study.comparison import VARIANTS
 from nmt.study.lab import BUCKETS, CLAIM_VARIANTS, contrasts, tables
-from nmt.study.lab_measure import LAB_SUFFIX, length_test_set, measure_callback, measure_one
+from nmt.study.lab_measure import LAB_SUFFIX, length_test_set, measure_callback, measure_one, set_digest
 from nmt.study.records import describe_runs, recorded_sweep
 from nmt.study.report import REPORT_FILES, summarise
 from nmt.study.significance import RESAMPLES, Evidence, check_resamples
@@ -271,6 +271,18 @@ def main(argv: list[str] | None = None) -> None:
         ]
         for key in keys
     }
+    digest = set_digest(long_set)
+    other_set = [
+        f"{folders[key]}/seed{run['seed']}{LAB_SUFFIX}"
+        for key, runs in measured.items()
+        for run in runs
+        if run.get("long_set") != digest
+    ]
+    if other_set:  # its BLEU by length would be read against other sentences' references
+        raise UserError(
+            f"{records}: {', '.join(other_set)} measured on another length test set than {output / 'data'}'s (drawn "
+            f"for today's training sentences), or before records named theirs: {REMEDY}"
+        )
     max_words = config["data"]["grammar"]["max_words"]
     claims, differences = lab_tests(measured, variants, long_set, max_words, args.samples)
     results = [aggregate(variants[key], measured[key]) for key in keys]
