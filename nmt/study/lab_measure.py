@@ -41,10 +41,10 @@ def length_test_set(folder: Path, per_bucket: int, train: set[str], seed: int) -
         "seed": seed,
     }
     try:
-        kept = json.loads((folder / "long.json").read_text(encoding="utf-8"))
+        drawn = json.loads((folder / "long.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        kept = None
-    if kept == drawn_for and all(p.is_file() for p in paths):
+        drawn = None
+    if drawn == drawn_for and all(p.is_file() for p in paths):
         return paths
     pairs, gold = [], []
     for number, (low, high) in enumerate(BUCKETS):
