@@ -14,9 +14,14 @@ def part_state(wanted: list[str], seeds: dict[str, int], more: dict[str, int] | 
     (MIN_SEEDS, or `more`'s for the variants it names)."""
     if not seeds:
         return "no runs yet"
-    targets = {v: max(MIN_SEEDS, (more or {}).get(v, 0)) for v in wanted}
+    targets = seed_targets(wanted, more)
     runs, total = sum(min(seeds.get(v, 0), n) for v, n in targets.items()), sum(targets.values())
     return f"**complete**: {runs} runs" if runs == total else f"{runs} of {total} runs"
+
+
+def seed_targets(wanted: list[str], more: dict[str, int] | None = None) -> dict[str, int]:
+    """The seeds a part trains of each of `wanted`: MIN_SEEDS, or `more`'s for the variants it names."""
+    return {v: max(MIN_SEEDS, (more or {}).get(v, 0)) for v in wanted}
 
 
 def lab_targets() -> dict[str, int]:
@@ -60,8 +65,9 @@ def parts_table(folder: Path = RESULTS) -> str:
     ]
     lines = ["| part of `make results` | what | state |", "|---|---|---|"]
     lines += [f"| {part} | {what} | {state} |" for part, what, state in rows]
-    claims = max(lab_targets().values())
-    note = f"{MIN_SEEDS} seeds each (the lab's claims: {claims}); a part not complete shows its runs so far."
+    from nmt.study.lab import CLAIM_SEEDS
+
+    note = f"{MIN_SEEDS} seeds each (the lab's claims: {CLAIM_SEEDS}); a part not complete shows its runs so far."
     return "\n".join([*lines, "", note, ""])
 
 
@@ -79,8 +85,7 @@ def lab_state(variants: list[str], recorded: dict[str, int], shown: list[int]) -
     the seeds every variant has: `python -m nmt.study results --parts lab --record`)."""
     more = lab_targets()
     state = part_state(variants, recorded, more)
-    wanted = {max(MIN_SEEDS, more.get(v, 0)) for v in variants}
-    if shown == sorted(wanted) and state.startswith("**complete**"):
+    if shown == sorted(set(seed_targets(variants, more).values())) and state.startswith("**complete**"):
         return state
     if not shown:
         return f"{state}; {UNFINISHED}"
