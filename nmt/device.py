@@ -74,6 +74,12 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def cpu_kernels() -> str:
+    """The vector instructions ATen's CPU kernels use here ("AVX512", "AVX2"; ATEN_CPU_CAPABILITY lowers it): fp32
+    sums round differently under each, so the same seed trains other bits on a CPU of another kind."""
+    return torch.backends.cpu.get_cpu_capability()
+
+
 def cpu_capability() -> Capability:
     """The CPU's bf16 support as oneDNN will use it: the hardware's instructions (AVX512_BF16 or AMX) and the level
     oneDNN is held to (ONEDNN_MAX_CPU_ISA or DNNL_MAX_CPU_ISA), which hides instructions the CPU has."""
@@ -88,7 +94,7 @@ def cpu_capability() -> Capability:
     native = bool(hardware) and kernels and not capped
     found = "+".join(hardware) if hardware else "no AVX512_BF16 or AMX"
     held = f"oneDNN held to {cap.strip().upper()}" if cap else "oneDNN not capped"
-    detail = f"{found}, {held}, ATen {torch.backends.cpu.get_cpu_capability()}"
+    detail = f"{found}, {held}, ATen {cpu_kernels()}"
     return Capability("cpu", cpu_name(), native, kernels, False, detail)
 
 

@@ -30,7 +30,7 @@ from nmt.config import TrainConfig
 from nmt.corpus import Splits
 from nmt.data import Vocabulary
 from nmt.decoding import check_input_lengths, decode_split
-from nmt.device import capability, cpu_name
+from nmt.device import capability, cpu_kernels, cpu_name
 from nmt.device import choose as choose_precision
 from nmt.device import device as find_device
 from nmt.multirun import in_sweep
@@ -224,8 +224,8 @@ def loaded_code() -> dict:
 
 
 def record_provenance(run_dir: Path, where: torch.device, precision: str = "") -> None:
-    """Append this invocation (commit, time, machine, torch, the precision it trained in) to run_dir/provenance.json:
-    a resumed run lists each.
+    """Append this invocation (commit, time, machine, torch, the precision it trained in, a CPU's vector kernels) to
+    run_dir/provenance.json: a resumed run lists each.
     The commit is the one checked out when this process started its first run (`loaded_code`)."""
     path = run_dir / "provenance.json"
     machine = torch.cuda.get_device_name(where) if where.type == "cuda" else cpu_name()
@@ -237,6 +237,7 @@ def record_provenance(run_dir: Path, where: torch.device, precision: str = "") -
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "precision": precision,
+        **({} if where.type == "cuda" else {"kernels": cpu_kernels()}),
     }
     history = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
     write_text(path, json.dumps([*history, entry], indent=1) + "\n")
@@ -269,6 +270,7 @@ def read_provenance(run_dir: Path) -> dict:
                 {e["machine"] + (f" ({e['precision']})" if e.get("precision") else "") for e in entries}
             ),
             "torch": sorted({e["torch"] for e in entries if e.get("torch")}),
+            "kernels": sorted({e["kernels"] for e in entries if e.get("kernels")}),
         }
     records = sorted(p.name for p in run_dir.glob(".hydra/*") if p.is_dir())  # .hydra/<%Y-%m-%d_%H-%M-%S>
     dates = [f"{day}T{time.replace('-', ':')}" for day, time in (r.split("_") for r in records)]

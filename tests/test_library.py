@@ -129,6 +129,7 @@ def test_a_process_loads_every_model_at_once_and_records_the_commit_it_loaded(tm
     experiment.record_provenance(tmp_path, torch.device("cpu"), "bf16")
     assert json.loads((tmp_path / "provenance.json").read_text())[0]["commit"] == (head or None)
     assert experiment.read_provenance(tmp_path)["machines"] == [f"{experiment.cpu_name()} (bf16)"]  # its precision
+    assert experiment.read_provenance(tmp_path)["kernels"] == [torch.backends.cpu.get_cpu_capability()]  # AVX2...
     assert "finished" not in experiment.read_provenance(tmp_path)
     (tmp_path / "results.json").write_text("{}")
     finished = experiment.read_provenance(tmp_path)["finished"]  # when the run ended, for the tables' dates

@@ -104,6 +104,19 @@ def test_tables_render_from_the_json_and_say_where_the_runs_come_from(tmp_path):
     made["variants"]["sutskever"]["runs"][0]["provenance"]["machines"] = ["a CPU(R) 2"]  # before precisions were kept
     (tmp_path / "main.json").write_text(json.dumps(made))
     assert "on a CPU (fp32); a CPU(R) 2 (precision not recorded), analysed with torch" in tables.main_table(tmp_path)
+    assert "Seeds pooled across machine kinds, CPU kernels or precisions: sutskever (a CPU (fp32); a CPU(R) 2)" in (
+        tables.main_table(tmp_path)
+    )
+    bahdanau = made["variants"]["bahdanau (additive)"]["runs"]
+    for run, kernels in zip(bahdanau, (["AVX512"], ["AVX2"], [])):  # one CPU's name, two kinds of vector kernels
+        run["provenance"]["kernels"] = kernels
+    (tmp_path / "main.json").write_text(json.dumps(made))
+    main = tables.main_table(tmp_path)
+    assert "(precision not recorded), ATen AVX2, AVX512, analysed" in main  # the runs' kernels, where recorded
+    assert "bahdanau (additive) (a CPU (fp32); ATen AVX2; ATen AVX512)" in main  # their seeds were pooled: said
+    bahdanau[1]["provenance"]["kernels"] = ["AVX512"]
+    (tmp_path / "main.json").write_text(json.dumps(made))
+    assert "bahdanau (additive) (" not in tables.main_table(tmp_path)  # one kind, or not recorded: not flagged
     assert "| 2.5 ± 0.0 | 100 | 0.10 ± 0.00 |" in rows[0]
     assert "1e+14 FLOPs each, or less where valid BLEU stalled for 5 validations" in main
     assert rows[0].split(" | ")[7] == "-" and "| -20.00 [-21.00, -19.00] 0.0002 | 2.5" in rows[1]  # Δ the best

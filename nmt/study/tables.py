@@ -44,12 +44,14 @@ def trained(provenances: list[dict]) -> str:
         {m if m.endswith(recorded) else f"{m} (precision not recorded)" for p in provenances for m in p["machines"]}
     )
     torches = sorted({t for p in provenances for t in p.get("torch", [])})
+    kernels = sorted({k for p in provenances for k in p.get("kernels", [])})  # recorded since 2026-11-27
     first, last = (d[:16].replace("T", " ") for d in (dates[0], dates[-1])) if dates else ("", "")
     span = f"{first} to {last} UTC" if dates else "at dates not recorded"
     return (
         f"trained {span} at commit{'s' * (len(commits) != 1)} "
         f"{', '.join(commits) or 'not recorded'} "
         f"on {'; '.join(machines) or 'a machine not recorded'}"
+        + (f", ATen {', '.join(kernels)}" if kernels else "")
         + (f" with torch {', '.join(torches)}" if torches else "")
         + (" (not recorded by some)" if torches and not all(p.get("torch") for p in provenances) else "")
     )
@@ -60,12 +62,13 @@ def runs_line(record: dict) -> str:
     were trained on machines of different kinds or precisions, named (their seeds are pooled all the same)."""
     runs = [r for v in record["variants"].values() for r in v["runs"]]
     when = trained([r["provenance"] for r in runs])
-    machines = {
-        name: sorted({m for r in variant["runs"] for m in r["provenance"]["machines"]})
-        for name, variant in record["variants"].items()
-    }
-    mixed = [f"{name} ({'; '.join(kinds)})" for name, kinds in machines.items() if len(kinds) > 1]
-    pooled = f" Seeds pooled across machine kinds or precisions: {', '.join(mixed)}." if mixed else ""
+    mixed = []
+    for name, variant in record["variants"].items():
+        machines = sorted({m for r in variant["runs"] for m in r["provenance"]["machines"]})
+        kernels = sorted({k for r in variant["runs"] for k in r["provenance"].get("kernels", [])})  # AVX2 or AVX512
+        if len(machines) > 1 or len(kernels) > 1:  # each rounds fp32 sums its own way: other bits from one seed
+            mixed.append(f"{name} ({'; '.join(machines + [f'ATen {k}' for k in kernels])})")
+    pooled = f" Seeds pooled across machine kinds, CPU kernels or precisions: {', '.join(mixed)}." if mixed else ""
     analysis = record.get("analysis", {})
     changes = "+changes" if analysis.get("uncommitted_changes") else ""
     code = f" Analysed at commit {analysis['commit'][:7]}{changes}." if analysis.get("commit") else ""
