@@ -112,7 +112,7 @@ def test_tables_render_from_the_json_and_say_where_the_runs_come_from(tmp_path):
         run["provenance"]["kernels"] = kernels
     (tmp_path / "main.json").write_text(json.dumps(made))
     main = tables.main_table(tmp_path)
-    assert "(precision not recorded), ATen AVX2, AVX512, analysed" in main  # the runs' kernels, where recorded
+    assert "(precision not recorded), ATen AVX2, AVX512 (where recorded), analysed" in main  # the runs' kernels
     assert "bahdanau (additive) (a CPU (fp32); ATen AVX2; ATen AVX512)" in main  # their seeds were pooled: said
     bahdanau[1]["provenance"]["kernels"] = ["AVX512"]
     (tmp_path / "main.json").write_text(json.dumps(made))

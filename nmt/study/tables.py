@@ -52,6 +52,7 @@ def trained(provenances: list[dict]) -> str:
         f"{', '.join(commits) or 'not recorded'} "
         f"on {'; '.join(machines) or 'a machine not recorded'}"
         + (f", ATen {', '.join(kernels)}" if kernels else "")
+        + (" (where recorded)" if kernels and not all(p.get("kernels") for p in provenances) else "")
         + (f" with torch {', '.join(torches)}" if torches else "")
         + (" (not recorded by some)" if torches and not all(p.get("torch") for p in provenances) else "")
     )
