@@ -60,7 +60,8 @@ def trained(provenances: list[dict]) -> str:
 
 def runs_line(record: dict) -> str:
     """Where the figures come from: the command, the runs' commits and dates, the machine; the variants whose seeds
-    were trained on machines of different kinds or precisions, named (their seeds are pooled all the same)."""
+    were trained on machines, CPU kernels or precisions of different kinds, named (their seeds are pooled all the
+    same)."""
     runs = [r for v in record["variants"].values() for r in v["runs"]]
     when = trained([r["provenance"] for r in runs])
     mixed = []
