@@ -372,7 +372,8 @@ def test_the_gap_by_length_compares_what_each_model_keeps_on_long_sentences():
         {"bahdanau (fixed context)": wrong_on_long, "bahdanau (additive)": right}, references, lengths, resamples=500
     )
     claim = check_claims(evidence, KEYS, {"bahdanau (fixed context)": 1.0, "bahdanau (additive)": 2.0})[1]
-    assert claim.verdict == SUPPORTED and "BLEU kept in each longer bucket, 11-20 (60), 31-40 (60)," in claim.evidence
+    kept = "BLEU kept in each longer bucket, 11-20 words (60 sentences), 31-40 words (60 sentences),"
+    assert claim.verdict == SUPPORTED and kept in claim.evidence
     by_bucket = [evidence.retention("bahdanau (fixed context)", (1, 10), b).observed for b in ((11, 20), (31, 40))]
     mean = evidence.mean_retention("bahdanau (fixed context)", (1, 10), [(11, 20), (31, 40)]).observed
     np.testing.assert_allclose(mean, np.mean(by_bucket, axis=0))  # every bucket counts, the middle one too
@@ -1181,7 +1182,7 @@ def test_the_lab_trains_scores_alignment_and_length_and_resumes_where_it_stopped
     claims = {c["claim"]: c for c in record["claims"]}
     assert claims["The gap grows with sentence length"]["verdict"] == "needs 3 seeds"  # the lab's, on long sentences
     assert claims["The gap grows with sentence length"]["evidence"].startswith(
-        "the lab: BLEU kept in each longer bucket, 11-20 (20), 21-30 (20), 31-40 (20)"
+        "the lab: BLEU kept in each longer bucket, 11-20 words (20 sentences), 21-30 words (20 sentences), 31-40"
     )
     assert f"| {local_m} | 1 |" in comparison and "| Δ best |" in comparison
     offset = load_script("alignment_offset")  # docs/alignment.md's table: AER with every link moved by k words

@@ -179,7 +179,7 @@ def gap_grows_with_length(
         if low is None or low <= SHORT[1]:
             return Claim(claim, source, UNTESTABLE, "no sentences longer than the short bucket's")
         long = (low, LONG[1])
-    short = f"{SHORT[0]}-{SHORT[1]} words ({len(evidence.bucket(*SHORT))}){note}; "
+    short = f"{SHORT[0]}-{SHORT[1]} words ({len(evidence.bucket(*SHORT))} sentences){note}; "
     if long != LONG:  # the figures, but the claim is about sentences over 30 words, and there are too few
         words = f"{long[0]}+ words ({len(evidence.bucket(*long))} sentences)"
         primary = (f"{attention} minus {fixed}", evidence.kept(attention, fixed, SHORT, long), 1)
@@ -194,7 +194,8 @@ def gap_grows_with_length(
         return found
     buckets = [bucket for bucket in BUCKETS if len(evidence.bucket(*bucket)) >= MIN_BUCKET]
     counted = ", ".join(
-        f"{low}-{high if high < 10**6 else ''} ({len(evidence.bucket(low, high))})" for low, high in buckets
+        f"{low}-{high if high < 10**6 else ''} words ({len(evidence.bucket(low, high))} sentences)"
+        for low, high in buckets
     )
     text = f"BLEU kept in each longer bucket, {counted}, as a share of BLEU on {short}"
     primary = (
