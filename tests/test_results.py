@@ -246,7 +246,10 @@ def test_the_lab_is_rendered_from_its_json_as_the_lab_writes_its_report(tmp_path
         in table
     )  # the paper's AER for local-m beside ours
     assert table.index(local_m) < table.index("| sutskever | no attention |")  # ranked by AER, no attention last
-    assert "| model | 1-10 (100) | 11-20 (0) |" in table and f"| {local_m} | 99.8 | - | - | - | - | 73.7 |" in table
+    assert (
+        "| model: test BLEU by source words (sentences) | 1-10 (100) | 11-20 (0) |" in table
+        and f"| {local_m} | 99.8 | - | - | - | - | 73.7 |" in table
+    )
     assert "at most 20 words" in table and "| Local attention aligns better than global (lower AER) |" in table
     assert table.rstrip().endswith("`python -m nmt.study lab --seeds 3`; commits abc1234.")
     family = tables.render("lab_family", tmp_path)  # docs/attention.md's: Bahdanau's and the Transformer's variants

@@ -1170,7 +1170,7 @@ def test_the_lab_trains_scores_alignment_and_length_and_resumes_where_it_stopped
     local_m = "luong (general, local_m, no feeding, bidirectional)"  # named from its config
     assert f"| {local_m} | alignment |" in report and "| 0.34 |" in report  # beside the paper's AER
     assert "| bahdanau (fixed context) | no attention |" in report
-    assert "| model | 1-10 (" in report and "61-80 (" in report
+    assert "| model: test BLEU by source words (sentences) | 1-10 (" in report and "61-80 (" in report
     for name in ("bleu_by_length.png", "valid_aer.png", "lab.json", "data/long.align"):
         assert (tmp_path / "lab" / name).is_file(), name
     results = lab.json.loads((tmp_path / "lab" / "lab.json").read_text())["results"]

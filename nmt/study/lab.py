@@ -80,7 +80,9 @@ def length_table(results: list[dict]) -> list[str]:
         for label in labels
     }
     lines = [
-        "| model | " + " | ".join(f"{label} ({counts[label]})" for label in labels) + " |",
+        "| model: test BLEU by source words (sentences) | "
+        + " | ".join(f"{label} ({counts[label]})" for label in labels)
+        + " |",
         "|---|" + "---|" * len(labels),
     ]
     for r in results:
