@@ -4,11 +4,12 @@
 #
 #   bash scripts/device_check.sh prepare   here, on a clean checkout: puts in .gpu/ (ignored by git) the wheels that
 #                                          machine lacks, Multi30k's files and the commit the tree is at
-#   bash scripts/device_check.sh           there, with .gpu carried (at most 9.6 minutes): the CUDA graph tests, the
-#                                          benchmark's training figures with CUDA graphs and eager, a 1e14 and a 5e14
-#                                          run end to end with their wall times, the decoding speed of the first's
-#                                          checkpoint, the other CUDA tests; logs and
-#                                          results/measured/benchmark_cuda.json go to $OUT
+#   bash scripts/device_check.sh           there, with .gpu carried (at most 575 s, CHECK_SECONDS): the CUDA graph
+#                                          tests, the benchmark's training figures with CUDA graphs and eager, a 1e14
+#                                          and a 5e14 run end to end with their wall times, the decoding speed of the
+#                                          first's checkpoint, Joey NMT beside it (45 s a model), the other CUDA
+#                                          tests; $OUT gets summary.txt, logs.tgz, benchmark_cuda.json (for
+#                                          results/measured/) and joeynmt_cuda.json
 #   bash scripts/device_check.sh peer [S]  there: Joey NMT's RNN and Transformer, S seconds each (60), fp16, as
 #                                          ../shared/peers/joeynmt/gpu.sh measures them ($OUT/joey/joeynmt_cuda.json)
 #   bash scripts/device_check.sh study PART VARIANTS JOBS SECONDS [SEEDS]
@@ -107,30 +108,53 @@ out = Path('/tmp/results/lab'); long = tuple(out / 'data' / f'long.{x}' for x in
     tail -5 "$OUT/study.log"; tar tzf "$OUT/records.tgz" | grep record.json | sort
     exit 0
 fi
-status=0
+# The check itself: each step within its own limit and what is left of DEADLINE seconds (575: the device tool's
+# call runs at most 600), the most telling first, so that a lease too short for all still brings back the first ones.
+# Logs go to one archive ($OUT/logs.tgz; the tool brings back at most 8 files), the records beside it.
+DEADLINE=$(( $(date +%s) + ${CHECK_SECONDS:-575} )) LOGS=/tmp/check status=0
+mkdir -p "$LOGS"
+step() {  # step NAME SECONDS COMMAND...: COMMAND's output in $LOGS/NAME.log, within min(SECONDS, time left)
+    local name="$1" seconds="$2" left=$(( DEADLINE - $(date +%s) - 5 )); shift 2
+    (( left < seconds )) && seconds=$left
+    if (( seconds < 15 )); then echo "$name: skipped, the check's time is spent" | tee -a "$LOGS/summary.txt"; return; fi
+    local start=$(date +%s) code=0
+    timeout --kill-after=10 "$seconds" "$@" > "$LOGS/$name.log" 2>&1 || code=$?
+    (( code == 0 )) || status=1
+    echo "$name: exit $code after $(( $(date +%s) - start )) s (limit $seconds)" | tee -a "$LOGS/summary.txt"
+    tail -3 "$LOGS/$name.log"
+}
+finish() {
+    cp "$LOGS/summary.txt" "$OUT/" 2>/dev/null || true
+    cp results/measured/benchmark_cuda.json "$OUT/" 2>/dev/null || true
+    tar czf "$OUT/logs.tgz" -C "$LOGS" . 2>/dev/null || true
+}
+trap finish EXIT
 # The captured updates first (every variant, and a replay against the eager update): what the rest measures
-timeout 150 "$PYTHON" -m pytest tests/test_cuda.py -k "captured or replayed" -rs -p no:cacheprovider -o addopts="" \
-    2>&1 | tee "$OUT/cuda_graph_tests.log" || status=1
+step cuda_graph_tests 140 "$PYTHON" -m pytest tests/test_cuda.py -k "captured or replayed" -rs -p no:cacheprovider \
+    -o addopts=""
 # Each family's training rate as training makes it (its updates captured as CUDA graphs, trainer.cuda_graphs) and
-# eager beside it, in one run: the ratio is what the graphs give
+# eager beside it, in one run: the ratio is what the graphs give. The tables are written after each model.
 eager=""
 for model in sutskever bahdanau luong transformer; do eager+=";$model trainer.cuda_graphs=false"; done
-timeout 160 "$PYTHON" -m nmt.study measure --record benchmark_cuda --train-only --device cuda \
-    --models "sutskever;bahdanau;luong;transformer$eager" --data-dir "$NMT_DATA_DIR" --output "$OUT/bench" 2>&1 \
-    | tee "$OUT/benchmark.log" || status=1
-cp results/measured/benchmark_cuda.json "$OUT/" 2>/dev/null || status=1
+step benchmark 230 "$PYTHON" -m nmt.study measure --record benchmark_cuda --train-only --device cuda --steps 24 \
+    --windows 7 --model-timeout 50 --models "sutskever;bahdanau;luong;transformer$eager" --data-dir "$NMT_DATA_DIR" \
+    --output "$LOGS/bench"
 # A run at the claims' budget (1e14 FLOPs, 12 validations) and one at the main table's (5e14) end to end, with their
 # wall times (targets: 20 s and 60 s); then the decoding speed of the first's checkpoint, greedy and beam 5
 for flops in 1e14 5e14; do
-    start=$(date +%s)
-    timeout "$([[ $flops == 1e14 ]] && echo 60 || echo 80)" "$PYTHON" -m nmt.cli.train model=bahdanau \
+    step "e2e_$flops" "$([[ $flops == 1e14 ]] && echo 60 || echo 80)" "$PYTHON" -m nmt.cli.train model=bahdanau \
         trainer.max_flops=$flops trainer.validations=12 trainer.progress=false "data.dir=$NMT_DATA_DIR" \
-        "data.spm_cache=$PWD/$GPU/spm" hydra.run.dir=/tmp/e2e_$flops/bahdanau > "$OUT/e2e_$flops.log" 2>&1 || status=1
-    echo "wall seconds: $(( $(date +%s) - start ))" | tee -a "$OUT/e2e_$flops.log"
+        "data.spm_cache=$PWD/$GPU/spm" hydra.run.dir=/tmp/e2e_$flops/bahdanau
+    cp /tmp/e2e_$flops/bahdanau/*.log "$LOGS/e2e_${flops}_train.log" 2>/dev/null || true
 done
-timeout 60 "$PYTHON" -m nmt.study measure --models bahdanau --checkpoints /tmp/e2e_1e14 --device cuda \
-    --data-dir "$NMT_DATA_DIR" --output "$OUT/decode" 2>&1 | tee "$OUT/decode.log" || status=1
-# The other CUDA tests with the time left: training, resuming and decoding through the commands, the fused kernels
-timeout 65 "$PYTHON" -m pytest tests/test_cuda.py -k "not captured and not replayed" -rs -p no:cacheprovider \
-    -o addopts="" 2>&1 | tee "$OUT/cuda_tests.log" || status=1
+step decode 60 "$PYTHON" -m nmt.study measure --models bahdanau --checkpoints /tmp/e2e_1e14 --device cuda \
+    --data-dir "$NMT_DATA_DIR" --output "$LOGS/decode"
+# Joey NMT beside it on the same GPU (45 s each model), then the other CUDA tests with the time left: training,
+# resuming and decoding through the commands, the fused kernels
+if [[ -f "$GPU/joey/gpu.sh" ]]; then
+    step peer 130 env PY="$PYTHON" bash "$GPU/joey/gpu.sh" run "$GPU/joey" "$LOGS/joey" 45
+    cp "$LOGS/joey/joeynmt_cuda.json" "$OUT/" 2>/dev/null || true
+fi
+step cuda_tests 120 "$PYTHON" -m pytest tests/test_cuda.py -k "not captured and not replayed" -rs \
+    -p no:cacheprovider -o addopts=""
 exit $status

@@ -1029,6 +1029,37 @@ def test_benchmark_record_saves_the_table_and_each_models_figures(tmp_path, monk
     assert benchmark.checkpoint("outputs/runs", "luong model/attention=dot") is None
 
 
+def test_benchmark_keeps_measuring_past_a_model_that_fails_or_overruns_and_writes_what_it_measured(
+    tmp_path, monkeypatch
+):
+    """A one-off run on a lent GPU must bring back what it measured: a model that fails or runs past
+    --model-timeout is named at the end (exit status 1) while the others are measured and tabled."""
+    benchmark = load_script("benchmark")
+    figures = {"parameters": 1000, "train_tokens_per_second": 500.0, "flops_per_token": 1e6}
+    figures |= {"model_flops_per_second": 5e8, "peak_rss_gib": 1.0}
+
+    def fake_run(command, timeout=None, **_):
+        name = command[command.index("--one") + 1]
+        if name == "slow":
+            raise benchmark.subprocess.TimeoutExpired(command, timeout)
+        if name == "broken":
+            return subprocess.CompletedProcess(command, 1, "", "RuntimeError: no kernel for this shape")
+        return subprocess.CompletedProcess(command, 0, json.dumps({**figures, "model": name}) + "\n", "")
+
+    monkeypatch.setattr(benchmark.subprocess, "run", fake_run)
+    monkeypatch.setattr(benchmark, "matmul_peak", lambda dtype, device: 1e9)
+    argv = ["--train-only", "--device", "cpu", "--model-timeout", "7", "--output", str(tmp_path / "bench")]
+    with pytest.raises(UserError) as raised:
+        benchmark.main([*argv, "--models", "luong;broken;slow;sutskever"])
+    message = str(raised.value)
+    assert message.startswith("2 of 4 models could not be measured")
+    assert "benchmarking broken failed:\nRuntimeError: no kernel" in message
+    assert "benchmarking slow took over --model-timeout 7.0 s" in message
+    written = json.loads((tmp_path / "bench" / "benchmark.json").read_text())
+    assert [r["model"] for r in written["results"]] == ["luong", "sutskever"]
+    assert "| sutskever | 1,000 | 500 |" in (tmp_path / "bench" / "benchmark.md").read_text()
+
+
 def test_benchmark_record_refuses_to_time_an_untrained_models_decoding(tmp_path):
     done = subprocess.run(
         [

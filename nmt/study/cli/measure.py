@@ -48,11 +48,12 @@ from nmt.config import DecodeOptions, TrainConfig
 from nmt.decoding import Translator
 from nmt.device import cpu_name, resolve
 from nmt.device import device as find_device
-from nmt.graphs import WARMUP
 from nmt.paths import output_folder, write_text
 from nmt.study import results as measured
 from nmt.study.sweep import ROOT, composed
 from nmt.trainer import Trainer
+
+MAX_WARM_UP = 300  # updates
 
 
 def matmul_peak(dtype: torch.dtype, device: torch.device) -> float:
@@ -132,9 +133,7 @@ def training_speed(trainer: Trainer, args) -> dict:
     """Target tokens/s of training updates (the median of --windows timed windows of --steps updates, after 3 of
     warm-up), FLOP/s from the model's own formula (nmt/flops.py, on any device) and peak memory."""
     updates = trainer.updates()
-    for _ in range(warm_up(trainer)):  # allocator, kernels, first batches; under CUDA graphs each shape's capture
-        batches, tokens, _, _, _ = next(updates)
-        trainer.update(batches, tokens)
+    warm_up(trainer, updates)  # allocator, kernels, first batches; under CUDA graphs each shape's capture
     rates, all_tokens, all_flops, busy = [], 0, 0, []
     if trainer.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(trainer.device)
@@ -163,15 +162,22 @@ def training_speed(trainer: Trainer, args) -> dict:
     }
 
 
-def warm_up(trainer: Trainer) -> int:
-    """Updates before the timing: 3, and under CUDA graphs each batch shape's eager updates and capture besides (the
-    shapes of the training split's length buckets), so that the timed windows replay."""
-    static = trainer.sampler.static
-    if static is None or trainer.graph_refusal is not None:
-        return 3
-    kept = trainer.sampler.kept
-    source, target = trainer.dataset.source_lengths[kept], trainer.dataset.target_lengths[kept]
-    return 3 + (WARMUP + 1) * len({static.length(s, t) for s, t in zip(source, target, strict=True)})
+def warm_up(trainer: Trainer, updates) -> None:
+    """Updates before the timing: 3, and under CUDA graphs until every batch shape of the training split has its
+    graph (each shape's eager updates and capture; at most MAX_WARM_UP updates, since the batches come in random
+    order and a rare shape may take epochs), so that the timed windows replay."""
+    static, shapes = trainer.sampler.static, 0
+    if static is not None and trainer.graph_refusal is None:
+        kept = trainer.sampler.kept
+        source, target = trainer.dataset.source_lengths[kept], trainer.dataset.target_lengths[kept]
+        shapes = len({static.length(s, t) for s, t in zip(source, target, strict=True)})
+    for number in range(MAX_WARM_UP):
+        graphed = trainer.graphed
+        captured = len(graphed.graphs) if graphed and not graphed.failed else shapes
+        if number >= 3 and captured >= shapes:
+            return
+        batches, tokens, _, _, _ = next(updates)
+        trainer.update(batches, tokens)
 
 
 def decoding_speed(trainer: Trainer, vocabulary, sources: list[str], model_name: str, args) -> dict:
@@ -318,6 +324,9 @@ def main(argv: list[str] | None = None) -> None:
         choices=("benchmark", "benchmark_fp32", "benchmark_cuda"),
         help="also save the table as results/measured/<name>.json for docs/speed.md",
     )
+    parser.add_argument(
+        "--model-timeout", type=float, default=0, metavar="S", help="give up on a model after S seconds (0: never)"
+    )
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: measure this model in this process
     args = parser.parse_args(argv)
     args.argv = list(argv if argv is not None else sys.argv[1:])  # what each model's own process is given
@@ -352,23 +361,44 @@ def run(args: argparse.Namespace) -> None:
     args.precision = precision.name  # every model measured in the one precision chosen here
     print(f"precision {precision.reason}", file=sys.stderr)
     peak = matmul_peak(precision.dtype, where)
-    results = []
-    for name in names:
-        command = [sys.executable, "-m", "nmt.study", "measure", "--one", name, *args.argv]
-        done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
-        if done.returncode:
-            raise UserError(f"benchmarking {name} failed:\n{done.stderr[-2000:].strip()}")
-        results.append(json.loads(done.stdout.strip().splitlines()[-1]))
-        print(f"{name}: {results[-1]['train_tokens_per_second']:,.0f} tok/s", file=sys.stderr)
     gpu = torch.cuda.get_device_name(where) if where.type == "cuda" else "no GPU"
     machine = f"{cpu_name()}, {os.cpu_count()} cores, {gpu}, torch {torch.__version__}, {args.threads} threads, "
     machine += precision.reason
+    results, failed = [], []
+    for name in names:  # the tables are written after each model, so that a time limit keeps what was measured
+        try:
+            results.append(measured_in_subprocess(name, args))
+            print(f"{name}: {results[-1]['train_tokens_per_second']:,.0f} tok/s", file=sys.stderr)
+        except UserError as error:  # the other models are still measured; the run fails at the end
+            failed.append(str(error))
+            print(error, file=sys.stderr)
+            continue
+        write_tables(results, peak, machine, output, args)
+    if failed:
+        raise UserError(f"{len(failed)} of {len(names)} models could not be measured:\n" + "\n".join(failed))
+    print(table(results, peak, machine))
+
+
+def measured_in_subprocess(name: str, args: argparse.Namespace) -> dict:
+    """One model's figures, measured in a process of its own (its peak memory its own), within --model-timeout."""
+    command = [sys.executable, "-m", "nmt.study", "measure", "--one", name, *args.argv]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=args.model_timeout or None)
+    except subprocess.TimeoutExpired as expired:
+        raise UserError(
+            f"benchmarking {name} took over --model-timeout {args.model_timeout} s; not measured"
+        ) from expired
+    if done.returncode:
+        raise UserError(f"benchmarking {name} failed:\n{done.stderr[-2000:].strip()}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def write_tables(results: list[dict], peak: float, machine: str, output: Path, args: argparse.Namespace) -> None:
+    """<output>/benchmark.md and benchmark.json, and with --record results/measured/<name>.json."""
     if args.record:
         print(f"wrote {record(args.record, results, peak, machine, args)}", file=sys.stderr)
-    markdown = table(results, peak, machine)
-    write_text(output / "benchmark.md", markdown)
+    write_text(output / "benchmark.md", table(results, peak, machine))
     write_text(
         output / "benchmark.json",
         json.dumps({"peak_flops": peak, "machine": machine, "results": results}, indent=2) + "\n",
     )
-    print(markdown)
