@@ -2,6 +2,7 @@
 
 TRAIN_SECONDS=300 TP_SECONDS=60 RNN_VALID=100000 TF_VALID=100000 bash ../shared/peers/joeynmt/run.sh
 python scripts/joeynmt.py --record [joeynmt|joeynmt_fp32] [--work /tmp/peer-work]
+python scripts/joeynmt.py --record joeynmt_cuda --cuda DIR
 
 `run.sh` (the peer's, not ours) trains Joey NMT's RNN and Transformer on Multi30k for TRAIN_SECONDS each, decodes
 test2016 greedy and with beam 5 with what they learnt, then trains each again for TP_SECONDS; everything lands in
@@ -11,6 +12,11 @@ which count target tokens), the peak RSS of its training process (/usr/bin/time)
 docs/speed.md put them beside `python -m nmt.study measure --record`'s figures of the same session. Run both alone on
 the machine, one after the other; for `joeynmt_fp32`, run.sh with the variables that hold the CPU to AVX2
 (docs/speed.md).
+
+On a GPU, `bash scripts/device_check.sh` runs the peer's gpu.sh (Joey NMT's RNN and Transformer in fp16 for a
+minute or less each, no validation) beside our benchmark and brings back its logs; `--cuda DIR` reads them (the median
+of the second half of Joey's "Tokens per Sec" lines, as gpu.sh takes it) and records them with the date and machine
+of results/measured/benchmark_cuda.json, which the same call measured.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import argparse
 import re
 import statistics
 import sys
+from datetime import datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -92,6 +99,56 @@ def measure(work: Path) -> dict[str, dict]:
     return found
 
 
+CUDA_LOGS = {"rnn": "rnn_bahdanau", "transformer": "transformer"}  # gpu.sh's log of each: joeynmt_<name>.log
+CUDA_COLUMNS = ["model", "params", "train tok/s (target)", "Joey's rate lines (median of the second half)"]
+
+
+def measure_cuda(out: Path) -> dict[str, dict]:
+    """Each model's figures from the logs ../shared/peers/joeynmt/gpu.sh wrote on a GPU machine."""
+    found = {}
+    for model, name in CUDA_LOGS.items():
+        log = out / f"joeynmt_{name}.log"
+        text = read(log)
+        rates = [float(m) for m in re.findall(r"Tokens per Sec:\s+([0-9.]+)", text)]
+        if len(rates) < 2:
+            raise UserError(f"{log}: {len(rates)} 'Tokens per Sec' lines; the run was too short to measure")
+        stamps = re.findall(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)", text, re.MULTILINE)
+        parameters = re.search(r"Total params: (\d+)", text)
+        found[model] = {
+            "parameters": int(parameters[1]) if parameters else None,
+            "train_tokens_per_second": statistics.median(rates[len(rates) // 2 :]),
+            "rate_lines": len(rates),
+            "fp16": re.search(r"cfg\.fp16 : True", text) is not None,
+            "log_seconds": (datetime.fromisoformat(stamps[-1]) - datetime.fromisoformat(stamps[0])).total_seconds(),
+        }
+    return found
+
+
+def record_cuda(out: Path, folder: Path = results.RESULTS) -> Path:
+    found = measure_cuda(out)
+    ours = results.load("measured/benchmark_cuda", folder)
+    if ours is None:
+        raise UserError("results/measured/benchmark_cuda.json: missing; copy in the one the same GPU call measured")
+    precision = "fp16" if all(f["fp16"] for f in found.values()) else "fp32"
+    note = (
+        f"Joey NMT 2.3.0 with the peer's configs on CUDA in {precision}, no validation, about "
+        f"{round(statistics.mean(f['log_seconds'] for f in found.values()))} s a model from its first log line "
+        "(../shared/peers/joeynmt/gpu.sh, run by scripts/device_check.sh in the call that measured "
+        "benchmark_cuda, on its machine); the median of the second half of Joey NMT's own 'Tokens per Sec' lines "
+        "(every 20 updates), the first half holding its start and warm-up."
+    )
+    rows = [
+        [
+            m,
+            f"{f['parameters']:,}" if f["parameters"] else "-",
+            f"{f['train_tokens_per_second']:,.0f}",
+            str(f["rate_lines"]),
+        ]
+        for m, f in found.items()
+    ]
+    return results.record_measurement("joeynmt_cuda", CUDA_COLUMNS, rows, note, folder, found, measured_on=ours)
+
+
 def row(model: str, figures: dict) -> list[str]:
     parameters = f"{figures['parameters']:,}" if figures["parameters"] else "-"
     short = figures["train_tokens_per_second_short"]
@@ -129,13 +186,18 @@ def main(argv: list[str] | None = None) -> None:
         "--record",
         nargs="?",
         const="joeynmt",
-        choices=("joeynmt", "joeynmt_fp32"),
+        choices=("joeynmt", "joeynmt_fp32", "joeynmt_cuda"),
         help="save results/measured/<name>.json (without it: print the figures)",
     )
     parser.add_argument("--work", default="/tmp/peer-work", help="run.sh's $WORK")
+    parser.add_argument("--cuda", metavar="DIR", help="the logs of gpu.sh's run on a GPU machine (joeynmt_cuda)")
     args = parser.parse_args(argv)
     try:
-        if args.record:
+        if (args.record == "joeynmt_cuda") != bool(args.cuda):
+            raise UserError("--record joeynmt_cuda reads --cuda DIR, and --cuda DIR is recorded as joeynmt_cuda")
+        if args.cuda:
+            print(f"wrote {record_cuda(Path(args.cuda))}", file=sys.stderr)
+        elif args.record:
             print(f"wrote {record(args.record, Path(args.work))}", file=sys.stderr)
         else:
             for model, figures in measure(Path(args.work)).items():

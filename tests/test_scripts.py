@@ -1133,6 +1133,62 @@ def test_joeynmt_figures_are_read_from_the_peers_logs_and_saved(tmp_path):
         joeynmt.measure(tmp_path / "nowhere")
 
 
+def test_joeynmt_on_a_gpu_is_read_from_gpu_sh_logs_and_recorded_with_the_machine_that_measured_it(tmp_path):
+    """`--cuda DIR`: the median of the second half of Joey NMT's rate lines (its start and warm-up in the first),
+    recorded with the date, machine and torch of benchmark_cuda.json, which the same GPU call measured; the table
+    puts each beside our model and gives the ratio."""
+    joeynmt = load_script("joeynmt")
+    out, results_dir = tmp_path / "joey", tmp_path / "results"
+    out.mkdir()
+    for name, rates in (
+        ("rnn_bahdanau", [900, 9000, 11000, 12000]),
+        ("transformer", [100, 20000, 30000, 31000, 29000]),
+    ):
+        lines = ["2026-11-27 19:25:00,100 - INFO - joeynmt.config -    cfg.fp16 : True"]
+        lines += ["2026-11-27 19:25:01,000 - INFO - joeynmt.model - Total params: 13182464"]
+        lines += [
+            f"2026-11-27 19:25:{10 + i},000 - INFO - Step: {20 * i}, Tokens per Sec: {r}" for i, r in enumerate(rates)
+        ]
+        (out / f"joeynmt_{name}.log").write_text("\n".join(lines) + "\n")
+    with pytest.raises(UserError, match="benchmark_cuda.json: missing"):
+        joeynmt.record_cuda(out, results_dir)
+    ours = {"model": "bahdanau", "train_tokens_per_second": 220000.0}
+    ours_tf = {"model": "transformer", "train_tokens_per_second": 260000.0}
+    (results_dir / "measured").mkdir(parents=True)
+    (results_dir / "measured" / "benchmark_cuda.json").write_text(
+        json.dumps(
+            {
+                "command": "c",
+                "commit": "abc1234",
+                "uncommitted_changes": False,
+                "date": "2026-11-27T19:22+00:00",
+                "machine": "GPU host, 16 cores",
+                "threads": 16,
+                "torch": "2.11.0+cu130",
+                "note": "NVIDIA H200",
+                "columns": [],
+                "rows": [],
+                "values": {"bahdanau": ours, "transformer": ours_tf},
+            }
+        )
+    )
+    saved = json.loads(joeynmt.record_cuda(out, results_dir).read_text())
+    assert saved["values"]["rnn"]["train_tokens_per_second"] == 11500.0  # median of 11000 and 12000
+    assert saved["values"]["transformer"]["train_tokens_per_second"] == 30000.0  # of 30000, 31000, 29000
+    assert (saved["machine"], saved["date"], saved["torch"]) == (
+        "GPU host, 16 cores",
+        "2026-11-27T19:22+00:00",
+        "2.11.0+cu130",
+    )
+    assert "in fp16" in saved["note"] and saved["rows"][0][:3] == ["rnn", "13,182,464", "11,500"]
+    table = tables.render("versus_joeynmt_cuda", results_dir)
+    assert "| bahdanau / Joey's rnn, train target tok/s | 220,000 | 11,500 | 19.13x |" in table
+    assert "| transformer / Joey's transformer, train target tok/s | 260,000 | 30,000 | 8.67x |" in table
+    (out / "joeynmt_transformer.log").write_text("2026-11-27 19:25:00,100 - Tokens per Sec: 5\n")
+    with pytest.raises(UserError, match=r"joeynmt_transformer.log: 1 'Tokens per Sec' lines"):
+        joeynmt.measure_cuda(out)
+
+
 def test_flop_count_includes_the_cpu_lstm_kernel():
     lstm = torch.nn.LSTM(64, 128, 2, batch_first=True)
     inputs = torch.randn(4, 10, 64)

@@ -66,6 +66,8 @@ MEASUREMENTS = {
     "TF_VALID=100000 bash ../shared/peers/joeynmt/run.sh)",
     "joeynmt_fp32": f"python scripts/joeynmt.py --record joeynmt_fp32 (after {HELD_TO_AVX2} TRAIN_SECONDS=300 "
     "TP_SECONDS=60 RNN_VALID=100000 TF_VALID=100000 bash ../shared/peers/joeynmt/run.sh)",
+    "joeynmt_cuda": "python scripts/joeynmt.py --record joeynmt_cuda --cuda DIR (DIR: what scripts/device_check.sh "
+    "brought back of ../shared/peers/joeynmt/gpu.sh, in the call that wrote benchmark_cuda)",
 }
 
 
@@ -132,10 +134,12 @@ def record_measurement(
     note: str = "",
     folder: Path = RESULTS,
     values: dict | None = None,
+    measured_on: dict | None = None,
 ) -> Path:
     """Write results/measured/<name>.json: a measurement's table (formatted cells) and its raw `values`, the command
     that made it (with the variables that held the CPU's kernels, if set), when, at which commit, on which machine;
-    `render(name)` gives the table with that line under it."""
+    `render(name)` gives the table with that line under it. `measured_on` replaces the date, machine, threads and
+    torch of this process with those of the machine that measured (logs read here of a run on a GPU machine)."""
     import datetime
     import os
     import shlex
@@ -161,6 +165,9 @@ def record_measurement(
         "rows": rows,
         "note": note,
         "values": values or {},
+    }
+    record |= {
+        key: (measured_on or {})[key] for key in ("date", "machine", "threads", "torch") if key in (measured_on or {})
     }
     (folder / "measured").mkdir(parents=True, exist_ok=True)
     path = folder / "measured" / f"{name}.json"

@@ -427,14 +427,6 @@ def versus_peer(ours_name: str, peer_name: str, folder: Path = RESULTS) -> str:
     )
 
 
-def versus_joeynmt(folder: Path = RESULTS) -> str:
-    return versus_peer("benchmark", "joeynmt", folder)
-
-
-def versus_joeynmt_fp32(folder: Path = RESULTS) -> str:
-    return versus_peer("benchmark_fp32", "joeynmt_fp32", folder)
-
-
 def claims_short(folder: Path = RESULTS) -> str:
     return claims_table(folder, short=True)
 
@@ -459,9 +451,10 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "lab_window": lab_window_table,
     "figures": figures_block,
     "parts": parts_table,
-    "versus_joeynmt": versus_joeynmt,
-    "versus_joeynmt_fp32": versus_joeynmt_fp32,
 }
+# Our benchmark beside Joey NMT's of the same session: on a CPU with native bf16, held to AVX2, on a GPU
+for ours, peer in (("benchmark", "joeynmt"), ("benchmark_fp32", "joeynmt_fp32"), ("benchmark_cuda", "joeynmt_cuda")):
+    TABLES[f"versus_{peer}"] = partial(versus_peer, ours, peer)
 
 
 def render(name: str, folder: Path = RESULTS) -> str:
