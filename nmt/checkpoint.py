@@ -68,6 +68,27 @@ def save(payload: dict, path: str | Path) -> None:
         os.close(directory)
 
 
+def same_as(source: str | Path, path: str | Path) -> None:
+    """`path` atomically made a second name of the checkpoint `source` (a hard link: no second write of the same
+    bytes), or an atomic copy of it where the file system refuses links. Later writes replace `source` by renaming
+    (`save`), never in place, so the file `path` names keeps its content."""
+    source, path = Path(source), Path(path)
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.unlink(missing_ok=True)
+    try:
+        os.link(source, temporary)
+    except OSError:  # no hard links here (some network and FUSE file systems): the bytes written again
+        shutil.copyfile(source, temporary)
+        with open(temporary, "rb+") as handle:
+            os.fsync(handle.fileno())
+    temporary.replace(path)
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
 def damaged(path: Path) -> str | None:
     """Why `path` is no checkpoint before torch reads it (torch.save writes zip archives): not one at all, or one
     cut short; None when it looks whole."""

@@ -482,11 +482,12 @@ class Trainer:
         if improved:
             progress.best_bleu, progress.best_score = metrics["bleu"], metrics[self.config.select]
             progress.bad_validations = 0
-            self.save("best.pt")
         else:
             progress.bad_validations += 1
         self.save_weights()
         self.save("last.pt")
+        if improved and self.rank == 0:  # the same state: best.pt names last.pt's file (written once, not twice)
+            checkpoint.same_as(self.run_dir / "last.pt", self.run_dir / "best.pt")
         if self.rank == 0:
             self.record_validation(metrics, improved)
         alignment = f"AER {metrics['aer']:.3f} " if "aer" in metrics else ""

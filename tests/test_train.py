@@ -550,6 +550,30 @@ def test_the_best_checkpoint_is_the_validation_best_by_the_selected_score(tmp_pa
         make_trainer(tmp_path / "aer", sample_vocabulary, pairs, "luong", select="aer")
 
 
+@pytest.mark.parametrize("links", [True, False])
+def test_best_pt_is_last_pt_written_once_and_keeps_its_state_when_a_later_validation_is_worse(
+    tmp_path, sample_vocabulary, sample_splits, monkeypatch, links
+):
+    """A validation that improves writes last.pt and names the same file best.pt (a hard link: a GPU run's
+    validation is not held up by a second write of the same hundreds of MB); a later, worse one replaces last.pt
+    by renaming, so best.pt keeps its state. Where the file system refuses links, best.pt is a copy."""
+    if not links:
+        monkeypatch.setattr(checkpoint.os, "link", lambda *a: (_ for _ in ()).throw(OSError(1, "links refused")))
+    trainer = make_trainer(tmp_path, sample_vocabulary, sample_splits.train[:32], "luong", max_steps=10**4)
+    scores = iter([20.0, 10.0, 30.0])
+    figures = {"loss": 1.0, "perplexity": 2.7, "chrf": 1.0, "seconds": 0.1}
+    monkeypatch.setattr("nmt.trainer.validate", lambda *a, **k: {**figures, "bleu": next(scores)})
+    steps = {}
+    for step in (1, 2, 3):
+        trainer.progress.step = step
+        trainer.validate_and_save()
+        steps[step] = {n: checkpoint.load(tmp_path / n)["progress"]["step"] for n in ("best.pt", "last.pt")}
+        same = (tmp_path / "best.pt").samefile(tmp_path / "last.pt")
+        assert same == (links and step != 2)
+    assert steps == {1: {"best.pt": 1, "last.pt": 1}, 2: {"best.pt": 1, "last.pt": 2}, 3: {"best.pt": 3, "last.pt": 3}}
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
 def _batches_in_a_job(options: dict) -> list:
     return [batch.tolist() for batch in torch.utils.data.DataLoader(range(6), batch_size=2, **options)]
 
