@@ -182,38 +182,58 @@ def word_attention(
     dtype: torch.dtype,
     maps: list[str],
     shifts: tuple[bool, ...] = (False,),
-    batch_size: int = 64,
+    max_tokens: int = 8000,
 ) -> dict[Key, list[np.ndarray | None]]:
     """Attention between words (target words, source words) from force-decoding each reference, for every map and
-    shift; None for a pair with an empty side.
+    shift, in the order of `pairs`; None for a pair with an empty side. The pairs run in batches of similar lengths
+    of at most `max_tokens` padded source and target pieces (at least one pair): few batches, each a loop over its
+    longest target, which is what a GPU waits on; little padding, which is what a CPU computes.
 
     Row t of a map is the query that predicts target piece t (shift=False). With shift=True a piece's row is the
     next one, where the piece is the decoder's input: the Transformer's attention often aligns better there.
     """
     model.eval()
-    results: dict[Key, list[np.ndarray | None]] = {(name, shift): [] for name in maps for shift in shifts}
-    for start in range(0, len(pairs), batch_size):
-        chunk = pairs[start : start + batch_size]
-        source_texts, target_texts = [s for s, _ in chunk], [t for _, t in chunk]
-        sources = vocabulary.source.encode(source_texts, out_type=str)  # pieces keep their word-start marks ...
-        targets = vocabulary.target.encode(target_texts, out_type=str)
-        # ... the ids are what the model reads; an empty line reads as eos, as in training, and gets no links
-        source_ids = pad([ids or [EOS_ID] for ids in vocabulary.encode_source(source_texts)], device)
-        target_in = pad([[BOS_ID, *ids] for ids in vocabulary.encode_target(target_texts)], device)
+    sources = vocabulary.source.encode([s for s, _ in pairs], out_type=str)  # pieces keep their word-start marks ...
+    targets = vocabulary.target.encode([t for _, t in pairs], out_type=str)
+    # ... the ids are what the model reads; an empty line reads as eos, as in training, and gets no links
+    source_ids = [ids or [EOS_ID] for ids in vocabulary.encode_source([s for s, _ in pairs])]
+    target_in = [[BOS_ID, *ids] for ids in vocabulary.encode_target([t for _, t in pairs])]
+    results: dict[Key, list[np.ndarray | None]] = {
+        (name, shift): [None] * len(pairs) for name in maps for shift in shifts
+    }
+    for chunk in length_batches([len(s) for s in source_ids], [len(t) for t in target_in], max_tokens):
         with autocast(device, dtype):
-            weights = model.attention_maps(source_ids, source_ids != PAD_ID, target_in)
+            source = pad([source_ids[i] for i in chunk], device)
+            weights = model.attention_maps(source, source != PAD_ID, pad([target_in[i] for i in chunk], device))
         for name in maps:
             batch_weights = weights[name][:, 0].float().cpu().numpy()  # (B, T, S)
-            for row, (source_pieces, target_pieces) in enumerate(zip(sources, targets)):
+            for row, index in enumerate(chunk):
+                source_pieces, target_pieces = sources[index], targets[index]
+                if not source_pieces or not target_pieces:
+                    continue
                 for shift in shifts:
-                    if not source_pieces or not target_pieces:
-                        results[(name, shift)].append(None)
-                        continue
                     first = 1 if shift else 0  # target_in is bos + n pieces: rows 0..n-1 predict them, 1..n read them
                     rows = batch_weights[row, first : first + len(target_pieces), : len(source_pieces)]
                     words = word_weights(rows, piece_words(source_pieces), piece_words(target_pieces))
-                    results[(name, shift)].append(words)
+                    results[(name, shift)][index] = words
     return results
+
+
+def length_batches(source_lengths: list[int], target_lengths: list[int], max_tokens: int) -> list[list[int]]:
+    """Indices of pairs in batches by length (longest first): each batch's rows times its longest source plus its
+    longest target at most `max_tokens`, and at least one pair."""
+    order = sorted(range(len(source_lengths)), key=lambda i: (-target_lengths[i], -source_lengths[i]))
+    batches: list[list[int]] = []
+    longest_source = longest_target = 0
+    for index in order:
+        source, target = max(longest_source, source_lengths[index]), max(longest_target, target_lengths[index])
+        if batches and (len(batches[-1]) + 1) * (source + target) <= max_tokens:
+            batches[-1].append(index)
+        else:
+            batches.append([index])
+            source, target = source_lengths[index], target_lengths[index]
+        longest_source, longest_target = source, target
+    return batches
 
 
 def shifted_links(matrices: list[np.ndarray | None], shift: int) -> list[set[Link]]:

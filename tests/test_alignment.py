@@ -234,7 +234,7 @@ def test_an_attention_that_is_the_gold_alignment_scores_aer_zero_through_the_who
     splits, gold = generate_aligned(0, 0, 40, seed=7)
     model = GoldAttention(sample_vocabulary, splits.test, gold["test"])
     matrices = word_attention(
-        model, sample_vocabulary, splits.test, torch.device("cpu"), torch.float32, ["alignment"], batch_size=16
+        model, sample_vocabulary, splits.test, torch.device("cpu"), torch.float32, ["alignment"], max_tokens=200
     )[("alignment", False)]
     predicted = links_of(matrices)
     assert all(len(p) == len(en.split()) for p, (_, en) in zip(predicted, splits.test))
@@ -243,6 +243,35 @@ def test_an_attention_that_is_the_gold_alignment_scores_aer_zero_through_the_who
     report = attention_report(model, sample_vocabulary, splits.test, torch.device("cpu"), torch.float32, gold["test"])
     assert report["alignment"]["aer"] == 0 and report["alignment"]["entropy"] < 1e-6
     assert report["alignment"]["diagonality"] > 0.8  # German and English order are close in the sample grammar
+
+
+def test_word_attention_is_the_same_in_batches_of_any_size_and_comes_in_the_order_of_the_pairs(sample_vocabulary):
+    """The force-decoded maps run in length-sorted batches of at most max_tokens pieces (few on a GPU, little padding
+    on a CPU): one pair a batch and all in one give the same words' attention, each at its pair's place."""
+    from conftest import compose_config, tiny_model_overrides
+
+    from nmt import build
+    from nmt.alignment import length_batches
+
+    cfg = compose_config(*tiny_model_overrides("bahdanau"), "data=sample")
+    torch.manual_seed(0)
+    model = build.model(cfg.model, sample_vocabulary).eval()
+    splits, _ = generate_aligned(0, 0, 30, seed=5)
+    pairs = [*splits.test, ("", "The dog runs.")]  # an empty side gets no matrix, in its place
+    cpu = torch.device("cpu")
+    alone, together = (
+        word_attention(model, sample_vocabulary, pairs, cpu, torch.float32, ["alignment"], max_tokens=n)
+        for n in (1, 10**6)
+    )
+    alone, together = alone[("alignment", False)], together[("alignment", False)]
+    assert together[-1] is None and alone[-1] is None
+    for (source, target), a, b in zip(pairs[:-1], alone, together, strict=False):
+        assert a.shape == (len(target.split()), len(source.split()))
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    batches = length_batches([3, 9, 4, 9, 2], [5, 12, 4, 11, 3], max_tokens=50)
+    assert sorted(i for batch in batches for i in batch) == [0, 1, 2, 3, 4]
+    assert batches == [[1, 3], [0, 2, 4]]  # longest first; 2 x (9 + 12) fits 50, 3 x (4 + 5) too
+    assert length_batches([100], [100], max_tokens=10) == [[0]]  # one pair longer than the budget still runs
 
 
 def test_entropy_and_diagonality_of_known_matrices():
