@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import itertools
 import logging
 import multiprocessing
 import re
@@ -372,3 +373,36 @@ def loading(device: torch.device) -> dict:
         return {"num_workers": 0, "pin_memory": False}
     fork = multiprocessing.get_context("fork")
     return {"num_workers": 2, "pin_memory": True, "prefetch_factor": 4, "multiprocessing_context": fork}
+
+
+class EpochPlans:
+    """Each epoch's batches cut into updates of `accumulate` x `world` batches, from where `progress` stands: epoch e
+    gives (the number of its batches trained, its updates' batches). A plan is drawn once, by whichever asks first:
+    the DataLoader's sampler (`mine`), which runs ahead of training by the batches its workers prefetch, or the
+    training loop (`plans[e]`). It depends on the epoch alone (TokenBatchSampler), so one dropped is drawn again the
+    same."""
+
+    def __init__(self, sampler: TokenBatchSampler, accumulate: int, world: int, rank: int, progress):
+        self.sampler, self.per_update, self.world, self.rank = sampler, accumulate * world, world, rank
+        self.first, self.start = progress.epoch, progress.batch_in_epoch
+        self.plans: dict[int, tuple[int, list[list[list[int]]]]] = {}
+
+    def __getitem__(self, epoch: int) -> tuple[int, list[list[list[int]]]]:
+        if epoch not in self.plans:
+            self.plans[epoch] = self.draw(epoch, self.start if epoch == self.first else 0)
+            self.plans.pop(epoch - 3, None)
+        return self.plans[epoch]
+
+    def draw(self, epoch: int, start: int) -> tuple[int, list[list[list[int]]]]:
+        self.sampler.set_epoch(epoch)
+        batches = self.sampler.batches()
+        if len(batches) < self.world:  # the same check as at the start; an epoch must give every process work
+            raise UserError(f"{len(batches)} training batches for {self.world} processes")
+        rest = len(batches) % self.per_update
+        trained = len(batches) - (rest if rest < self.world else 0)  # none may go empty
+        return trained, [batches[begin : begin + self.per_update] for begin in range(start, trained, self.per_update)]
+
+    def mine(self):
+        """This process's batches, epoch after epoch: the DataLoader's batch sampler for the whole run."""
+        for epoch in itertools.count(self.first):
+            yield from (batch for group in self[epoch][1] for batch in group[self.rank :: self.world])

@@ -29,6 +29,7 @@ from nmt.config import DecodeOptions, TrainerConfig
 from nmt.corpus import Pairs
 from nmt.data import (
     Batch,
+    EpochPlans,
     ParallelDataset,
     StaticShapes,
     TokenBatchSampler,
@@ -273,32 +274,23 @@ class Trainer:
         """(this process's batches, target tokens of the update, of this process's part, batches in the update, FLOPs
         of the update) from where training stands, epoch after epoch. An update takes `accumulate` x processes batches
         of the epoch's order; process r gets every r-th. Token and FLOP counts come from the corpus lengths, not from
-        the tensors (no sync), and cover every process's batches."""
+        the tensors (no sync), and cover every process's batches. One DataLoader serves every epoch: on a GPU its
+        workers keep making the next batches across an epoch's end (an epoch is a few seconds there)."""
         pin, progress = self.device.type == "cuda", self.progress  # pinned batches: copied without a wait
-        per_update = self.config.accumulate * self.world
         lengths, sources = self.dataset.target_lengths, self.dataset.source_lengths  # eos included
+        plans = EpochPlans(self.sampler, self.config.accumulate, self.world, self.rank, progress)
+        # A generator of its own: a DataLoader otherwise draws its seed from the global RNG, which would shift
+        # the dropout masks of a resumed run against an uninterrupted one.
+        loader = torch.utils.data.DataLoader(
+            self.dataset,
+            batch_sampler=plans.mine(),
+            collate_fn=self.collate,
+            generator=torch.Generator(),
+            **loading(self.device),
+        )
+        loader = iter(loader)
         while True:
-            self.sampler.set_epoch(progress.epoch)
-            epoch_batches = self.sampler.batches()
-            if len(epoch_batches) < self.world:  # the same check as at the start; an epoch must give every process work
-                raise UserError(f"{len(epoch_batches)} training batches for {self.world} processes")
-            rest = len(epoch_batches) % per_update
-            self.batches_in_epoch = len(epoch_batches) - (rest if rest < self.world else 0)  # none may go empty
-            groups = [
-                epoch_batches[start : start + per_update]
-                for start in range(progress.batch_in_epoch, self.batches_in_epoch, per_update)
-            ]
-            mine = [batch for group in groups for batch in group[self.rank :: self.world]]
-            # A generator of its own: a DataLoader otherwise draws its seed from the global RNG, which would shift
-            # the dropout masks of a resumed run against an uninterrupted one.
-            loader = torch.utils.data.DataLoader(
-                self.dataset,
-                batch_sampler=mine,
-                collate_fn=self.collate,
-                generator=torch.Generator(),
-                **loading(self.device),
-            )
-            loader = iter(loader)
+            self.batches_in_epoch, groups = plans[progress.epoch]
             for group in groups:
                 indices = group[self.rank :: self.world]
                 batches = [next(loader).to(self.device, non_blocking=pin) for _ in indices]

@@ -532,6 +532,48 @@ def test_batches_made_by_worker_processes_as_on_a_gpu_are_the_ones_made_in_proce
             assert all(a is b is None or torch.equal(a, b) for a, b in pairs)
 
 
+def test_one_loader_serves_every_epoch_its_workers_running_ahead_across_an_epochs_end(
+    tmp_path, sample_vocabulary, sample_splits, monkeypatch
+):
+    """trainer.updates makes one DataLoader for the whole run (on a GPU a new one each epoch would fork its workers
+    and wait for its first batches every few seconds). Its workers draw the next epoch's plan before training gets
+    there; the updates are the same as made in process, epoch after epoch, and a run resumed in the middle of an
+    epoch goes on with the same ones."""
+    import multiprocessing
+
+    loaders = []
+    made = torch.utils.data.DataLoader
+
+    def counted(*args, **kwargs):
+        loaders.append(kwargs.get("num_workers", 0))
+        return made(*args, **kwargs)
+
+    monkeypatch.setattr(torch.utils.data, "DataLoader", counted)
+    pairs = sample_splits.train[:60]
+
+    def drawn(workers: int, epoch: int = 0, batch: int = 0, count: int = 14) -> list:
+        trainer = make_trainer(tmp_path / f"{workers}-{epoch}-{batch}", sample_vocabulary, pairs, "luong", max_steps=1)
+        trainer.progress.epoch, trainer.progress.batch_in_epoch = epoch, batch
+        fork = multiprocessing.get_context("fork")
+        options = {
+            "num_workers": workers,
+            **({"prefetch_factor": 4, "multiprocessing_context": fork} if workers else {}),
+        }
+        monkeypatch.setattr("nmt.trainer.loading", lambda device: options)
+        updates, seen = trainer.updates(), []
+        for _ in range(count):
+            batches, tokens, _, number, _ = next(updates)
+            seen.append((trainer.progress.epoch, trainer.progress.batch_in_epoch, tokens, batches[0].source.tolist()))
+            trainer.progress.batch_in_epoch += number  # as the training loop counts
+        return seen
+
+    in_process = drawn(0)
+    assert len({epoch for epoch, *_ in in_process}) >= 3 and loaders == [0]  # epochs of 4-5 batches, one loader
+    assert drawn(2) == in_process and loaders == [0, 2]
+    epoch, batch = in_process[6][:2]
+    assert batch > 0 and drawn(2, epoch, batch, count=8) == in_process[6:]
+
+
 def test_the_best_checkpoint_is_the_validation_best_by_the_selected_score(tmp_path, sample_vocabulary, sample_splits):
     """trainer.select=loss keeps as best.pt the validation with the lowest valid loss (validations.jsonl marks it),
     and patience counts validations without a lower one; AER needs gold links, and a model with attention."""
