@@ -7,6 +7,8 @@ import pickle
 import re
 import shutil
 import zipfile
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -66,6 +68,64 @@ def save(payload: dict, path: str | Path) -> None:
         os.fsync(directory)  # the rename itself survives a power cut
     finally:
         os.close(directory)
+
+
+def write_run_file(state: dict, path: Path, best: bool = False) -> None:
+    """A training run's full checkpoint: `last.pt` moves the one it replaces to `previous.pt` first; `best`: the
+    file is also the run's best.pt."""
+    if path.name == "last.pt" and path.is_file():
+        path.replace(path.with_name("previous.pt"))
+    save(state, path)
+    if best:
+        same_as(path, path.with_name("best.pt"))
+
+
+def write_weights(state: dict, path: Path, keep: int) -> None:
+    """A validation's weights as `step<N>.pt`, keeping the newest `keep` of its folder."""
+    save(state, path)
+    for old in sorted(path.parent.glob("step*.pt"))[:-keep]:
+        old.unlink()
+
+
+def on_host(payload):
+    """A copy of `payload` whose tensors are on the CPU and its own, so training may go on changing the originals."""
+    if isinstance(payload, torch.Tensor):
+        return payload.detach().to("cpu", copy=True)
+    if isinstance(payload, dict):
+        return {key: on_host(value) for key, value in payload.items()}
+    if isinstance(payload, (list, tuple)):
+        return type(payload)(on_host(value) for value in payload)
+    return payload
+
+
+class Writer:
+    """Checkpoint writes, in the order given: on a thread of their own (`background`: a GPU run, whose host waits
+    on the GPU meanwhile; a validation's writes took a quarter of a short run there) or at once (a CPU run, whose
+    cores train). A background write works on `own(payload)`, a copy on the host made before training goes on; its
+    error (a full disk) is raised by the next `write` or by `wait`, which training calls before it returns."""
+
+    PENDING = 2  # writes queued at most (each holds a copy of the state); the next waits for the oldest
+
+    def __init__(self, background: bool):
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="checkpoints") if background else None
+        self.pending: list[Future] = []
+
+    def own(self, payload):
+        return on_host(payload) if self.pool else payload
+
+    def write(self, job: Callable[[], None]) -> None:
+        if self.pool is None:
+            job()
+            return
+        while self.pending and (self.pending[0].done() or len(self.pending) >= self.PENDING):
+            self.pending.pop(0).result()  # a failed write raises here
+        self.pending.append(self.pool.submit(job))
+
+    def wait(self) -> None:
+        """Every write given so far on disk; the first failure raised."""
+        pending, self.pending = self.pending, []
+        for future in pending:
+            future.result()
 
 
 def same_as(source: str | Path, path: str | Path) -> None:

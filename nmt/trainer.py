@@ -17,6 +17,7 @@ import logging
 import math
 import signal
 from dataclasses import asdict
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -142,6 +143,7 @@ class Trainer:
         self.last_metrics: dict[str, float] = {}
         self.log = RunLog(None)  # opened on the run directory when training starts (rank 0)
         self.stop_signal = 0  # the signal that interrupted training, if one did
+        self.writer = checkpoint.Writer(background=self.device.type == "cuda")  # checkpoints: on a GPU, on a thread
         self.graphed: GraphedUpdate | bool | None = None  # the captured update, False for eager; made at the first
 
     def place(self, model: torch.nn.Module, seed: int) -> None:
@@ -193,27 +195,22 @@ class Trainer:
             ranks,
         )
 
-    def save(self, name: str) -> None:
-        """Write a full checkpoint atomically. The `last.pt` it replaces stays as `previous.pt`, which resuming falls
-        back to should `last.pt` ever be unreadable (a disk error, a copy cut short). Every process calls it: each
-        one's random state goes into the checkpoint."""
+    def save(self, name: str, best: bool = False) -> None:
+        """Write a full checkpoint atomically; `best`: it is also best.pt (a second name of the same file). The
+        `last.pt` it replaces stays as `previous.pt`, which resuming falls back to should `last.pt` ever be unreadable
+        (a disk error, a copy cut short). Every process calls it: each one's random state goes into the checkpoint.
+        On a GPU the file is written on a thread of its own (checkpoint.Writer)."""
         ranks = distributed.gather(checkpoint.rng_state(self.device)) if self.world > 1 else None
-        if self.rank != 0:
-            return
-        path = self.run_dir / name
-        if name == "last.pt" and path.is_file():
-            path.replace(self.run_dir / "previous.pt")
-        checkpoint.save(self.state(ranks), path)
+        if self.rank == 0:
+            state = self.writer.own(self.state(ranks))
+            self.writer.write(partial(checkpoint.write_run_file, state, self.run_dir / name, best))
 
     def save_weights(self) -> None:
         """The weights of this validation as `step<N>.pt` (no optimizer: for averaging), keeping the newest few."""
-        keep = self.config.keep_checkpoints
-        if keep <= 0 or self.rank != 0:
-            return
-        state = {k: v for k, v in self.state().items() if k in checkpoint.WEIGHTS_ONLY}
-        checkpoint.save(state, self.run_dir / f"step{self.progress.step:08d}.pt")
-        for old in sorted(self.run_dir.glob("step*.pt"))[:-keep]:
-            old.unlink()
+        if self.config.keep_checkpoints > 0 and self.rank == 0:
+            state = self.writer.own({k: v for k, v in self.state().items() if k in checkpoint.WEIGHTS_ONLY})
+            path = self.run_dir / f"step{self.progress.step:08d}.pt"
+            self.writer.write(partial(checkpoint.write_weights, state, path, self.config.keep_checkpoints))
 
     def restore(self, path: str | Path) -> None:
         """Continue from the full checkpoint at `path` (see nmt.resume for which one and whether it may)."""
@@ -339,12 +336,14 @@ class Trainer:
             clock.stop()
             if self.last_metrics.get("step") != self.step:
                 self.validate_and_save()
+            self.writer.wait()
         except KeyboardInterrupt:
             clock.stop()
             self.stop_signal = self.stop_signal or signal.SIGINT
             self.save_interrupted()
             return "interrupted"
         except NonFiniteLoss as error:
+            self.writer.wait()  # the good checkpoints given before it
             raise self.non_finite(error) from None
         finally:
             bar.close()
@@ -355,7 +354,9 @@ class Trainer:
         try:
             self.save("last.pt")
         except NonFiniteLoss as error:
+            self.writer.wait()
             raise self.non_finite(error) from None
+        self.writer.wait()
         log.info(
             "interrupted at step %d; saved %s. Continue with trainer.resume=true.", self.step, self.run_dir / "last.pt"
         )
@@ -477,9 +478,7 @@ class Trainer:
         else:
             progress.bad_validations += 1
         self.save_weights()
-        self.save("last.pt")
-        if improved and self.rank == 0:  # the same state: best.pt names last.pt's file (written once, not twice)
-            checkpoint.same_as(self.run_dir / "last.pt", self.run_dir / "best.pt")
+        self.save("last.pt", best=improved)  # the same state: best.pt names last.pt's file (written once, not twice)
         if self.rank == 0:
             self.record_validation(metrics, improved)
         alignment = f"AER {metrics['aer']:.3f} " if "aer" in metrics else ""

@@ -12,6 +12,11 @@
 #                                          results/measured/) and joeynmt_cuda.json
 #   bash scripts/device_check.sh peer [S]  there: Joey NMT's RNN and Transformer, S seconds each (60), fp16, as
 #                                          ../shared/peers/joeynmt/gpu.sh measures them ($OUT/joey/joeynmt_cuda.json)
+#   bash scripts/device_check.sh jobs [RUNS] [FLOPS]
+#                                          there: RUNS (4) runs of Bahdanau at FLOPS (1e14, 12 validations), seeds
+#                                          1234..., one at a time, then 2 and 4 at once on the one GPU: the wall time
+#                                          and runs per hour of each ($OUT/jobs.txt, the logs in $OUT/jobs.tgz), for
+#                                          how many jobs `make results` should run on a GPU
 #   bash scripts/device_check.sh study PART VARIANTS JOBS SECONDS [SEEDS]
 #                                          there: `make results`' PART (claims, main, or lab: `python -m nmt.study
 #                                          lab`'s variants) for VARIANTS (comma-separated), SEEDS each (3),
@@ -69,6 +74,28 @@ nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || true
 if [[ "${1:-}" == "peer" ]]; then  # Joey NMT 2.3.0's training rate on this GPU, 60 s per model, fp16
     [[ -f "$GPU/joey/gpu.sh" ]] || { echo "error: no $GPU/joey: prepare where ../shared/peers/joeynmt is" >&2; exit 1; }
     PY="$PYTHON" bash "$GPU/joey/gpu.sh" run "$GPU/joey" "$OUT/joey" "${2:-60}"
+    exit 0
+fi
+if [[ "${1:-}" == "jobs" ]]; then  # runs per hour with 1, 2 and 4 runs at once on the one GPU
+    runs="${2:-4}" flops="${3:-1e14}" deadline=$(( $(date +%s) + ${CHECK_SECONDS:-575} ))
+    rm -rf /tmp/jobs && mkdir -p /tmp/jobs
+    ( while sleep 10; do nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader; done ) \
+        > /tmp/jobs_gpu_use.csv 2>&1 &
+    for jobs in 1 2 4; do
+        left=$(( deadline - $(date +%s) - 10 ))
+        (( left > 30 )) || { echo "$jobs at once: skipped, the check's time is spent" | tee -a "$OUT/jobs.txt"; continue; }
+        start=$(date +%s) code=0
+        seq 0 $(( runs - 1 )) | timeout "$left" xargs -P "$jobs" -I{} sh -c "$PYTHON -m nmt.cli.train model=bahdanau \
+            seed=\$(( 1234 + {} )) trainer.max_flops=$flops trainer.validations=12 trainer.progress=false \
+            data.dir=$NMT_DATA_DIR data.spm_cache=$PWD/$GPU/spm hydra.run.dir=/tmp/jobs/$jobs/{} \
+            > /tmp/jobs/$jobs.{}.log 2>&1" || code=$?
+        wall=$(( $(date +%s) - start )) done=$(ls /tmp/jobs/$jobs/*/results.json 2>/dev/null | wc -l)
+        echo "$jobs at once: $done of $runs runs of bahdanau at $flops FLOPs in $wall s (exit $code):" \
+            "$(( done * 3600 / (wall > 0 ? wall : 1) )) runs per hour" | tee -a "$OUT/jobs.txt"
+    done
+    kill %1 2>/dev/null || true
+    cp /tmp/jobs_gpu_use.csv /tmp/jobs/ 2>/dev/null || true
+    tar czf "$OUT/jobs.tgz" -C /tmp/jobs --exclude='*.pt' --exclude='events.out*' . 2>/dev/null || true
     exit 0
 fi
 if [[ "${1:-}" == "study" ]]; then

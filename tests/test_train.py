@@ -592,28 +592,62 @@ def test_the_best_checkpoint_is_the_validation_best_by_the_selected_score(tmp_pa
         make_trainer(tmp_path / "aer", sample_vocabulary, pairs, "luong", select="aer")
 
 
-@pytest.mark.parametrize("links", [True, False])
+@pytest.mark.parametrize("links, background", [(True, False), (False, False), (True, True)])
 def test_best_pt_is_last_pt_written_once_and_keeps_its_state_when_a_later_validation_is_worse(
-    tmp_path, sample_vocabulary, sample_splits, monkeypatch, links
+    tmp_path, sample_vocabulary, sample_splits, monkeypatch, links, background
 ):
     """A validation that improves writes last.pt and names the same file best.pt (a hard link: a GPU run's
     validation is not held up by a second write of the same hundreds of MB); a later, worse one replaces last.pt
-    by renaming, so best.pt keeps its state. Where the file system refuses links, best.pt is a copy."""
+    by renaming, so best.pt keeps its state. Where the file system refuses links, best.pt is a copy. Written on a
+    thread (a GPU run's), a checkpoint holds the state of its validation, whatever training does meanwhile."""
     if not links:
         monkeypatch.setattr(checkpoint.os, "link", lambda *a: (_ for _ in ()).throw(OSError(1, "links refused")))
     trainer = make_trainer(tmp_path, sample_vocabulary, sample_splits.train[:32], "luong", max_steps=10**4)
+    trainer.writer = checkpoint.Writer(background=background)
     scores = iter([20.0, 10.0, 30.0])
     figures = {"loss": 1.0, "perplexity": 2.7, "chrf": 1.0, "seconds": 0.1}
     monkeypatch.setattr("nmt.trainer.validate", lambda *a, **k: {**figures, "bleu": next(scores)})
     steps = {}
     for step in (1, 2, 3):
         trainer.progress.step = step
+        weights = [p.detach().clone() for p in trainer.model.parameters()]
         trainer.validate_and_save()
+        with torch.no_grad():  # training goes on while a background write may still be under way
+            for parameter in trainer.model.parameters():
+                parameter.add_(1.0)
+        trainer.writer.wait()
         steps[step] = {n: checkpoint.load(tmp_path / n)["progress"]["step"] for n in ("best.pt", "last.pt")}
         same = (tmp_path / "best.pt").samefile(tmp_path / "last.pt")
         assert same == (links and step != 2)
+        saved = checkpoint.load(tmp_path / f"step{step:08d}.pt")["model"].values()
+        assert all(torch.equal(a, b) for a, b in zip(saved, weights, strict=True))
     assert steps == {1: {"best.pt": 1, "last.pt": 1}, 2: {"best.pt": 1, "last.pt": 2}, 3: {"best.pt": 3, "last.pt": 3}}
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_a_background_checkpoint_write_that_fails_is_raised_by_the_next_write_or_the_wait(tmp_path):
+    """On a GPU checkpoints are written on a thread: a full disk there must still stop the run with its message."""
+
+    def fail():
+        raise UserError("last.pt: could not be written (No space left on device)")
+
+    writer = checkpoint.Writer(background=True)
+    writer.write(fail)
+    with pytest.raises(UserError, match="No space left"):
+        writer.wait()
+    written = []
+    writer.write(fail)
+    writer.pending[0].exception()  # finished (failed) before the next write is given
+    with pytest.raises(UserError, match="No space left"):
+        writer.write(lambda: written.append(0))
+    for number in range(5):  # at most PENDING writes queued; each runs, in order
+        writer.write(lambda number=number: written.append(number))
+    writer.wait()
+    assert written == [0, 1, 2, 3, 4] and not writer.pending
+    payload = {"w": torch.ones(3), "steps": [torch.zeros(1)], "name": "x"}
+    own = writer.own(payload)
+    payload["w"].add_(1)
+    assert own["w"].tolist() == [1, 1, 1] and own["name"] == "x" and isinstance(own["steps"], list)
 
 
 def _batches_in_a_job(options: dict) -> list:
