@@ -160,12 +160,13 @@ trap finish EXIT
 step cuda_graph_tests 140 "$PYTHON" -m pytest tests/test_cuda.py -k "captured or replayed" -rs -p no:cacheprovider \
     -o addopts=""
 # Each family's training rate as training makes it (its updates captured as CUDA graphs, trainer.cuda_graphs) and
-# eager beside it, in one run: the ratio is what the graphs give. The tables are written after each model.
+# eager beside it, in one run: the ratio is what the graphs give. The tables are written after each model; a
+# profile of 16 more updates of each (bench/profile_*.txt: the kernels' time and the host's) tells where it goes.
 eager=""
 for model in sutskever bahdanau luong transformer; do eager+=";$model trainer.cuda_graphs=false"; done
-step benchmark 230 "$PYTHON" -m nmt.study measure --record benchmark_cuda --train-only --device cuda --steps 24 \
-    --windows 7 --model-timeout 50 --models "sutskever;bahdanau;luong;transformer$eager" --data-dir "$NMT_DATA_DIR" \
-    --output "$LOGS/bench"
+step benchmark 260 "$PYTHON" -m nmt.study measure --record benchmark_cuda --train-only --device cuda --steps 24 \
+    --windows 7 --profile 16 --model-timeout 55 --models "sutskever;bahdanau;luong;transformer$eager" \
+    --data-dir "$NMT_DATA_DIR" --output "$LOGS/bench"
 # A run at the claims' budget (1e14 FLOPs, 12 validations) and one at the main table's (5e14) end to end, with their
 # wall times (targets: 20 s and 60 s); then the decoding speed of the first's checkpoint, greedy and beam 5
 for flops in 1e14 5e14; do
