@@ -47,11 +47,15 @@ def upgrade(config: dict) -> dict:
 
 def save(payload: dict, path: str | Path) -> None:
     """Write to a temporary file in the same folder, flush it to disk, then rename it over `path` (atomic)."""
-    path = Path(path)
+    replace_atomically(Path(path), lambda handle: torch.save(payload, handle))
+
+
+def replace_atomically(path: Path, write: Callable) -> None:
+    """`write(handle)` into a temporary file beside `path`, flushed to disk, then renamed over `path`."""
     temporary = path.with_name(f".{path.name}.tmp")
     try:
         with open(temporary, "wb") as handle:
-            torch.save(payload, handle)
+            write(handle)
             handle.flush()
             os.fsync(handle.fileno())
     except (OSError, RuntimeError) as error:  # a full disk fails inside torch's writer ("unexpected pos ...")
@@ -63,9 +67,14 @@ def save(payload: dict, path: str | Path) -> None:
             "space and continue with trainer.resume=true"
         ) from None
     temporary.replace(path)
-    directory = os.open(path.parent, os.O_RDONLY)
+    sync_folder(path.parent)
+
+
+def sync_folder(folder: Path) -> None:
+    """A rename in `folder` made to survive a power cut."""
+    directory = os.open(folder, os.O_RDONLY)
     try:
-        os.fsync(directory)  # the rename itself survives a power cut
+        os.fsync(directory)
     finally:
         os.close(directory)
 
@@ -138,15 +147,11 @@ def same_as(source: str | Path, path: str | Path) -> None:
     try:
         os.link(source, temporary)
     except OSError:  # no hard links here (some network and FUSE file systems): the bytes written again
-        shutil.copyfile(source, temporary)
-        with open(temporary, "rb+") as handle:
-            os.fsync(handle.fileno())
+        with open(source, "rb") as original:
+            replace_atomically(path, lambda handle: shutil.copyfileobj(original, handle))
+        return
     temporary.replace(path)
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
+    sync_folder(path.parent)
 
 
 def damaged(path: Path) -> str | None:
