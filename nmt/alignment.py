@@ -202,9 +202,9 @@ def word_attention(
         (name, shift): [None] * len(pairs) for name in maps for shift in shifts
     }
     for chunk in length_batches([len(s) for s in source_ids], [len(t) for t in target_in], max_tokens):
+        source, target = pad([source_ids[i] for i in chunk], device), pad([target_in[i] for i in chunk], device)
         with autocast(device, dtype):
-            source = pad([source_ids[i] for i in chunk], device)
-            weights = model.attention_maps(source, source != PAD_ID, pad([target_in[i] for i in chunk], device))
+            weights = model.attention_maps(source, source != PAD_ID, target)
         for name in maps:
             batch_weights = weights[name][:, 0].float().cpu().numpy()  # (B, T, S)
             for row, index in enumerate(chunk):

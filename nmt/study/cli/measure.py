@@ -130,7 +130,7 @@ def measure(model_name: str, args) -> dict:
 
 
 def training_speed(trainer: Trainer, args) -> dict:
-    """Target tokens/s of training updates (the median of --windows timed windows of --steps updates, after 3 of
+    """Target tokens/s of training updates (the median of --windows timed windows of --steps updates, after the
     warm-up), FLOP/s from the model's own formula (nmt/flops.py, on any device) and peak memory."""
     updates = trainer.updates()
     warm_up(trainer, updates)  # allocator, kernels, first batches; under CUDA graphs each shape's capture
