@@ -50,10 +50,15 @@ def read(path: Path) -> str:
     return path.read_text(encoding="utf-8", errors="replace")
 
 
+def rates_of(text: str) -> list[float]:
+    """Joey NMT's "Tokens per Sec" figures of a training log (target tokens), in order."""
+    return [float(m) for m in re.findall(r"Tokens per Sec:\s+([0-9.]+)", text)]
+
+
 def tokens_per_second(log: Path, required: bool = True) -> float | None:
     """The mean of Joey NMT's "Tokens per Sec" lines of a training log (none in a run shorter than its log interval,
     which only the long run must outlast)."""
-    rates = [float(m) for m in re.findall(r"Tokens per Sec:\s+([0-9.]+)", read(log))]
+    rates = rates_of(read(log))
     if not rates and required:
         raise UserError(f"{log}: no 'Tokens per Sec' line; the run was shorter than one of Joey NMT's log intervals")
     return statistics.mean(rates) if rates else None
@@ -109,7 +114,7 @@ def measure_cuda(out: Path) -> dict[str, dict]:
     for model, name in CUDA_LOGS.items():
         log = out / f"joeynmt_{name}.log"
         text = read(log)
-        rates = [float(m) for m in re.findall(r"Tokens per Sec:\s+([0-9.]+)", text)]
+        rates = rates_of(text)
         if len(rates) < 2:
             raise UserError(f"{log}: {len(rates)} 'Tokens per Sec' lines; the run was too short to measure")
         stamps = re.findall(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)", text, re.MULTILINE)

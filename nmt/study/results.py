@@ -167,7 +167,7 @@ def record_measurement(
         "values": values or {},
     }
     record |= {
-        key: (measured_on or {})[key] for key in ("date", "machine", "threads", "torch") if key in (measured_on or {})
+        key: value for key, value in (measured_on or {}).items() if key in ("date", "machine", "threads", "torch")
     }
     (folder / "measured").mkdir(parents=True, exist_ok=True)
     path = folder / "measured" / f"{name}.json"
