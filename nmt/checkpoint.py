@@ -80,10 +80,11 @@ def sync_folder(folder: Path) -> None:
 
 
 def write_run_file(state: dict, path: Path, best: bool = False) -> None:
-    """A training run's full checkpoint: `last.pt` moves the one it replaces to `previous.pt` first; `best`: the
-    file is also the run's best.pt."""
+    """A training run's full checkpoint: the `last.pt` it replaces becomes `previous.pt` first, by a second name, so
+    that a `last.pt` is on disk at every instant (a `kill -9` mid-write leaves the old one); `best`: the file is also
+    the run's best.pt."""
     if path.name == "last.pt" and path.is_file():
-        path.replace(path.with_name("previous.pt"))
+        same_as(path, path.with_name("previous.pt"))
     save(state, path)
     if best:
         same_as(path, path.with_name("best.pt"))

@@ -12,6 +12,7 @@ update (`agree`: one all-reduce per update).
 from __future__ import annotations
 
 import datetime
+import gc
 import logging
 import os
 import re
@@ -77,8 +78,11 @@ def setup(device: torch.device) -> torch.device:
 
 
 def teardown() -> None:
+    """Leave the process group, and free what still holds it (the data-parallel wrapper) while the interpreter is
+    whole: gloo's threads torn down during its shutdown can abort the process (SIGABRT at exit)."""
     if dist.is_initialized():
         dist.destroy_process_group()
+        gc.collect()
 
 
 def barrier() -> None:

@@ -101,6 +101,7 @@ def train_in(settings: TrainConfig, resolved: dict, run_dir: Path, where: torch.
             trainer.stop_signal,
         )
     if not replicas_agree(trainer):
+        distributed.barrier()  # the other processes end with rank 0, after its test: none leaves the group early
         return {}
     results = summary(trainer)
     if settings.trainer.test_at_end:
@@ -114,6 +115,7 @@ def train_in(settings: TrainConfig, resolved: dict, run_dir: Path, where: torch.
             ) from None
         trainer.log.hparams(resolved, results)
     trainer.log.close()
+    distributed.barrier()
     return results
 
 

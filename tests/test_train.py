@@ -625,6 +625,29 @@ def test_best_pt_is_last_pt_written_once_and_keeps_its_state_when_a_later_valida
     assert not list(tmp_path.glob(".*.tmp"))
 
 
+@pytest.mark.parametrize("links", [True, False])
+def test_last_pt_is_on_disk_at_every_instant_of_the_next_write(tmp_path, monkeypatch, links):
+    """A `kill -9` while a validation writes must leave a last.pt: the one replaced becomes previous.pt by a second
+    name (a link, or a copy where links are refused), never by moving it away before the new one is complete."""
+    if not links:
+        monkeypatch.setattr(checkpoint.os, "link", lambda *a: (_ for _ in ()).throw(OSError(1, "links refused")))
+    last = tmp_path / "last.pt"
+    checkpoint.write_run_file({"progress": {"step": 1}}, last, best=True)
+    present = []
+    real_save = torch.save
+
+    def watched_save(payload, handle):  # the moment a kill would interrupt: the new file half written
+        present.append(sorted(p.name for p in tmp_path.glob("*.pt")))
+        real_save(payload, handle)
+
+    monkeypatch.setattr(checkpoint.torch, "save", watched_save)
+    checkpoint.write_run_file({"progress": {"step": 2}}, last)
+    assert present == [["best.pt", "last.pt", "previous.pt"]]
+    steps = {p.name: torch.load(p, weights_only=True)["progress"]["step"] for p in tmp_path.glob("*.pt")}
+    assert steps == {"best.pt": 1, "previous.pt": 1, "last.pt": 2}
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
 def test_a_background_checkpoint_write_that_fails_is_raised_by_the_next_write_or_the_wait(tmp_path):
     """On a GPU checkpoints are written on a thread: a full disk there must still stop the run with its message."""
 
