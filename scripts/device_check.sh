@@ -11,6 +11,7 @@
 #                                          captured update of Bahdanau and the Transformer, the other CUDA
 #                                          tests; $OUT gets summary.txt, logs.tgz, benchmark_cuda.json (for
 #                                          results/measured/) and joeynmt_cuda.json
+#                                          CHECK_STEPS="e2e_1e14 profile" runs only the steps it names
 #   bash scripts/device_check.sh peer [S]  there: Joey NMT's RNN and Transformer, S seconds each (60), fp16, as
 #                                          ../shared/peers/joeynmt/gpu.sh measures them ($OUT/joey/joeynmt_cuda.json)
 #   bash scripts/device_check.sh jobs [RUNS] [FLOPS]
@@ -140,9 +141,11 @@ fi
 # call runs at most 600), the most telling first, so that a lease too short for all still brings back the first ones.
 # Logs go to one archive ($OUT/logs.tgz; the tool brings back at most 8 files), the records beside it.
 DEADLINE=$(( $(date +%s) + ${CHECK_SECONDS:-575} )) LOGS=/tmp/check status=0
-mkdir -p "$LOGS"
+rm -rf "$LOGS" && mkdir -p "$LOGS"
 step() {  # step NAME SECONDS COMMAND...: COMMAND's output in $LOGS/NAME.log, within min(SECONDS, time left)
     local name="$1" seconds="$2" left=$(( DEADLINE - $(date +%s) - 5 )); shift 2
+    # CHECK_STEPS="e2e_1e14 profile": only the steps named (a lease with a few minutes left)
+    [[ -z "${CHECK_STEPS:-}" || " $CHECK_STEPS " == *" $name "* ]] || return 0
     (( left < seconds )) && seconds=$left
     if (( seconds < 15 )); then echo "$name: skipped, the check's time is spent" | tee -a "$LOGS/summary.txt"; return; fi
     local start=$(date +%s) code=0
