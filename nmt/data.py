@@ -13,6 +13,7 @@ import itertools
 import logging
 import multiprocessing
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -187,6 +188,35 @@ class Batch:
         return Shape.of(self.source_mask.sum(1).tolist(), (self.target_out != PAD_ID).sum(1).tolist())
 
 
+class Shipped:
+    """A batch on its way from a DataLoader's worker process: its arrays as numpy, which the loader pickles through
+    its pipe, where each torch tensor would travel through a shared-memory file of its own (a batch's 8 tensors took
+    3.5-5.3 ms a batch through 2 workers, the same arrays as numpy 1.0 ms, on a 2-core CPU). The loader's pinning
+    thread (`pin_memory`) or `to` makes it a Batch again."""
+
+    def __init__(self, batch: Batch):
+        self.arrays = {name: None if t is None else t.numpy() for name, t in vars(batch).items()}
+
+    def batch(self) -> Batch:
+        return Batch(**{name: None if a is None else torch.from_numpy(a) for name, a in self.arrays.items()})
+
+    def pin_memory(self) -> Batch:
+        return self.batch().pin_memory()
+
+    def to(self, device: torch.device, non_blocking: bool = False) -> Batch:
+        return self.batch().to(device, non_blocking=non_blocking)
+
+
+@dataclass(frozen=True)
+class Shipping:
+    """A collate function whose batches a worker process sends as `Shipped`."""
+
+    collate: Callable[[list], Batch]
+
+    def __call__(self, items: list) -> Shipped:
+        return Shipped(self.collate(items))
+
+
 class ParallelDataset(torch.utils.data.Dataset):
     """Encoded pairs: source ids, and target ids without bos/eos (the collate function adds them)."""
 
@@ -205,20 +235,34 @@ class ParallelDataset(torch.utils.data.Dataset):
         return index, self.source[index], self.target[index]
 
 
+def left_aligned(rows: list[list[int]], width: int) -> tuple[np.ndarray, np.ndarray]:
+    """`rows` as a (len(rows), width) array padded on the right, and their lengths: one vectorised copy of all the ids
+    (a copy per row cost a batch of 200 rows 2.5 ms, the rate a GPU's data workers must keep up with)."""
+    lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+    array = np.full((len(rows), width), PAD_ID, dtype=np.int64)
+    flat = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64, count=int(lengths.sum()))
+    array[np.arange(width) < lengths[:, None]] = flat
+    return array, lengths
+
+
 def collate(items: list[tuple[int, list[int], list[int]]]) -> Batch:
     indices, sources, targets = zip(*items)
-    batch_size = len(items)
-    source = torch.full((batch_size, max(map(len, sources))), PAD_ID, dtype=torch.long)
-    target_length = max(map(len, targets)) + 1
-    target_in = torch.full((batch_size, target_length), PAD_ID, dtype=torch.long)
-    target_out = torch.full((batch_size, target_length), PAD_ID, dtype=torch.long)
-    for row, (src, tgt) in enumerate(zip(sources, targets)):
-        source[row, : len(src)] = torch.tensor(src)
-        target_in[row, : len(tgt) + 1] = torch.tensor([BOS_ID, *tgt])
-        target_out[row, : len(tgt) + 1] = torch.tensor([*tgt, EOS_ID])
+    source, source_lengths = left_aligned(sources, max(map(len, sources)))
+    words, target_lengths = left_aligned(targets, max(map(len, targets)) + 1)  # y_1 ... y_n, then padding
+    target_in = np.empty_like(words)
+    target_in[:, 0], target_in[:, 1:] = BOS_ID, words[:, :-1]
+    words[np.arange(len(items)), target_lengths] = EOS_ID
+    source, target_in, target_out = (torch.from_numpy(a) for a in (source, target_in, words))
     positions = (target_out != PAD_ID).flatten().nonzero().squeeze(1)
-    lengths = torch.tensor([len(src) for src in sources])
-    return Batch(source, source != PAD_ID, target_in, target_out, torch.tensor(indices), positions, lengths)
+    return Batch(
+        source,
+        source != PAD_ID,
+        target_in,
+        target_out,
+        torch.tensor(indices),
+        positions,
+        torch.from_numpy(source_lengths),
+    )
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from nmt.data import (
     Batch,
     EpochPlans,
     ParallelDataset,
+    Shipping,
     StaticShapes,
     TokenBatchSampler,
     Vocabulary,
@@ -278,12 +279,13 @@ class Trainer:
         plans = EpochPlans(self.sampler, self.config.accumulate, self.world, self.rank, progress)
         # A generator of its own: a DataLoader otherwise draws its seed from the global RNG, which would shift
         # the dropout masks of a resumed run against an uninterrupted one.
+        options = loading(self.device)
         loader = torch.utils.data.DataLoader(
             self.dataset,
             batch_sampler=plans.mine(),
-            collate_fn=self.collate,
+            collate_fn=Shipping(self.collate) if options.get("num_workers") else self.collate,
             generator=torch.Generator(),
-            **loading(self.device),
+            **options,
         )
         loader = iter(loader)
         while True:

@@ -188,3 +188,26 @@ def test_sample_corpus_is_deterministic_and_has_reorderings():
     assert len({s for s, _ in pairs}) == len(pairs)  # no duplicates, so no test sentence is in training
     assert any(", weil" in s or ", wenn" in s for s, _ in pairs)  # verb-final subordinate clauses
     assert any(s.rstrip(".").endswith((" an", " auf", " ab")) for s, _ in pairs)  # separable particles
+
+
+def test_collate_pads_each_row_as_written_out_one_row_at_a_time():
+    """The vectorised collate against the definition, row by row: source ids then padding; bos y_1..y_n and
+    y_1..y_n eos; masks, positions of the real target tokens and lengths. Ragged rows, an empty target among them."""
+    rng = np.random.default_rng(5)
+    items = []
+    for index in range(40):
+        source = rng.integers(4, 50, rng.integers(1, 12)).tolist()
+        target = rng.integers(4, 50, 0 if index == 7 else rng.integers(1, 15)).tolist()
+        items.append((index * 3, source, target))
+    batch = collate(items)
+    width_source, width_target = max(len(s) for _, s, _ in items), max(len(t) for _, _, t in items) + 1
+    for row, (_, source, target) in enumerate(items):
+        assert batch.source[row].tolist() == source + [PAD_ID] * (width_source - len(source))
+        assert batch.target_in[row].tolist() == [BOS_ID, *target] + [PAD_ID] * (width_target - len(target) - 1)
+        assert batch.target_out[row].tolist() == [*target, EOS_ID] + [PAD_ID] * (width_target - len(target) - 1)
+    assert batch.source.dtype == batch.target_in.dtype == batch.target_out.dtype == torch.long
+    assert torch.equal(batch.source_mask, batch.source != PAD_ID)
+    assert batch.source_lengths.tolist() == [len(s) for _, s, _ in items]
+    assert batch.indices.tolist() == [i for i, _, _ in items]
+    real = [row * width_target + col for row, (_, _, t) in enumerate(items) for col in range(len(t) + 1)]
+    assert batch.target_positions.tolist() == real

@@ -507,8 +507,9 @@ def test_batches_made_by_worker_processes_as_on_a_gpu_are_the_ones_made_in_proce
 ):
     """On a GPU worker processes collate the next batches (nmt.data.loading); they must give the batches, in the order,
     that the training process makes itself on a CPU: the dataset and collate travel to a worker intact, the static
-    shapes' collate (a captured update's batches, nmt.graphs) too."""
-    from nmt.data import StaticShapes, collate, loading
+    shapes' collate (a captured update's batches, nmt.graphs) too, and a batch sent as numpy arrays (Shipped) is the
+    same batch again."""
+    from nmt.data import Shipped, Shipping, StaticShapes, collate, loading
 
     trainer = make_trainer(tmp_path, sample_vocabulary, sample_splits.train[:300], "sutskever", max_steps=1)
     assert loading(torch.device("cpu")) == {"num_workers": 0, "pin_memory": False}
@@ -519,13 +520,16 @@ def test_batches_made_by_worker_processes_as_on_a_gpu_are_the_ones_made_in_proce
         order = trainer.sampler.batches()[:12]
 
         def made(workers: int) -> list:
+            made_by = static.collate if static else collate  # noqa: B023 (used at once)
             loader = torch.utils.data.DataLoader(
                 trainer.dataset,
-                batch_sampler=order,  # noqa: B023 (used at once)
-                collate_fn=static.collate if static else collate,  # noqa: B023
+                batch_sampler=order,  # noqa: B023
+                collate_fn=Shipping(made_by) if workers else made_by,
                 num_workers=workers,
             )
-            return list(loader)
+            batches = list(loader)
+            assert all(isinstance(b, Shipped) == bool(workers) for b in batches)
+            return [b.to(torch.device("cpu")) for b in batches]
 
         for own, theirs in zip(made(0), made(2), strict=True):
             pairs = zip(vars(own).values(), vars(theirs).values(), strict=True)
