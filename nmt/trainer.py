@@ -196,22 +196,22 @@ class Trainer:
             ranks,
         )
 
-    def save(self, name: str, best: bool = False) -> None:
+    def save(self, name: str, best: bool = False, weights: bool = False) -> None:
         """Write a full checkpoint atomically; `best`: it is also best.pt (a second name of the same file). The
         `last.pt` it replaces stays as `previous.pt`, which resuming falls back to should `last.pt` ever be unreadable
-        (a disk error, a copy cut short). Every process calls it: each one's random state goes into the checkpoint.
-        On a GPU the file is written on a thread of its own (checkpoint.Writer)."""
+        (a disk error, a copy cut short). `weights`: first this validation's weights as `step<N>.pt` (no optimizer:
+        for averaging), the newest `keep_checkpoints` kept. Every process calls it: each one's random state goes into
+        the checkpoint. On a GPU the files are written on a thread of their own (checkpoint.Writer) from one copy of
+        the state on the host."""
         ranks = distributed.gather(checkpoint.rng_state(self.device)) if self.world > 1 else None
-        if self.rank == 0:
-            state = self.writer.own(self.state(ranks))
-            self.writer.write(partial(checkpoint.write_run_file, state, self.run_dir / name, best))
-
-    def save_weights(self) -> None:
-        """The weights of this validation as `step<N>.pt` (no optimizer: for averaging), keeping the newest few."""
-        if self.config.keep_checkpoints > 0 and self.rank == 0:
-            state = self.writer.own({k: v for k, v in self.state().items() if k in checkpoint.WEIGHTS_ONLY})
+        if self.rank != 0:
+            return
+        state = self.writer.own(self.state(ranks))
+        if weights and self.config.keep_checkpoints > 0:
             path = self.run_dir / f"step{self.progress.step:08d}.pt"
-            self.writer.write(partial(checkpoint.write_weights, state, path, self.config.keep_checkpoints))
+            only = {k: v for k, v in state.items() if k in checkpoint.WEIGHTS_ONLY}
+            self.writer.write(partial(checkpoint.write_weights, only, path, self.config.keep_checkpoints))
+        self.writer.write(partial(checkpoint.write_run_file, state, self.run_dir / name, best))
 
     def restore(self, path: str | Path) -> None:
         """Continue from the full checkpoint at `path` (see nmt.resume for which one and whether it may)."""
@@ -479,8 +479,7 @@ class Trainer:
             progress.bad_validations = 0
         else:
             progress.bad_validations += 1
-        self.save_weights()
-        self.save("last.pt", best=improved)  # the same state: best.pt names last.pt's file (written once, not twice)
+        self.save("last.pt", best=improved, weights=True)  # best.pt names last.pt's file (written once, not twice)
         if self.rank == 0:
             self.record_validation(metrics, improved)
         alignment = f"AER {metrics['aer']:.3f} " if "aer" in metrics else ""
