@@ -240,7 +240,7 @@ class TrainerConfig:
     # or fp32, bf16, fp16 (GPU only)
     precision: str = "auto"
     device: str = "auto"  # auto (CUDA when present), cpu or cuda
-    # true: on a GPU each update is captured as a CUDA graph per batch shape and replayed (nmt/graphs.py; batches of
+    # true: on a GPU each update is captured as a CUDA graph per batch shape and replayed (nmt/update.py; batches of
     # a few static shapes), where the run allows it (one process, no accumulation, no fp16), else eager with the
     # reason logged; false: eager, batches as on a CPU. No effect on a CPU
     cuda_graphs: bool = True

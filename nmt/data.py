@@ -267,7 +267,7 @@ def collate(items: list[tuple[int, list[int], list[int]]]) -> Batch:
 
 @dataclass(frozen=True)
 class StaticShapes:
-    """Batch shapes from a small fixed set, so that a captured update (nmt.graphs) replays the few it has: a pair goes
+    """Batch shapes from a small fixed set, so that a captured update (nmt.update) replays the few it has: a pair goes
     to the bucket of its longer side (the target with eos) rounded up to a multiple of `width`, both sides are padded
     to that length, and every batch of the bucket has the same number of rows, the most that fit `max_tokens` (the
     last one of an epoch filled with rows of padding, whose weight in the loss is 0)."""
@@ -450,3 +450,45 @@ class EpochPlans:
         """This process's batches, epoch after epoch: the DataLoader's batch sampler for the whole run."""
         for epoch in itertools.count(self.first):
             yield from (batch for group in self[epoch][1] for batch in group[self.rank :: self.world])
+
+
+class UpdateBatches:
+    """The batches of every update from where training stands (`progress`), epoch after epoch: an update takes
+    `accumulate` x processes batches of the epoch's order; process r gets every r-th. Token and FLOP counts come from
+    the corpus lengths, not from the tensors (no sync), and cover every process's batches. One DataLoader serves every
+    epoch: on a GPU its workers keep making the next batches across an epoch's end (an epoch is a few seconds there),
+    pinned and copied without a wait."""
+
+    def __init__(self, dataset, sampler, collate_fn: Callable, accumulate: int, progress, device: torch.device):
+        self.dataset, self.sampler, self.collate, self.accumulate = dataset, sampler, collate_fn, accumulate
+        self.progress, self.device = progress, device
+        self.batches_in_epoch = 0  # set when an epoch's batches are drawn, so no step re-sorts the corpus
+
+    def of(self, flops_of: Callable[[Shape], int], world: int, rank: int):
+        """(this process's batches, target tokens of the update, of this process's part, batches in the update,
+        FLOPs of the update by `flops_of`)."""
+        pin, progress = self.device.type == "cuda", self.progress
+        lengths, sources = self.dataset.target_lengths, self.dataset.source_lengths  # eos included
+        plans = EpochPlans(self.sampler, self.accumulate, world, rank, progress)
+        # A generator of its own: a DataLoader otherwise draws its seed from the global RNG, which would shift
+        # the dropout masks of a resumed run against an uninterrupted one.
+        options = loading(self.device)
+        loader = torch.utils.data.DataLoader(
+            self.dataset,
+            batch_sampler=plans.mine(),
+            collate_fn=Shipping(self.collate) if options.get("num_workers") else self.collate,
+            generator=torch.Generator(),
+            **options,
+        )
+        loader = iter(loader)
+        while True:
+            self.batches_in_epoch, groups = plans[progress.epoch]
+            for group in groups:
+                indices = group[rank::world]
+                batches = [next(loader).to(self.device, non_blocking=pin) for _ in indices]
+                tokens = int(sum(lengths[i].sum() for i in map(np.asarray, group)))
+                local = int(sum(lengths[i].sum() for i in map(np.asarray, indices)))
+                flops = sum(flops_of(Shape.of(sources[i], lengths[i])) for i in map(np.asarray, group))
+                yield batches, tokens, local, len(group), flops
+            progress.epoch += 1
+            progress.batch_in_epoch = 0

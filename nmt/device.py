@@ -183,3 +183,19 @@ def make_deterministic() -> None:
     torch.use_deterministic_algorithms(True)
     torch.backends.cudnn.deterministic = True
     torch.backends.cudnn.benchmark = False
+
+
+def place(name: str, precision: str, deterministic: bool = False) -> tuple[torch.device, Precision]:
+    """The device (`trainer.device`; under torchrun this process's) and the precision a run trains in, decided here
+    and only here: a precision the device cannot run is refused; fp32 made exact (no TF32); deterministic kernels
+    where asked."""
+    from nmt import distributed
+
+    where = distributed.setup(device(name))
+    if deterministic:
+        make_deterministic()
+    chosen = choose(precision, capability(where))
+    exact_fp32(chosen, where)
+    if chosen.warning:
+        log.warning(chosen.warning)
+    return where, chosen

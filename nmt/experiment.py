@@ -30,9 +30,7 @@ from nmt.config import TrainConfig
 from nmt.corpus import Splits
 from nmt.data import Vocabulary
 from nmt.decoding import check_input_lengths, decode_split
-from nmt.device import capability, cpu_kernels, cpu_name
-from nmt.device import choose as choose_precision
-from nmt.device import device as find_device
+from nmt.device import cpu_kernels, cpu_name, place
 from nmt.multirun import in_sweep
 from nmt.optim import set_lr
 from nmt.paths import run_lock, write_text
@@ -53,8 +51,7 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
     set_seed(settings.seed)
     if settings.trainer.threads:  # several jobs side by side on one machine: jobs x threads = cores
         torch.set_num_threads(settings.trainer.threads)
-    where = distributed.setup(find_device(settings.trainer.device))
-    precision = choose_precision(settings.trainer.precision, capability(where))
+    where, precision = place(settings.trainer.device, settings.trainer.precision, settings.trainer.deterministic)
     log.info("device %s; precision %s", where, precision.reason)
     run_dir = Path(distributed.share(str(run_dir)))  # under torchrun, every process works in rank 0's run directory
     with run_lock(run_dir) if distributed.is_main() else contextlib.nullcontext():  # one run folder, one writer
@@ -81,11 +78,11 @@ def train_in(settings: TrainConfig, resolved: dict, run_dir: Path, where: torch.
         splits.valid,
         run_dir,
         settings.trainer,
-        settings.data.max_tokens,
-        settings.data.max_len,
-        settings.seed,
-        resolved,
-        gold,
+        max_tokens=settings.data.max_tokens,
+        max_len=settings.data.max_len,
+        seed=settings.seed,
+        run_config=resolved,
+        valid_alignments=gold,
     )
     if decided.checkpoint:
         trainer.restore_payload(*decided.checkpoint)
@@ -239,10 +236,26 @@ def record_provenance(run_dir: Path, where: torch.device, precision: str = "") -
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "precision": precision,
-        **({} if where.type == "cuda" else {"kernels": cpu_kernels()}),
+        **(gpu_stack() if where.type == "cuda" else {"kernels": cpu_kernels()}),
     }
     history = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
     write_text(path, json.dumps([*history, entry], indent=1) + "\n")
+
+
+def gpu_stack() -> dict:
+    """What a GPU run's arithmetic also rests on: the CUDA and cuDNN versions torch was built with and the driver's
+    (nvidia-smi's; empty where it cannot be asked)."""
+    try:
+        found = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        driver = found.stdout.strip().splitlines()[0] if found.returncode == 0 and found.stdout.strip() else ""
+    except (OSError, subprocess.SubprocessError):
+        driver = ""
+    return {"cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(), "driver": driver}
 
 
 def read_provenance(run_dir: Path) -> dict:
@@ -273,6 +286,12 @@ def read_provenance(run_dir: Path) -> dict:
             ),
             "torch": sorted({e["torch"] for e in entries if e.get("torch")}),
             "kernels": sorted({e["kernels"] for e in entries if e.get("kernels")}),
+            "threads": sorted({e["threads"] for e in entries if e.get("threads")}),
+            **{
+                key: sorted({str(e[key]) for e in entries if e.get(key)})
+                for key in ("cuda", "cudnn", "driver")
+                if any(e.get(key) for e in entries)
+            },
         }
     records = sorted(p.name for p in run_dir.glob(".hydra/*") if p.is_dir())  # .hydra/<%Y-%m-%d_%H-%M-%S>
     dates = [f"{day}T{time.replace('-', ':')}" for day, time in (r.split("_") for r in records)]

@@ -27,7 +27,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, features, weight, bias, target, smoothing, dtype, row_weights):
         # features (N, H), weight (V, H), bias (V,) or None, target (N,) without padding, or with it and row_weights
-        # (N,) fp32 that give padding rows 0 (the static shapes of a captured update, nmt.graphs)
+        # (N,) fp32 that give padding rows 0 (the static shapes of a captured update, nmt.update)
         rows, vocab = features.shape[0], weight.shape[0]
         x, w = features.to(dtype), weight.to(dtype)
         b = bias.to(dtype) if bias is not None else None

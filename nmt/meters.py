@@ -127,3 +127,30 @@ class ProgressBar:
 
     def close(self) -> None:
         self.bar.close()
+
+
+def stop_reason(config: TrainerConfig, progress: Progress, clock: Clock) -> str | None:
+    """Why training stops now, or None."""
+    c, p = config, progress
+    if c.max_steps and p.step >= c.max_steps:
+        return f"reached trainer.max_steps={c.max_steps}"
+    if c.max_epochs and p.epoch >= c.max_epochs:
+        return f"reached trainer.max_epochs={c.max_epochs}"
+    if c.max_minutes and clock.seconds() >= c.max_minutes * 60:
+        return f"reached trainer.max_minutes={c.max_minutes:g}"
+    if c.max_flops and p.flops >= c.max_flops:
+        return f"reached trainer.max_flops={c.max_flops:g} ({p.flops:.4g} FLOPs)"
+    if c.patience and p.bad_validations >= c.patience:
+        return f"valid {c.select} did not improve in {c.patience} validations (trainer.patience)"
+    return None
+
+
+def validation_due(config: TrainerConfig, progress: Progress, flops_before: int, batches_in_epoch: int) -> bool:
+    """After an update that began at `flops_before`: at the end of each epoch, every valid_every updates, or as the
+    compute passes each 1/validations of max_flops (the same fractions of the budget for every model)."""
+    c, p = config, progress
+    if c.validations:
+        return int(p.flops * c.validations // c.max_flops) > int(flops_before * c.validations // c.max_flops)
+    if c.valid_every:
+        return p.step % c.valid_every == 0
+    return p.batch_in_epoch == batches_in_epoch  # the end of an epoch

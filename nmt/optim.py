@@ -18,7 +18,7 @@ IMPLEMENTATION = ("foreach", "fused", "capturable", "differentiable")
 
 def make_optimizer(model: torch.nn.Module, config: TrainerConfig, captured: bool = False) -> torch.optim.Optimizer:
     """The optimiser `config` names; `captured`: fused and capturable, its step count on the GPU, for an update
-    captured as a CUDA graph (nmt.graphs; the learning rate becomes a device tensor there)."""
+    captured as a CUDA graph (nmt.update; the learning rate becomes a device tensor there)."""
     if config.optimizer not in OPTIMIZERS:
         raise UserError(f"trainer.optimizer={config.optimizer!r}: use {' or '.join(OPTIMIZERS)}")
     graph = {"fused": True, "capturable": True} if captured else {}
@@ -30,7 +30,7 @@ def make_optimizer(model: torch.nn.Module, config: TrainerConfig, captured: bool
 def load_optimizer(optimizer: torch.optim.Optimizer, state: dict) -> None:
     """A saved optimiser state into `optimizer`, which keeps its own implementation: a run saved with captured
     updates on a GPU continues eagerly on a CPU and the other way round (the step counts moved to where that
-    implementation keeps them, the learning rate a float until nmt.graphs makes it a device tensor again)."""
+    implementation keeps them, the learning rate a float until nmt.update makes it a device tensor again)."""
     kinds = [{key: group[key] for key in IMPLEMENTATION if key in group} for group in optimizer.param_groups]
     optimizer.load_state_dict(state)
     for group, kind in zip(optimizer.param_groups, kinds, strict=True):

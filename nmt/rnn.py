@@ -64,7 +64,7 @@ class Encoder(nn.Module):
             dropout=dropout if layers > 1 else 0.0,
             bidirectional=bidirectional,
         )
-        self.packed = True  # False while nmt.graphs captures an update (nmt.graphs.static_shapes)
+        self.packed = True  # False while nmt.update captures an update (nmt.update.static_shapes)
 
     def forward(
         self, source: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor | None = None
@@ -76,7 +76,7 @@ class Encoder(nn.Module):
             packed = pack_padded_sequence(embedded, lengths, batch_first=True, enforce_sorted=False)
             outputs, final = self.rnn(packed)
             outputs, _ = pad_packed_sequence(outputs, batch_first=True, total_length=source.shape[1])
-        else:  # the same figures with every shape fixed by the padded batch, for a captured update (nmt.graphs)
+        else:  # the same figures with every shape fixed by the padded batch, for a captured update (nmt.update)
             outputs, final = unpacked_rnn(self.rnn, embedded, mask)
         if torch.is_autocast_enabled(outputs.device.type):
             # Autocast runs nn.GRU in fp32 (it covers nn.LSTM only). Cast its annotations once here; left in fp32,

@@ -1,4 +1,4 @@
-"""A recurrent encoder over padded batches without packing, for an update captured as a CUDA graph (nmt.graphs).
+"""A recurrent encoder over padded batches without packing, for an update captured as a CUDA graph (nmt.update).
 
 Packing (`pack_padded_sequence`) gives a tensor whose size is the batch's number of real tokens, which a graph would
 fix at the size of the batch it was captured on. Here every layer and direction runs over the whole padded length

@@ -1,22 +1,39 @@
-"""One validation: loss, greedy decoding with BLEU and chrF, and what TensorBoard shows of it."""
+"""One validation: loss, greedy decoding with BLEU and chrF; its figures made once, as one record, and handed to every
+sink (TensorBoard's curves, a line of validations.jsonl, the console): a new figure is one line in `record`."""
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
+from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
+from nmt import UserError
 from nmt.alignment import Gold, attention_report
-from nmt.config import TrainerConfig
+from nmt.checkpoint import Progress
+from nmt.config import DecodeOptions, TrainerConfig
 from nmt.corpus import Pairs
 from nmt.data import ParallelDataset, TokenBatchSampler, Vocabulary, collate
-from nmt.decoding import Search, decode_split
+from nmt.decoding import Search, check_input_lengths, decode_split
 from nmt.loss import batch_loss
 from nmt.runlog import RunLog
 
 log = logging.getLogger(__name__)
+VALIDATIONS = "validations.jsonl"  # in a run directory: one JSON line per validation (`publish`)
+RECORDED = ("loss", "perplexity", "bleu", "chrf", "aer", "seconds")  # of a validation's metrics, what its record keeps
+CURVES = (
+    "loss",
+    "perplexity",
+    "bleu",
+    "chrf",
+    "aer",
+    "petaflops",
+    "epochs",
+)  # of a record, TensorBoard's valid/ curves
 
 
 @torch.no_grad()
@@ -32,57 +49,130 @@ def valid_loss(model, dataset: ParallelDataset, max_tokens: int, device: torch.d
     return total / max(tokens, 1)
 
 
-def validate(
-    model,
-    vocabulary: Vocabulary,
-    dataset: ParallelDataset,
-    pairs: Pairs,
-    search: Search,
-    config: TrainerConfig,
-    run_log: RunLog,
-    step: int,
-    device: torch.device,
-    dtype: torch.dtype,
-    gold: list[Gold] | None = None,
-) -> dict[str, float]:
-    """{step, loss, perplexity, bleu, chrf, seconds} of the model on the valid pairs, and `aer` when the gold
-    alignments of the valid pairs are known; logged to `run_log` with sample translations, attention heatmaps and,
-    for each attention map, its entropy, diagonality and AER (`nmt.alignment`)."""
-    started = time.perf_counter()
-    loss = valid_loss(model, dataset, config.valid_max_tokens, device, dtype)
-    decoding = time.perf_counter()
-    texts, hypotheses, scores = decode_split(model, vocabulary, pairs, search, device, dtype)
-    reporting = time.perf_counter()
-    if not run_log.signatures_logged:
-        log.info("sacrebleu signatures: BLEU %s | chrF %s", scores.bleu_signature, scores.chrf_signature)
-    run_log.signatures(scores, step)
-    metrics = {
-        "step": step,
-        "loss": loss,
-        "perplexity": math.exp(min(loss, 50)),
-        "bleu": scores.bleu,
-        "chrf": scores.chrf,
+class Validator:
+    """The valid split, checked once (each line decodable within trainer.decode_max_input_len) and decoded greedily
+    with the trainer's batch size and input limit; `gold`: its gold links, for valid AER (the sample corpus has them).
+    """
+
+    def __init__(
+        self,
+        vocabulary: Vocabulary,
+        pairs: Pairs,
+        config: TrainerConfig,
+        device: torch.device,
+        dtype: torch.dtype,
+        gold: list[Gold] | None = None,
+    ):
+        self.vocabulary, self.pairs, self.config, self.device, self.dtype, self.gold = (
+            vocabulary,
+            pairs,
+            config,
+            device,
+            dtype,
+            gold,
+        )
+        self.dataset = ParallelDataset(pairs, vocabulary)
+        decoding = DecodeOptions(max_tokens=config.valid_max_tokens, max_input_len=config.decode_max_input_len)
+        self.search = Search.of(decoding, config)
+        limit, lines = config.decode_max_input_len, range(1, len(pairs) + 1)
+        check_input_lengths(self.dataset.source_lengths, lines, limit, "trainer.decode_max_input_len", "valid line")
+
+    def __call__(self, model, run_log: RunLog, step: int) -> dict[str, float]:
+        """{step, loss, perplexity, bleu, chrf, seconds} of the model on the valid pairs, and `aer` when the gold
+        alignments of the valid pairs are known; logged to `run_log` with sample translations, attention heatmaps
+        and, for each attention map, its entropy, diagonality and AER (`nmt.alignment`)."""
+        vocabulary, pairs, config, device, dtype, gold = (
+            self.vocabulary,
+            self.pairs,
+            self.config,
+            self.device,
+            self.dtype,
+            self.gold,
+        )
+        started = time.perf_counter()
+        loss = valid_loss(model, self.dataset, config.valid_max_tokens, device, dtype)
+        decoding = time.perf_counter()
+        texts, hypotheses, scores = decode_split(model, vocabulary, pairs, self.search, device, dtype)
+        reporting = time.perf_counter()
+        if not run_log.signatures_logged:
+            log.info("sacrebleu signatures: BLEU %s | chrF %s", scores.bleu_signature, scores.chrf_signature)
+        run_log.signatures(scores, step)
+        metrics = {
+            "step": step,
+            "loss": loss,
+            "perplexity": math.exp(min(loss, 50)),
+            "bleu": scores.bleu,
+            "chrf": scores.chrf,
+        }
+        report = attention_report(model, vocabulary, pairs, device, dtype, gold)
+        for name, figures in report.items():
+            run_log.scalars({f"valid/{metric}/{name}": value for metric, value in figures.items()}, step)
+        if report and gold is not None:
+            metrics["aer"] = min(figures["aer"] for figures in report.values())  # the best-aligning map
+        sources, references = [s for s, _ in pairs], [t for _, t in pairs]
+        run_log.samples(sources, references, texts, config.num_samples, step)
+        plotting = time.perf_counter()
+        run_log.attention(model, vocabulary, sources, hypotheses, config.num_plots, device, dtype, step)
+        ended = time.perf_counter()
+        # where a validation's time goes: on a GPU the decoding is short and the host's share shows
+        log.info(
+            "validation %.2f s: loss %.2f, decoding %.2f, attention report %.2f, %d heatmaps %.2f",
+            ended - started,
+            decoding - started,
+            reporting - decoding,
+            plotting - reporting,
+            config.num_plots,
+            ended - plotting,
+        )
+        return {**metrics, "seconds": ended - started}
+
+
+def record(metrics: dict[str, float], progress: Progress, improved: bool, tokens_per_second: float) -> dict:
+    """A validation's figures, once: the update, epochs, compute and minutes trained, loss, BLEU, chrF, AER where
+    measured, its own seconds, whether it is the best so far, the training speed. Every sink writes this mapping."""
+    return {
+        "step": progress.step,
+        "epochs": metrics["epochs"],
+        "petaflops": metrics["petaflops"],
+        "train_minutes": progress.train_seconds / 60,
+        **{k: metrics[k] for k in RECORDED if k in metrics},
+        "best": improved,
+        "tokens_per_second": tokens_per_second,
     }
-    run_log.scalars({f"valid/{k}": metrics[k] for k in ("loss", "perplexity", "bleu", "chrf")}, step)
-    report = attention_report(model, vocabulary, pairs, device, dtype, gold)
-    for name, figures in report.items():
-        run_log.scalars({f"valid/{metric}/{name}": value for metric, value in figures.items()}, step)
-    if report and gold is not None:
-        metrics["aer"] = min(figures["aer"] for figures in report.values())  # the best-aligning map
-        run_log.scalars({"valid/aer": metrics["aer"]}, step)
-    sources, references = [s for s, _ in pairs], [t for _, t in pairs]
-    run_log.samples(sources, references, texts, config.num_samples, step)
-    plotting = time.perf_counter()
-    run_log.attention(model, vocabulary, sources, hypotheses, config.num_plots, device, dtype, step)
-    ended = time.perf_counter()
-    # where a validation's time goes: on a GPU the decoding is short and the host's share shows
-    log.info(
-        "validation %.2f s: loss %.2f, decoding %.2f, attention report %.2f, %d heatmaps %.2f",
-        ended - started,
-        decoding - started,
-        reporting - decoding,
-        plotting - reporting,
-        config.num_plots,
-        ended - plotting,
+
+
+def publish(figures: dict, run_log: RunLog, run_dir: Path) -> None:
+    """A validation's record to each sink: TensorBoard's valid/ curves (and valid BLEU against the teraFLOPs trained,
+    `compute/valid_bleu`, so runs of different models line up), a line of `validations.jsonl` (the plain record the
+    study, the tests and a person read; a run resumed from last.pt may repeat a validation the stopped process had
+    recorded: a reader keeps the last line of each update), the console and the log."""
+    step = figures["step"]
+    run_log.scalars({f"valid/{k}": figures[k] for k in CURVES if k in figures}, step)
+    run_log.scalars({"compute/valid_bleu": figures["bleu"]}, round(figures["petaflops"] * 1e3))
+    with open(run_dir / VALIDATIONS, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(figures) + "\n")
+    alignment = f"AER {figures['aer']:.3f} " if "aer" in figures else ""
+    tqdm.write(
+        f"step {step:>6} epoch {max(1, math.ceil(figures['epochs'])):>3} | valid loss {figures['loss']:.3f} "
+        f"ppl {figures['perplexity']:.2f} BLEU {figures['bleu']:.2f} chrF {figures['chrf']:.2f} {alignment}"
+        f"| {figures['train_minutes']:.1f} min trained, {figures['tokens_per_second']:,.0f} tok/s"
+        + (" *" if figures["best"] else "")
     )
-    return {**metrics, "seconds": ended - started}
+    log.info(
+        "validation at step %d: %s", step, {k: v if isinstance(v, bool) else round(v, 4) for k, v in figures.items()}
+    )
+
+
+def improves(select: str, metrics: dict[str, float], progress: Progress) -> bool:
+    """Whether this validation is the best so far by trainer.select: a higher BLEU, a lower loss or AER."""
+    best = progress.best_score
+    if select not in metrics:
+        raise UserError(
+            f"trainer.select={select}: this model's validation measures no {select} (a model without "
+            "attention has no AER); select on bleu or loss"
+        )
+    if best is None:  # the first validation, or a run from before the option (BLEU chose its best)
+        best = progress.best_bleu if select == "bleu" and progress.best_bleu >= 0 else None
+    if best is None:
+        return True
+    return metrics[select] > best if select == "bleu" else metrics[select] < best

@@ -202,3 +202,25 @@ def test_a_window_no_attention_reads_makes_no_other_run(model, before, after, ot
 
     saved, new = (settings([f"model={model}", *overrides]) for overrides in (before, after))
     assert another_run(saved, new)[1] == other
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_the_debug_trainer_is_a_tiny_model_of_each_family_on_a_step_budget(model, sample_vocabulary):
+    """trainer=debug: the chosen family at size=tiny (configs/family_size/tiny_<model>.yaml), 20 updates and two
+    validations whatever the machine (no wall-clock or compute limit), so it finishes in seconds; a size the user
+    names wins."""
+    from nmt import build
+
+    cfg = compose_config(f"model={model}", "trainer=debug", "data=sample")
+    parameters = sum(p.numel() for p in build.model(cfg.model, sample_vocabulary).parameters())
+    default = sum(
+        p.numel() for p in build.model(compose_config(f"model={model}").model, sample_vocabulary).parameters()
+    )
+    assert parameters < 200_000 and parameters < default / 10
+    assert (cfg.trainer.max_steps, cfg.trainer.valid_every, cfg.trainer.max_minutes, cfg.trainer.max_flops) == (
+        20,
+        10,
+        0,
+        0,
+    )
+    assert compose_config(f"model={model}", "trainer=debug", "size=lab").size == "lab"

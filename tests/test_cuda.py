@@ -154,12 +154,12 @@ def test_an_update_on_cuda_never_waits_for_the_device(tmp_path, sample_vocabular
     )
     updates = trainer.updates()
     batches, tokens, *_ = next(updates)
-    trainer.train_step(batches, tokens)  # the first: lazy initialisations may wait once
+    trainer.update(batches, tokens)  # the first: lazy initialisations may wait once
     batches, tokens, *_ = next(updates)
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
-        loss, norm = trainer.train_step(batches, tokens)
+        loss, norm = trainer.update(batches, tokens)
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert torch.isfinite(loss) and torch.isfinite(norm)
@@ -168,31 +168,31 @@ def test_an_update_on_cuda_never_waits_for_the_device(tmp_path, sample_vocabular
 def captured_trainer(tmp_path, sample_vocabulary, sample_splits, name, overrides=(), dropout=0.1):
     from test_train import make_trainer
 
-    from nmt.graphs import graphed_update
-
     precision = "bf16" if bf16_supported() else "fp32"
     trainer = make_trainer(
         tmp_path, sample_vocabulary, sample_splits.train[:300], name, dropout, overrides, device="cuda",
         precision=precision,
     )  # fmt: skip
-    return trainer, graphed_update(trainer)
+    assert trainer.mode.captured, trainer.mode.refusal
+    return trainer, trainer.update
 
 
 @pytest.mark.parametrize("name, overrides", VARIANTS, ids=[f"{n}{''.join(o)}" for n, o in VARIANTS])
 def test_every_variant_trains_as_captured_cuda_graphs(tmp_path, sample_vocabulary, sample_splits, name, overrides):
     """trainer.cuda_graphs on a GPU: every family and attention variant's update is captured, one graph per batch
     shape, and replayed; the loss falls."""
-    from nmt.graphs import WARMUP
+    from nmt.update import WARMUP
 
-    trainer, graphed = captured_trainer(tmp_path, sample_vocabulary, sample_splits, name, overrides)
-    assert graphed is not None and trainer.sampler.static is not None
+    trainer, update = captured_trainer(tmp_path, sample_vocabulary, sample_splits, name, overrides)
+    assert trainer.sampler.static is not None
     losses = []
     for number, (batches, tokens, *_) in enumerate(trainer.updates()):
-        loss, norm = graphed(batches[0], 1.0 / tokens)
+        loss, norm = update(batches, tokens)
         losses.append(float(loss) / tokens)
         assert math.isfinite(float(norm))
         if number == 40:
             break
+    graphed = update.graphs
     assert not graphed.failed, graphed.failed
     eager = sum(graphed.seen.values())  # each shape's warm-ups, at most WARMUP each
     assert all(n <= WARMUP for n in graphed.seen.values())
@@ -203,12 +203,13 @@ def test_every_variant_trains_as_captured_cuda_graphs(tmp_path, sample_vocabular
 def test_a_replayed_update_is_the_eager_update(tmp_path, sample_vocabulary, sample_splits):
     """From the same weights and optimiser state, one batch: the graph's replay and the eager update give the same
     loss and the same weights after the step (dropout off, so nothing random tells them apart)."""
-    from nmt.graphs import WARMUP
+    from nmt.update import WARMUP
 
-    trainer, graphed = captured_trainer(tmp_path, sample_vocabulary, sample_splits, "luong", dropout=0.0)
+    trainer, update = captured_trainer(tmp_path, sample_vocabulary, sample_splits, "luong", dropout=0.0)
     batches, tokens, *_ = next(trainer.updates())
     for _ in range(WARMUP + 1):  # the eager warm-ups, then the capture (and its first replay)
-        graphed(batches[0], 1.0 / tokens)
+        update(batches, tokens)
+    graphed = update.graphs
     assert len(graphed.graphs) == 1
     parameters = list(trainer.model.parameters())
     state = [t for s in trainer.optimizer.state.values() for t in s.values() if isinstance(t, torch.Tensor)]

@@ -141,14 +141,14 @@ def test_an_update_the_gradient_scaler_skips_does_not_advance_the_schedule(tmp_p
         progress=False,
     )
     trainer = Trainer(model, sample_vocabulary, sample_splits.train[:16], sample_splits.valid[:4], tmp_path, config)
-    trainer.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)  # what fp16 uses, on the CPU
+    trainer.scaler = trainer.update.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)  # fp16's, on the CPU
     batches, tokens, _, _, _ = next(trainer.updates())
-    trainer.train_step(batches, tokens)
+    trainer.update(batches, tokens)
     assert trainer.schedule.last_epoch == 1 and trainer.scaler.get_scale() == 2.0**10
     with torch.no_grad():
         model.output.bias.fill_(float("inf"))  # every gradient becomes NaN: the scaler skips the update
     before = [p.detach().clone() for p in model.parameters()]
-    trainer.train_step(batches, tokens)
+    trainer.update(batches, tokens)
     assert trainer.scaler.get_scale() == 2.0**9 and trainer.schedule.last_epoch == 1
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True) if a.isfinite().all())
 

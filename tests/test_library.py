@@ -76,7 +76,14 @@ def test_the_command_line_and_plain_python_train_bit_identical_weights(tmp_path,
     attention = partial(AdditiveAttention, attention_size=40)
     model = BahdanauSeq2Seq(vocabulary.source_size, vocabulary.target_size, PAD_ID, attention=attention, **SIZES)
     Trainer(
-        model, vocabulary, splits.train, splits.valid, tmp_path / "library", trainer, data.max_tokens, data.max_len
+        model,
+        vocabulary,
+        splits.train,
+        splits.valid,
+        tmp_path / "library",
+        trainer,
+        max_tokens=data.max_tokens,
+        max_len=data.max_len,
     ).train()
 
     cli, library = (checkpoint.load(tmp_path / run / "last.pt") for run in ("cli", "library"))

@@ -31,7 +31,7 @@ def test_equals_linear_then_cross_entropy_in_value_and_gradient(monkeypatch, bia
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])
 def test_row_weights_give_the_weighted_sum_of_pytorchs_per_row_losses(monkeypatch, bias, smoothing):
-    """The static shapes of a captured update keep padding rows and give them weight 0 (nmt.graphs): the weighted
+    """The static shapes of a captured update keep padding rows and give them weight 0 (nmt.update): the weighted
     loss is PyTorch's per-row losses times the weights, in value and gradient, and a 0 row adds nothing."""
     monkeypatch.setitem(loss.CHUNK_ELEMENTS, "cpu", 120)
     torch.manual_seed(2)

@@ -1,4 +1,4 @@
-"""An update never waits for the device: inside `Trainer.train_step` nothing reads a tensor back to the host.
+"""An update never waits for the device: inside `Trainer.update` nothing reads a tensor back to the host.
 
 On a GPU each such read (`.item()`, `.cpu()`, `.tolist()`, a tensor in an `if`) stalls the host until the device has
 caught up, and an update that reads one cannot be captured as one CUDA graph. On the CPU these reads cost nothing, so
@@ -76,8 +76,8 @@ def test_an_update_reads_nothing_back_from_the_device(tmp_path, sample_vocabular
     trainer = make_trainer(tmp_path, sample_vocabulary, sample_splits.train[:64], name, 0.1, overrides, max_steps=3)
     updates = trainer.updates()
     batches, tokens, *_ = next(updates)
-    trainer.train_step(batches, tokens)  # the first: lazy initialisations may look at values once
+    trainer.update(batches, tokens)  # the first: lazy initialisations may look at values once
     batches, tokens, *_ = next(updates)
     with reads_raise(monkeypatch):
-        loss, norm = trainer.train_step(batches, tokens)
+        loss, norm = trainer.update(batches, tokens)
     assert torch.isfinite(loss) and torch.isfinite(norm)

@@ -29,7 +29,7 @@ from nmt.search import beam_search
 from nmt.trainer import Trainer
 
 
-def make_trainer(tmp_path, vocabulary, train_pairs, model_name, dropout=0.0, overrides=(), **options):
+def make_trainer(tmp_path, vocabulary, train_pairs, model_name, dropout=0.0, overrides=(), mode=None, **options):
     cfg = compose_config(*tiny_model_overrides(model_name, *overrides), f"model.dropout={dropout}")
     torch.manual_seed(0)
     model = build.model(cfg.model, vocabulary)
@@ -55,6 +55,7 @@ def make_trainer(tmp_path, vocabulary, train_pairs, model_name, dropout=0.0, ove
         max_tokens=400,
         max_len=100,
         seed=1,
+        mode=mode,
     )
 
 
@@ -135,7 +136,7 @@ def test_accumulated_update_has_the_gradient_of_one_large_batch(tmp_path, sample
     reference = copy.deepcopy(trainer.model)
     batches, tokens, local_tokens, count, _ = next(trainer.updates())
     assert count == len(batches) == 3 and tokens == local_tokens == sum(b.target_tokens for b in batches)
-    trainer.train_step(batches, tokens)
+    trainer.update(batches, tokens)
     total = sum(
         F.cross_entropy(
             reference(b.source, b.source_mask, b.target_in)[0].flatten(0, 1),
@@ -507,7 +508,7 @@ def test_batches_made_by_worker_processes_as_on_a_gpu_are_the_ones_made_in_proce
 ):
     """On a GPU worker processes collate the next batches (nmt.data.loading); they must give the batches, in the order,
     that the training process makes itself on a CPU: the dataset and collate travel to a worker intact, the static
-    shapes' collate (a captured update's batches, nmt.graphs) too, and a batch sent as numpy arrays (Shipped) is the
+    shapes' collate (a captured update's batches, nmt.update) too, and a batch sent as numpy arrays (Shipped) is the
     same batch again."""
     from nmt.data import Shipped, Shipping, StaticShapes, collate, loading
 
@@ -563,7 +564,7 @@ def test_one_loader_serves_every_epoch_its_workers_running_ahead_across_an_epoch
             "num_workers": workers,
             **({"prefetch_factor": 4, "multiprocessing_context": fork} if workers else {}),
         }
-        monkeypatch.setattr("nmt.trainer.loading", lambda device: options)
+        monkeypatch.setattr("nmt.data.loading", lambda device: options)
         updates, seen = trainer.updates(), []
         for _ in range(count):
             batches, tokens, _, number, _ = next(updates)
@@ -581,7 +582,7 @@ def test_one_loader_serves_every_epoch_its_workers_running_ahead_across_an_epoch
 def test_the_best_checkpoint_is_the_validation_best_by_the_selected_score(tmp_path, sample_vocabulary, sample_splits):
     """trainer.select=loss keeps as best.pt the validation with the lowest valid loss (validations.jsonl marks it),
     and patience counts validations without a lower one; AER needs gold links, and a model with attention."""
-    from nmt.trainer import VALIDATIONS
+    from nmt.validation import VALIDATIONS
 
     pairs = sample_splits.train[:64]
     trainer = make_trainer(tmp_path, sample_vocabulary, pairs, "luong", 0.1, max_steps=24, valid_every=3, select="loss")
@@ -610,7 +611,7 @@ def test_best_pt_is_last_pt_written_once_and_keeps_its_state_when_a_later_valida
     trainer.writer = checkpoint.Writer(background=background)
     scores = iter([20.0, 10.0, 30.0])
     figures = {"loss": 1.0, "perplexity": 2.7, "chrf": 1.0, "seconds": 0.1}
-    monkeypatch.setattr("nmt.trainer.validate", lambda *a, **k: {**figures, "bleu": next(scores)})
+    monkeypatch.setattr(trainer, "validator", lambda *a, **k: {**figures, "bleu": next(scores)})
     steps = {}
     for step in (1, 2, 3):
         trainer.progress.step = step

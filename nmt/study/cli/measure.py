@@ -115,9 +115,9 @@ def measure(model_name: str, args) -> dict:
         splits.valid[:8],
         "/tmp/nmt-benchmark",
         options,
-        cfg.data.max_tokens,
-        cfg.data.max_len,
-        cfg.seed,
+        max_tokens=cfg.data.max_tokens,
+        max_len=cfg.data.max_len,
+        seed=cfg.seed,
     )
     result = {"model": model_name, "parameters": parameters, "target_vocab_size": vocabulary.target_size}
     result |= training_speed(trainer, args)
@@ -167,13 +167,13 @@ def warm_up(trainer: Trainer, updates) -> None:
     graph (each shape's eager updates and capture; at most MAX_WARM_UP updates, since the batches come in random
     order and a rare shape may take epochs), so that the timed windows replay."""
     static, shapes = trainer.sampler.static, 0
-    if static is not None and trainer.graph_refusal is None:
+    if static is not None and trainer.mode.captured:
         kept = trainer.sampler.kept
         source, target = trainer.dataset.source_lengths[kept], trainer.dataset.target_lengths[kept]
         shapes = len({static.length(s, t) for s, t in zip(source, target, strict=True)})
     for number in range(MAX_WARM_UP):
-        graphed = trainer.graphed
-        captured = len(graphed.graphs) if graphed and not graphed.failed else shapes
+        graphs = trainer.update.graphs
+        captured = len(graphs.graphs) if graphs and not graphs.failed else shapes
         if number >= 3 and captured >= shapes:
             return
         batches, tokens, _, _, _ = next(updates)

@@ -1,6 +1,7 @@
-"""The captured update's parts on the CPU (nmt/graphs.py): batches of a few static shapes, the loss and gradients they
-give against today's batches, an update that reads nothing back and packs nothing, training that learns as today's
-does, refusals by name, and optimiser states that move between captured and eager runs. The capture itself is
+"""The one update (nmt/update.py) on the CPU: batches of a few static shapes, the loss and gradients they give against
+the corpus's own batches, an update that reads nothing back and packs nothing, training that learns as eager training
+does, the captured path (a recorder that replays on the CPU) bit-identical to the eager one for every family,
+refusals by name, and optimiser states that move between captured and eager runs. The capture itself is
 tests/test_cuda.py's, on a GPU."""
 
 import math
@@ -13,15 +14,18 @@ from test_train import make_trainer
 
 from nmt.config import TrainerConfig
 from nmt.data import PAD_ID, StaticShapes, collate
-from nmt.graphs import graph_refusal, graphed_update, static_shapes, update_of
+from nmt.device import capability
 from nmt.loss import batch_loss
 from nmt.optim import load_optimizer, make_optimizer, set_lr
+from nmt.update import WARMUP, Mode, refusal, static_shapes
+
+STATIC = Mode(static=True)  # the batches and encoders of a captured update, its body run eagerly
 
 
 def test_static_batches_hold_every_pair_once_in_a_few_shapes(tmp_path, sample_vocabulary, sample_splits):
-    trainer = make_trainer(tmp_path, sample_vocabulary, sample_splits.train[:300], "bahdanau", max_steps=1)
-    static = StaticShapes(400)
-    trainer.sampler.static = static
+    trainer = make_trainer(tmp_path, sample_vocabulary, sample_splits.train[:300], "bahdanau", mode=STATIC)
+    static = trainer.sampler.static
+    assert static.max_tokens == 400 and trainer.collate == static.collate
     for epoch in (0, 1):
         trainer.sampler.set_epoch(epoch)
         batches = trainer.sampler.batches()
@@ -83,20 +87,19 @@ def test_a_static_batch_gives_the_loss_and_gradients_of_todays(tmp_path, sample_
 @pytest.mark.parametrize("name, overrides", VARIANTS, ids=[f"{n}{''.join(o)}" for n, o in VARIANTS])
 def test_the_update_a_graph_captures_reads_nothing_back_and_packs_nothing(tmp_path, sample_vocabulary, sample_splits,
                                                                           monkeypatch, name, overrides):  # fmt: skip
-    """`update_of` is what nmt.graphs captures: inside it no tensor is read back, packing's host reads included (the
+    """`Update.body` is what a graph captures: inside it no tensor is read back, packing's host reads included (the
     encoders run unpacked); only the CPU optimiser's step counter is let through (on a GPU it is capturable)."""
-    trainer = make_trainer(tmp_path, sample_vocabulary, sample_splits.train[:64], name, 0.1, overrides, max_steps=3)
-    trainer.sampler.static = static = StaticShapes(400)
-    trainer.collate = static.collate
-    step = update_of(trainer)
+    trainer = make_trainer(
+        tmp_path, sample_vocabulary, sample_splits.train[:64], name, 0.1, overrides, mode=STATIC, max_steps=3
+    )
     updates = trainer.updates()
     batches, tokens, *_ = next(updates)
-    step(batches[0], torch.tensor(1.0 / tokens))  # the first creates the gradients and the optimiser's state
+    trainer.update.body(batches, torch.tensor(1.0 / tokens))  # the first creates the gradients and optimiser state
     batches, tokens, *_ = next(updates)
     before = [p.detach().clone() for p in trainer.model.parameters()]
     monkeypatch.setattr(test_sync_free, "HOST_DATA", (test_sync_free.HOST_DATA[-1],))  # the optimiser only
     with reads_raise(monkeypatch):
-        loss, norm = step(batches[0], torch.tensor(1.0 / tokens))
+        loss, norm = trainer.update.body(batches, torch.tensor(1.0 / tokens))
     assert torch.isfinite(loss) and torch.isfinite(norm) and loss > 0
     assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))  # a step was made
 
@@ -106,17 +109,11 @@ def test_static_updates_learn_as_todays_do(tmp_path, sample_vocabulary, sample_s
     each for the same number of real target tokens (what a budget counts; a static batch holds fewer, its rows of
     padding and rounded lengths taking the rest): the training loss falls as far, within the noise of other batches."""
     pairs, curves = sample_splits.train[:400], []
-    for static in (None, StaticShapes(400)):
-        trainer = make_trainer(tmp_path / str(bool(static)), sample_vocabulary, pairs, "bahdanau", max_steps=10**4)
-        if static:
-            trainer.sampler.static, trainer.collate = static, static.collate
-        step = update_of(trainer) if static else None
+    for mode in (None, STATIC):
+        trainer = make_trainer(tmp_path / str(bool(mode)), sample_vocabulary, pairs, "bahdanau", mode=mode)
         losses, trained = [], 0
         for batches, tokens, *_ in trainer.updates():
-            if static:
-                loss, _ = step(batches[0], torch.tensor(1.0 / tokens))
-            else:
-                loss, _ = trainer.train_step(batches, tokens)
+            loss, _ = trainer.update(batches, tokens)
             losses.append((float(loss), tokens))
             trained += tokens
             if trained >= 60_000:
@@ -130,16 +127,18 @@ def test_static_updates_learn_as_todays_do(tmp_path, sample_vocabulary, sample_s
 
 def test_graphs_are_refused_by_name_where_a_run_cannot_hold_them(tmp_path, sample_vocabulary, sample_splits):
     cuda = torch.device("cuda")
-    assert graph_refusal(cuda, 1, 1, torch.bfloat16) is None and graph_refusal(cuda, 1, 1, torch.float32) is None
-    assert "GPU" in graph_refusal(torch.device("cpu"), 1, 1, torch.float32)
-    assert "DDP" in graph_refusal(cuda, 2, 1, torch.float32)
-    assert "trainer.accumulate" in graph_refusal(cuda, 1, 2, torch.float32)
-    assert "fp16" in graph_refusal(cuda, 1, 1, torch.float16)
+    assert refusal(cuda, 1, 1, torch.bfloat16) is None and refusal(cuda, 1, 1, torch.float32) is None
+    assert "GPU" in refusal(torch.device("cpu"), 1, 1, torch.float32)
+    assert "DDP" in refusal(cuda, 2, 1, torch.float32)
+    assert "trainer.accumulate" in refusal(cuda, 1, 2, torch.float32)
+    assert "fp16" in refusal(cuda, 1, 1, torch.float16)
     trainer = make_trainer(tmp_path, sample_vocabulary, sample_splits.train[:64], "luong", max_steps=1)
-    assert trainer.sampler.static is None and trainer.collate is collate  # a CPU run: today's batches
-    assert graphed_update(trainer) is None
+    assert trainer.sampler.static is None and trainer.collate is collate  # a CPU run: the corpus's own batches
+    assert not trainer.mode.captured and trainer.mode.refusal == "CUDA graphs need a GPU"
+    trainer.update(*next(trainer.updates())[:2])
+    assert trainer.update.graphs is None
     off = make_trainer(tmp_path / "off", sample_vocabulary, sample_splits.train[:64], "luong", cuda_graphs=False)
-    assert off.graph_refusal == "trainer.cuda_graphs=false"
+    assert off.mode.refusal == "trainer.cuda_graphs=false"
 
 
 def test_an_optimizer_state_moves_between_captured_and_eager_runs():
@@ -186,59 +185,53 @@ def record_on_cpu(step, inputs, scale, pool):
     return graph, graph.outputs, pool
 
 
-def test_graphed_updates_warm_up_capture_and_replay_each_shape_with_the_batch_they_get(
-    tmp_path, sample_vocabulary, sample_splits
-):
-    """GraphedUpdate's bookkeeping, with a recorder that runs on the CPU: each shape's first WARMUP updates eager,
-    then one capture and replays that read each new batch through the static inputs; the weights end where the plain
-    update leaves them on the same batches (nothing of a batch is left out of the static copy)."""
-    from nmt.graphs import WARMUP, GraphedUpdate
-
-    pairs, weights = sample_splits.train[:300], []
-    for graphed in (False, True):
-        trainer = make_trainer(tmp_path / str(graphed), sample_vocabulary, pairs, "luong", 0.0, max_steps=10**4)
-        trainer.sampler.static, trainer.collate = StaticShapes(400), StaticShapes(400).collate
-        step = update_of(trainer)
-        runner = GraphedUpdate(step, trainer.device, record_on_cpu) if graphed else None
+@pytest.mark.parametrize("name", ["sutskever", "bahdanau", "luong", "transformer"])
+def test_the_captured_path_gives_the_eager_paths_weights_bit_for_bit(tmp_path, sample_vocabulary, sample_splits, name):
+    """One update body, two paths: run as it is, or through the graphs' bookkeeping with a recorder that runs on the
+    CPU (each shape's WARMUP eager updates, a capture, replays that read each new batch through the static inputs).
+    After 30 fp32 updates with dropout, the same losses and the same weights, bit for bit: nothing of a batch is left
+    out of the static copy, the schedule is stepped once either way, the random draws are the same."""
+    pairs, runs = sample_splits.train[:300], []
+    for mode in (STATIC, Mode(static=True, record=record_on_cpu)):
+        trainer = make_trainer(tmp_path / str(mode.captured), sample_vocabulary, pairs, name, 0.1, mode=mode)
+        torch.manual_seed(5)
         losses = []
         for number, (batches, tokens, *_) in enumerate(trainer.updates()):
             if number == 30:
                 break
-            loss, _ = runner(batches[0], 1.0 / tokens) if graphed else step(batches[0], torch.tensor(1.0 / tokens))
-            losses.append(float(loss))
-        weights.append([p.detach().clone() for p in trainer.model.parameters()])
-        if graphed:
-            assert runner.graphs and runner.replays > 0 and not runner.failed
-            assert runner.replays + sum(runner.seen.values()) == 30
-            assert all(n == WARMUP for key, n in runner.seen.items() if key in runner.graphs)
-            curve = losses
-        else:
-            plain = losses
-    torch.testing.assert_close(torch.tensor(curve), torch.tensor(plain))
-    for got, want in zip(*weights, strict=True):
-        torch.testing.assert_close(got, want)
+            loss, _ = trainer.update(batches, tokens)
+            losses.append(loss.clone())
+        runs.append((trainer, losses))
+    (eager, eager_losses), (captured, captured_losses) = runs
+    graphs = captured.update.graphs
+    assert eager.update.graphs is None and graphs.graphs and graphs.replays > 0 and not graphs.failed
+    assert graphs.replays + sum(graphs.seen.values()) == 30
+    assert all(n == WARMUP for key, n in graphs.seen.items() if key in graphs.graphs)
+    assert all(torch.equal(a, b) for a, b in zip(eager_losses, captured_losses, strict=True))
+    assert eager.schedule.last_epoch == captured.schedule.last_epoch == 30
+    for got, want in zip(captured.model.parameters(), eager.model.parameters(), strict=True):
+        assert torch.equal(got, want)
 
 
 def test_a_capture_that_fails_leaves_every_later_update_eager_with_the_reason_logged(
     tmp_path, sample_vocabulary, sample_splits, caplog
 ):
-    from nmt.graphs import WARMUP, GraphedUpdate
-
     def refuse(step, inputs, scale, pool):
         raise RuntimeError("operation not permitted when stream is capturing")
 
-    trainer = make_trainer(tmp_path, sample_vocabulary, sample_splits.train[:300], "bahdanau", max_steps=10**4)
-    trainer.sampler.static, trainer.collate = StaticShapes(400), StaticShapes(400).collate
-    runner = GraphedUpdate(update_of(trainer), trainer.device, refuse)
-    updates = trainer.updates()
-    batches, tokens, *_ = next(updates)
+    trainer = make_trainer(
+        tmp_path, sample_vocabulary, sample_splits.train[:300], "bahdanau", mode=Mode(static=True, record=refuse)
+    )
+    batches, tokens, *_ = next(trainer.updates())
     for _ in range(WARMUP + 3):  # the warm-ups, the capture that fails, then eager updates
-        loss, norm = runner(batches[0], 1.0 / tokens)
+        loss, norm = trainer.update(batches, tokens)
         assert torch.isfinite(loss) and torch.isfinite(norm)
-    assert runner.failed.startswith("RuntimeError: operation not permitted") and not runner.graphs
+    graphs = trainer.update.graphs
+    assert graphs.failed.startswith("RuntimeError: operation not permitted") and not graphs.graphs
     assert "could not be captured" in caplog.text and "updates run eagerly" in caplog.text
 
 
+@pytest.mark.skipif(not capability(torch.device("cpu")).bf16_kernels, reason="this CPU builds no bf16 LSTM (AVX2)")
 @pytest.mark.parametrize("name", ["sutskever", "bahdanau", "luong", "transformer"])
 def test_a_static_batch_in_bf16_stays_close_to_todays(tmp_path, sample_vocabulary, sample_splits, name):
     """Under bf16 autocast (what a GPU with native bf16 trains in) the unpacked encoders' products and the closed-form
@@ -264,8 +257,7 @@ def test_a_run_resumed_with_the_other_kind_of_batches_starts_its_next_epoch(
     same = make_trainer(tmp_path / "same", sample_vocabulary, pairs, "bahdanau", max_steps=6)
     same.restore(tmp_path / "last.pt")
     assert (same.progress.epoch, same.progress.batch_in_epoch) == (saved.epoch, saved.batch_in_epoch)
-    other = make_trainer(tmp_path / "other", sample_vocabulary, pairs, "bahdanau", max_steps=6)
-    other.sampler.static = StaticShapes(400)
+    other = make_trainer(tmp_path / "other", sample_vocabulary, pairs, "bahdanau", mode=STATIC, max_steps=6)
     other.restore(tmp_path / "last.pt")
     assert (other.progress.epoch, other.progress.batch_in_epoch) == (saved.epoch + 1, 0)
     assert other.progress.static_batches and "its epoch was cut in other batches" in caplog.text
