@@ -525,3 +525,63 @@ def test_the_lab_windows_choice_is_rendered_from_its_runs_records_in_order_of_wi
         "| global, general | - | 0.102 | 0.142 | 95.3 | 90 |",
         "| global, location | - | 0.171 | 0.803 | - | 90 |",
     ]
+
+
+def test_the_still_improving_threshold_holds_on_the_recorded_noise():
+    """IMPROVING_GAIN against the validation noise of the committed main and claims runs (valid BLEU about the line
+    through each run's last third): flat curves with that noise, 3 seeds averaged, reach it less than 1% of the time;
+    curves truly gaining twice as much are flagged over 95% of the time."""
+    import numpy as np
+
+    from nmt.study.claims import IMPROVING_GAIN, last_third_gain
+
+    residuals, steps = [], None
+    for path in sorted((ROOT / "results" / "runs").glob("[mc][al]*/*/*.record.json")):  # main/ and claims/
+        curve = json.loads(path.read_text(encoding="utf-8"))["curve"]
+        x, y = np.array([p[1] for p in curve], float), np.array([p[2] for p in curve], float)
+        last = x >= x[-1] * 2 / 3
+        if last.sum() >= 3:
+            fit = np.polyval(np.polyfit(x[last], y[last], 1), x[last])
+            residuals.extend(y[last] - fit)
+            steps = x
+    assert len(residuals) > 50 and steps is not None
+    noise = float(np.std(residuals, ddof=1)) * 1.1  # a margin over the pooled estimate
+    rng = np.random.default_rng(0)
+
+    def flagged(gain_per_third: float) -> float:
+        slope = gain_per_third / (steps[-1] / 3)
+        means = [
+            np.mean([last_third_gain([[0, s, 30 + slope * s + rng.normal(0, noise)] for s in steps]) for _ in range(3)])
+            for _ in range(2000)
+        ]
+        return float(np.mean(np.array(means) >= IMPROVING_GAIN))
+
+    assert flagged(0.0) < 0.01 and flagged(2 * IMPROVING_GAIN) > 0.95
+
+
+def test_committed_records_name_their_corpus_by_checksum_and_rederive_here(monkeypatch):
+    """No committed record holds a machine's folder; a main-table record, read on this checkout with the corpus
+    wherever $NMT_DATA_DIR says, finds the test split it was scored on (its checksum) and gives its published BLEU
+    again from its sentence statistics."""
+    from conftest import MULTI30K
+
+    from nmt.study import records
+    from nmt.study.significance import corpus_score
+
+    paths = sorted((ROOT / "results" / "runs").rglob("*.record.json"))
+    assert paths
+    for path in paths:
+        data = json.loads(path.read_text(encoding="utf-8"))["config"]["data"]
+        assert not set(records.MACHINE_KEYS) & data.keys() and data.get("test_sha256"), path
+    if not (MULTI30K / "test_2016_flickr.de.gz").is_file():
+        pytest.skip(f"no Multi30k at {MULTI30K} (set NMT_DATA_DIR)")
+    monkeypatch.setenv("NMT_DATA_DIR", str(MULTI30K))
+    path = ROOT / "results" / "runs" / "main" / "transformer" / "seed1234.record.json"
+    record = records.load_record(path)
+    pairs = records.test_pairs(record["config"]["data"], {}, path)
+    assert len(pairs) == len(record["scored"]) == 1000
+    totals = [sum(column) for column in zip(*record["scored"].statistics["BLEU"])]
+    assert corpus_score("BLEU")(totals) == pytest.approx(record["test_bleu_beam"] or record["test_bleu"], abs=1e-9)
+    changed = dict(record["config"]["data"], test_sha256="0" * 64)
+    with pytest.raises(UserError, match="checksum"):
+        records.test_pairs(changed, {}, path)

@@ -21,7 +21,6 @@ from nmt.study.significance import (
     contrast,
     detectable,
     holm,
-    overall,
     paired_tests,
     pooled_sd,
     seeded_tests,
@@ -159,7 +158,6 @@ def test_one_seed_gives_figures_but_no_verdict():
     evidence = Evidence({"good": system(6, (1,)), "bad": system(2, (1,))}, REFERENCES, resamples=500)
     interval = evidence.compare("good", "bad")
     assert interval.delta > 10 and interval.seeds == 1 and interval.verdict() == NEEDS_SEEDS
-    assert overall([SUPPORTED, NEEDS_SEEDS]) == NEEDS_SEEDS
 
 
 def test_seeds_that_disagree_make_a_difference_inconclusive_that_each_seed_alone_would_call_significant():
@@ -246,3 +244,22 @@ def test_a_true_difference_is_found_about_as_often_as_the_power_line_says():
         a = Runs("a", a.observed + shift, a.resampled + shift, a.sentences)
         found += contrast([(1.0, a), (-1.0, b)]).p < 0.05
     assert 0.6 <= found / 1000 <= 0.95, (shift, found)
+
+
+@pytest.mark.parametrize("seeds", [3, 8])
+def test_detects_is_the_difference_the_seed_level_t_test_finds_80_percent_of_the_time(seeds):
+    """`Interval.detectable` at a two-sample t test's standard error and degrees of freedom: simulated, the test
+    finds that difference 80% of the time, within 3 points (the shortcut (t + t) x se found it about 75%)."""
+    from scipy import stats
+
+    from nmt.study.significance import exact_detectable
+
+    rng, sd, trials = np.random.default_rng(0), 1.0, 20_000
+    df, se = 2 * seeds - 2, sd * np.sqrt(2 / seeds)
+    shift = exact_detectable(se, df)
+    a = rng.normal(shift, sd, (trials, seeds))
+    b = rng.normal(0.0, sd, (trials, seeds))
+    found = stats.ttest_ind(a, b, axis=1).pvalue < 0.05
+    assert abs(found.mean() - 0.8) < 0.03
+    shortcut = (stats.t.ppf(0.975, df) + stats.t.ppf(0.8, df)) * se
+    assert shortcut < shift  # the old figure promised more than the test gives

@@ -15,6 +15,7 @@ from nmt import UserError
 from nmt.config import CONFIGS, flatten
 from nmt.resume import BUDGET, changes
 from nmt.study.significance import MIN_SEEDS, Evidence, detectable, pooled_sd, seeded_tests
+from nmt.study.sweep import as_trained
 
 # The study's variants: configs/variant/<name>.yaml, each a few train.py overrides, the one list of them. The
 # comparison (`python -m nmt.study compare --train`) and the lab (at the lab's sizes, size=lab) train each, in this
@@ -55,7 +56,7 @@ def twice(run: str, other: str, name: str, seed) -> UserError:
 def differences(config: dict, other: dict) -> list[str]:
     """The options that make two runs' resolved configs different runs, the seed aside (nmt.resume.changes: the
     corpus, the model, the recipe; and here the budget too)."""
-    changed, breaking = changes(config, other)
+    changed, breaking = changes(as_trained(config), as_trained(other))
     return sorted({*breaking, *(BUDGET & changed.keys())} - {"seed", "trainer.resume"})
 
 

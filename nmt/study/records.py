@@ -7,6 +7,7 @@ was trained), made once, so that a report is made again on a machine that holds 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from pathlib import Path
@@ -26,9 +27,9 @@ from nmt.multirun import skip_job
 from nmt.paths import derived_from, stamp, write_text
 from nmt.study.comparison import budget, differences, twice
 from nmt.study.significance import Scored
-from nmt.study.sweep import RECORD_SUFFIX, record_path, recorded, run_folder, saved_settings, sweep
+from nmt.study.sweep import RECORD_SUFFIX, TEST_SHA256, record_path, recorded, run_folder, saved_settings, sweep
 from nmt.study.variants import Variant
-from nmt.trainer import VALIDATIONS
+from nmt.validation import VALIDATIONS
 
 
 def find_runs(folders: list[Path]) -> list[Path]:
@@ -73,11 +74,41 @@ def attention_shape(translator: Translator, pairs: list[tuple[str, str]]) -> tup
     return chosen, report[chosen]
 
 
-def test_pairs(data: dict, cache: dict) -> list[tuple[str, str]]:
-    """The test pairs of a run's corpus (its config's `data`), read once per corpus into `cache`."""
-    key = OmegaConf.to_yaml(OmegaConf.create(data))
+# Where a corpus lies, is downloaded from and cached: the training machine's, never part of a record. A record names
+# its corpus by its options and the checksum of its test split (`TEST_SHA256`), and is read on any machine from where
+# that machine keeps the corpus (data.dir there, or $NMT_DATA_DIR, or a download).
+MACHINE_KEYS = ("dir", "url", "cache", "spm_cache")
+
+
+def test_checksum(pairs: list[tuple[str, str]]) -> str:
+    """sha256 of a test split as read: each pair's source and target, tab-separated, a line each."""
+    return hashlib.sha256("".join(f"{s}\t{t}\n" for s, t in pairs).encode("utf-8")).hexdigest()
+
+
+def portable(data: dict, pairs: list[tuple[str, str]] | None = None) -> dict:
+    """A run's data config as a record keeps it: no machine's paths, and the checksum of the test split it was
+    scored on (kept from `data`, or of `pairs`)."""
+    kept = {k: v for k, v in data.items() if k not in MACHINE_KEYS}
+    if pairs is not None and TEST_SHA256 not in kept:
+        kept[TEST_SHA256] = test_checksum(pairs)
+    return kept
+
+
+def test_pairs(data: dict, cache: dict, origin: Path | str = "the run") -> list[tuple[str, str]]:
+    """The test pairs of a run's corpus (its config's `data`, or a record's portable one), read once per corpus into
+    `cache`, from where this machine keeps that corpus (a training machine's folder in an old record is not
+    followed); a record's checksum is checked, naming `origin` when the corpus here differs."""
+    options = {k: v for k, v in portable(data).items() if k != TEST_SHA256}
+    key = OmegaConf.to_yaml(OmegaConf.create(options))
     if key not in cache:
-        cache[key] = build.load_corpus(OmegaConf.create(data)).test
+        cache[key] = build.load_corpus(build.saved_data_config(options)).test
+    expected = data.get(TEST_SHA256)
+    if expected and test_checksum(cache[key]) != expected:
+        raise UserError(
+            f"{origin}: was scored on a test split of {options.get('corpus')} whose checksum is {expected[:12]}..., "
+            f"and the one read here is {test_checksum(cache[key])[:12]}...: point data.dir or $NMT_DATA_DIR at the "
+            "same corpus"
+        )
     return cache[key]
 
 
@@ -99,7 +130,8 @@ def describe(run: Path, test_cache: dict, beam: int) -> dict:
         "name": variant.name,
         "variant": variant.as_record(),
         "seed": config.get("seed"),
-        "config": {k: config[k] for k in ("data", "model", "trainer", "seed") if k in config},
+        "config": {k: config[k] for k in ("model", "trainer", "seed") if k in config}
+        | {"data": portable(config["data"], pairs)},
         "parameters": sum({t.data_ptr(): t.numel() for t in best["model"].values()}.values()),  # tied ones once
         "best_step": best["progress"]["step"],
         "updates": progress["step"],
@@ -246,6 +278,7 @@ def load_record(path: Path) -> dict:
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
         record["scored"] = Scored(record.pop("statistics"))
+        record["config"]["data"] = portable(record["config"]["data"])  # a record from before: no machine's path
     except (OSError, ValueError, KeyError) as error:
         raise UserError(f"{path}: not a run's record ({error}); `make results` writes them") from error
     return record
@@ -324,7 +357,7 @@ def describe_runs(run_dirs: list[Path], beam: int) -> tuple[list[dict], list[tup
                 f"{path}: the record holds the output of beam {record['beam']}, and the report asks "
                 f"for beam {beam}; report with --beam {record['beam']}"
             )
-        pairs = test_pairs(record["config"]["data"], cache)
+        pairs = test_pairs(record["config"]["data"], cache, path)
         if len(record["scored"]) != len(pairs):
             raise UserError(
                 f"{path}: scores {len(record['scored'])} test sentences, and its corpus has {len(pairs)} today"

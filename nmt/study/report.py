@@ -17,7 +17,7 @@ from nmt.config import DecodeOptions
 from nmt.evaluate import LENGTH_BUCKETS
 from nmt.paths import write_text
 from nmt.plot import legend_beside, lines_figure, panels_figure
-from nmt.study.claims import BASELINE, check_claims, last_third_gain, power_line, still_improving
+from nmt.study.claims import BASELINE, IMPROVING_GAIN, check_claims, last_third_gain, mean_gain, power_line
 from nmt.study.comparison import (
     equal_compute,
     equal_updates,
@@ -365,9 +365,10 @@ def summarise(
     for name, metric in (("BLEU", sacrebleu.BLEU()), ("chrF", sacrebleu.CHRF())):  # the scores' own signatures
         metric.corpus_score(references, [references])  # a signature describes the metric, not the output
         signatures[name] = str(metric.get_signature())
-    improving = {name for name, g in groups.items() if still_improving(g)}
+    gains = {name: mean_gain(g) for name, g in groups.items()}
+    improving = {name for name, gain in gains.items() if gain >= IMPROVING_GAIN}
     variants = {name: Variant.of(g[0]["config"]["model"]) for name, g in groups.items()}
-    claims = check_claims(evidence, variants, valid, lab, length_note, improving)
+    claims = check_claims(evidence, variants, valid, lab, length_note, gains)
     curves = {name: mean_curve(g) for name, g in groups.items()}
     compute = {name: mean_compute_curve(g) for name, g in groups.items()}
     made = figures(groups, curves, compute, pairs, output)

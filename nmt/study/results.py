@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import subprocess
 from pathlib import Path
 
 from nmt.paths import read_json
@@ -173,3 +174,38 @@ def record_measurement(
     path = folder / "measured" / f"{name}.json"
     write_text(path, json.dumps(record, indent=1) + "\n")
     return path
+
+
+RULES = "nmt/study/claims.py"  # the claims' decision rules, registered before the runs they judge
+# What a training run's outcome depends on: the toolkit and its configs, not the study that reads the runs
+TRAINING_CODE = ("nmt", "configs", ":(exclude)nmt/study")
+
+
+def git(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+
+def rules_commit() -> str | None:
+    """The commit that last changed the claims' rules (None outside a git checkout)."""
+    try:
+        return git("log", "-1", "--format=%H", "--", RULES).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def training_code_changed(commits: list[str]) -> bool | None:
+    """Whether the training code differs between any of the commits a part's runs came from (None where git cannot
+    say: no checkout, or a commit it does not hold); a commit with uncommitted changes counts as a change."""
+    plain = sorted({c.removesuffix("+changes") for c in commits})
+    if any(c.endswith("+changes") for c in commits):
+        return True
+    try:
+        for other in plain[1:]:
+            found = git("diff", "--quiet", plain[0], other, "--", *TRAINING_CODE)
+            if found.returncode not in (0, 1):
+                return None
+            if found.returncode == 1:
+                return True
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return False

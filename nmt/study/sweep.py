@@ -78,13 +78,24 @@ def saved_settings(run_dir: Path) -> dict | None:
     return upgrade(OmegaConf.to_container(OmegaConf.load(records[-1]))) if records else None
 
 
+TEST_SHA256 = "test_sha256"  # a record's checksum of the test split it was scored on (nmt.study.records.portable)
+
+
+def as_trained(config: dict) -> dict:
+    """A record's config without what the record added to it (its test split's checksum): the options a run had."""
+    data = config.get("data")
+    if not isinstance(data, dict) or TEST_SHA256 not in data:
+        return config
+    return {**config, "data": {k: v for k, v in data.items() if k != TEST_SHA256}}
+
+
 def stale(name: str, overrides: list[str], saved: dict | None, trained_in: str | None = None) -> str | None:
     """Why the finished run `name`, trained with the config `saved` (in the precision `trained_in`), is not the run
     `overrides` ask for today (`nmt.resume.another_run`: the options that differ), or None when it is (or when there
     is no saved config)."""
     if saved is None:
         return None
-    changed, other = another_run(saved, settings(overrides), trained_in)
+    changed, other = another_run(as_trained(saved), settings(overrides), trained_in)
     return f"{name}: {listed(changed, other, 'then')}" if other else None
 
 

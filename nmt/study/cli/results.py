@@ -148,11 +148,15 @@ def export(report: Path, name: str, runs: Path | None = None) -> None:
     README's account of what is complete."""
     record = json.loads((report / "compare.json").read_text(encoding="utf-8"))
     record["finished"] = results.finished(runs or report / "runs")
+    commits: set[str] = set()
     for variant in record["variants"].values():
         for run in variant["runs"]:
             run.setdefault("provenance", read_provenance(Path(run["run"])))
             run["run"] = shown(relative(Path(run["run"])), report)
+            commits.update(run["provenance"].get("commits", []))
     record["command"] = shown(shown(record["command"], report), results.RECORDS)
+    record.update(commits=sorted(commits), training_code_changed=results.training_code_changed(sorted(commits)))
+    record.update(rules=results.rules_commit())  # the claims' rules these verdicts follow
     record.update(
         torch=torch.__version__, python=platform.python_version(), analysis=loaded_code()
     )  # the report's code
