@@ -20,8 +20,10 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 
 install: $(VENV)/.installed
 
+# RESUME=<run folder>: continue that run (its corpus folder is the checkpoint's unless DATA_DIR names another)
+RESUME ?=
 train: install
-	$(BIN)/python train.py model=bahdanau $(DATA_ARG)
+	$(BIN)/python train.py model=bahdanau $(DATA_ARG) $(if $(RESUME),trainer.resume=true hydra.run.dir=$(abspath $(RESUME)),)
 
 demo: install
 	$(BIN)/python train.py data=sample model=bahdanau experiment=demo

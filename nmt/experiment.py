@@ -34,7 +34,7 @@ from nmt.device import cpu_kernels, cpu_name, place
 from nmt.multirun import in_sweep
 from nmt.optim import set_lr
 from nmt.paths import run_lock, write_text
-from nmt.resume import plan
+from nmt.resume import LOCATIONS, plan, saved_locations
 from nmt.trainer import Trainer
 
 log = logging.getLogger(__name__)
@@ -65,6 +65,16 @@ def train_in(settings: TrainConfig, resolved: dict, run_dir: Path, where: torch.
         kept = decided.kept
         log.info("%s holds this run, finished with these settings: kept (test BLEU %s)", run_dir, kept.get("test/bleu"))
         return kept
+    if decided.checkpoint:  # where the corpus lies: the checkpoint's, unless given on this command line
+        kept = saved_locations(decided.checkpoint[1]["config"], decided.changes, given_options())
+        for key in LOCATIONS:
+            if key in kept:
+                setattr(settings.data, key, kept[key])
+                resolved["data"][key] = kept[key]
+                log.info("data.%s=%r: the checkpoint's (give data.%s=... to read it elsewhere)", key, kept[key], key)
+            elif f"data.{key}" in decided.changes:
+                old, new = decided.changes[f"data.{key}"]
+                log.info("resuming with data.%s=%r (the checkpoint had %r)", key, new, old)
     splits, vocabulary = corpus_and_vocabulary(settings, run_dir)
     if settings.trainer.test_at_end:
         check_test_split(splits.test, vocabulary, settings.trainer.decode_max_input_len)
@@ -92,7 +102,7 @@ def train_in(settings: TrainConfig, resolved: dict, run_dir: Path, where: torch.
         record_provenance(run_dir, where, trainer.precision.name)
     if trainer.train() == "interrupted":
         trainer.log.close()
-        how = "the sweep's command again" if in_sweep() else f"trainer.resume=true hydra.run.dir={run_dir}"
+        how = "the sweep's command again" if in_sweep() else resume_command(run_dir)
         raise Interrupted(
             f"interrupted at step {trainer.step}; {run_dir / 'last.pt'} holds the run. Continue it with {how}",
             trainer.stop_signal,
@@ -114,6 +124,20 @@ def train_in(settings: TrainConfig, resolved: dict, run_dir: Path, where: torch.
     trainer.log.close()
     distributed.barrier()
     return results
+
+
+def given_options() -> list[str]:
+    """The overrides of this command line (Hydra's), [] outside Hydra."""
+    from hydra.core.hydra_config import HydraConfig
+
+    return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+
+
+def resume_command(run_dir: Path) -> str:
+    """The command that continues the run in `run_dir`, word for word: this command line's options (so the run is
+    the same run), with trainer.resume=true and the run's folder."""
+    kept = [o for o in given_options() if o.split("=", 1)[0].lstrip("+") not in ("trainer.resume", "hydra.run.dir")]
+    return " ".join(["python train.py", *kept, "trainer.resume=true", f"hydra.run.dir={run_dir}"])
 
 
 def corpus_and_vocabulary(settings: TrainConfig, run_dir: Path) -> tuple[Splits, Vocabulary]:

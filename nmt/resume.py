@@ -266,8 +266,25 @@ def check_changes(saved: dict, new: dict, path: Path) -> dict[str, tuple]:
         )
     safe = {k: v for k, v in changed.items() if k not in breaking and k != "trainer.resume"}
     for key, (old, value) in sorted(safe.items()):
-        log.info("resuming with %s=%r (the checkpoint had %r)", key, value, old)
+        if key.removeprefix("data.") not in LOCATIONS:  # those: nmt.experiment says which folder it reads
+            log.info("resuming with %s=%r (the checkpoint had %r)", key, value, old)
     return safe
+
+
+LOCATIONS = ("dir", "spm_cache")  # of a data config: where the corpus and its subword models lie on a machine
+
+
+def saved_locations(saved: dict, changed: dict[str, tuple], given: list[str]) -> dict[str, object]:
+    """{data option: the checkpoint's value} for where the corpus and its subword models lie, where this command line
+    leaves them at their defaults and the checkpoint's folder is there: a resumed run reads its corpus where it did
+    (offline too), unless the user names another place (`given`: the command line's overrides)."""
+    named = {o.split("=", 1)[0].lstrip("+") for o in given}
+    kept = {}
+    for key in LOCATIONS:
+        old = saved.get("data", {}).get(key)
+        if f"data.{key}" in changed and f"data.{key}" not in named and old and Path(str(old)).is_dir():
+            kept[key] = old
+    return kept
 
 
 def average(paths: list[str | Path]) -> dict:

@@ -223,4 +223,5 @@ def test_the_debug_trainer_is_a_tiny_model_of_each_family_on_a_step_budget(model
         0,
         0,
     )
-    assert compose_config(f"model={model}", "trainer=debug", "size=lab").size == "lab"
+    lab = compose_config(f"model={model}", "trainer=debug", "size=lab").model
+    assert lab == compose_config(f"model={model}", "size=lab").model != cfg.model

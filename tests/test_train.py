@@ -720,3 +720,28 @@ def test_heatmaps_drawn_on_their_own_thread_are_the_ones_drawn_at_once(tmp_path,
         }
     assert len(images[True]) == 2 and all(len(v) == 2 for v in images[True].values())  # 2 sentences, 2 steps each
     assert images[True] == images[False]
+
+
+def test_a_resumed_run_reads_its_corpus_where_the_checkpoint_did_unless_told_otherwise(tmp_path):
+    """The resume hint, word for word or without data.dir, works offline: where the corpus and subword models lie
+    is the checkpoint's when the command line leaves them at their defaults and the folder is there; a folder the user
+    names wins, and a checkpoint's folder that is gone is not followed."""
+    from nmt.resume import saved_locations
+
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    saved = {"data": {"dir": str(folder), "spm_cache": str(tmp_path / "gone")}}
+    changed = {"data.dir": (str(folder), None), "data.spm_cache": (str(tmp_path / "gone"), "data/spm")}
+    assert saved_locations(saved, changed, ["model=luong", "trainer.resume=true"]) == {"dir": str(folder)}
+    assert saved_locations(saved, changed, ["data.dir=/elsewhere"]) == {}
+    assert saved_locations(saved, {}, []) == {}  # the same folder: nothing to change
+
+
+def test_the_resume_hint_repeats_the_command_lines_options(monkeypatch, tmp_path):
+    from nmt import experiment
+
+    given = ["model=luong", "trainer.resume=false", "+hydra.run.dir=x", "data.dir=/d"]
+    monkeypatch.setattr(experiment, "given_options", lambda: given)
+    assert experiment.resume_command(tmp_path) == (
+        f"python train.py model=luong data.dir=/d trainer.resume=true hydra.run.dir={tmp_path}"
+    )

@@ -22,6 +22,14 @@ log = logging.getLogger("nmt")
 register()  # the dataclasses of nmt/config.py, which configs/*.yaml fill in
 
 
+def logged(level: int, message: str) -> None:
+    """`message` into the run's train.log only: the console gets it once, from the command's own last line."""
+    record = log.makeRecord(log.name, level, __file__, 0, message, None, None)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.handle(record)
+
+
 @hydra.main(config_path=str(CONFIGS), config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> float:
     output_dir = HydraConfig.get().runtime.output_dir
@@ -35,15 +43,17 @@ def main(cfg: DictConfig) -> float:
     try:
         results = train(cfg, output_dir)
     except (UserError, OmegaConfBaseException) as error:
-        log.error("%s", error)
         if sweep:  # the sweep's other jobs go on; FailedJobs names this one at the end and exits non-zero
+            log.error("%s", error)
             return failed_job(output_dir, str(error))
+        logged(logging.ERROR, str(error))
         sys.exit(f"error: {error}")
     except Interrupted as stop:
-        log.warning("%s", stop)
         if sweep:  # returns, so a joblib worker lives and its siblings save too (nmt.multirun.SweepStop)
+            log.warning("%s", stop)
             SweepStop.signal_number = stop.signal_number
             return failed_job(output_dir, str(stop))
+        logged(logging.WARNING, str(stop))
         print(f"stopped: {stop}", file=sys.stderr)
         sys.exit(128 + stop.signal_number)
     except KeyboardInterrupt:  # a second Ctrl-C, or one outside the training loop
