@@ -1,4 +1,4 @@
-# make install | train | demo | compare | lab | results | bench | test | tensorboard | lint
+# make install | train | demo | compare | lab | results | tune | bench | test | tensorboard | lint
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -7,7 +7,7 @@ TORCH ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo torch || echo tor
 DATA_DIR ?=
 DATA_ARG := $(if $(DATA_DIR),data.dir=$(abspath $(DATA_DIR)),)
 
-.PHONY: install train demo compare lab results results-tables bench test tensorboard lint
+.PHONY: install train demo compare lab results results-tables tune bench test tensorboard lint
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +59,13 @@ lab: install
 PARTS ?= claims,main,lab,others
 results: install
 	$(BIN)/python -m nmt.study results --parts $(PARTS) --seeds 3 $(if $(ONLY),--only $(ONLY),) $(if $(DATA_DIR),--extra data.dir=$(abspath $(DATA_DIR)),)
+
+# Each family's recipe tuned with equal effort on valid BLEU (docs/tuning.md): its defaults, then TRIALS trials of
+# Optuna's TPE through Hydra's sweeper, each up to 2e15 FLOPs; rerunning continues with the trials still to run.
+TRIALS ?= 8
+FAMILIES ?= sutskever,bahdanau,luong,transformer
+tune: install
+	$(BIN)/python -m nmt.study tune --families $(FAMILIES) --trials $(TRIALS) $(if $(DATA_DIR),--extra data.dir=$(abspath $(DATA_DIR)),)
 
 results-tables: install
 	$(BIN)/python -m nmt.study results --render

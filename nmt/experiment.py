@@ -66,15 +66,7 @@ def train_in(settings: TrainConfig, resolved: dict, run_dir: Path, where: torch.
         log.info("%s holds this run, finished with these settings: kept (test BLEU %s)", run_dir, kept.get("test/bleu"))
         return kept
     if decided.checkpoint:  # where the corpus lies: the checkpoint's, unless given on this command line
-        kept = saved_locations(decided.checkpoint[1]["config"], decided.changes, given_options())
-        for key in LOCATIONS:
-            if key in kept:
-                setattr(settings.data, key, kept[key])
-                resolved["data"][key] = kept[key]
-                log.info("data.%s=%r: the checkpoint's (give data.%s=... to read it elsewhere)", key, kept[key], key)
-            elif f"data.{key}" in decided.changes:
-                old, new = decided.changes[f"data.{key}"]
-                log.info("resuming with data.%s=%r (the checkpoint had %r)", key, new, old)
+        read_where_it_was(settings, resolved, decided.checkpoint[1]["config"], decided.changes)
     splits, vocabulary = corpus_and_vocabulary(settings, run_dir)
     if settings.trainer.test_at_end:
         check_test_split(splits.test, vocabulary, settings.trainer.decode_max_input_len)
@@ -124,6 +116,19 @@ def train_in(settings: TrainConfig, resolved: dict, run_dir: Path, where: torch.
     trainer.log.close()
     distributed.barrier()
     return results
+
+
+def read_where_it_was(settings: TrainConfig, resolved: dict, saved: dict, changed: dict[str, tuple]) -> None:
+    """A resumed run's corpus and subword models read from the checkpoint's folders (`saved_locations`), said."""
+    kept = saved_locations(saved, changed, given_options())
+    for key in LOCATIONS:
+        if key in kept:
+            setattr(settings.data, key, kept[key])
+            resolved["data"][key] = kept[key]
+            log.info("data.%s=%r: the checkpoint's (give data.%s=... to read it elsewhere)", key, kept[key], key)
+        elif f"data.{key}" in changed:
+            old, new = changed[f"data.{key}"]
+            log.info("resuming with data.%s=%r (the checkpoint had %r)", key, new, old)
 
 
 def given_options() -> list[str]:

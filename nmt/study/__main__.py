@@ -4,6 +4,7 @@
   lab       the alignment lab on the sample grammar: AER against gold links, BLEU by sentence length (make lab)
   results   what README.md and docs/results.md report, trained and recorded part by part (make results)
   measure   training and decoding speed of each model on this machine (make bench)
+  tune      each family's recipe tuned with equal effort on valid BLEU (Optuna through Hydra's sweeper)
 
 `python -m nmt.study PROGRAM --help` lists a program's options.
 """
@@ -15,7 +16,7 @@ from importlib import import_module
 
 from nmt import UserError
 
-PROGRAMS = ("compare", "lab", "results", "measure")  # each a module of nmt/study/cli/ with main(argv)
+PROGRAMS = ("compare", "lab", "results", "measure", "tune")  # each a module of nmt/study/cli/ with main(argv)
 
 
 def main(argv: list[str] | None = None) -> None:
