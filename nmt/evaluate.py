@@ -189,11 +189,14 @@ def translate_file(
     lines = read_lines(source) if source else read_stdin()
     translations, hypotheses = translator.search_lines(lines)
     if folder:
+        drawn = 0
         for number, (line, translation, hypothesis) in enumerate(zip(lines, translations, hypotheses), 1):
             if line.strip():
                 figure = translator.alignment_figure(line, translation, hypothesis)
                 figure.savefig(folder / f"line{number}.png")
                 close(figure)
+                drawn += 1
+        print(f"wrote {drawn} attention heatmap{'s' * (drawn != 1)} to {folder}/line<N>.png", file=sys.stderr)
     if links_path:
         key = parse_key(chosen)
         matrices = word_attention(
@@ -206,9 +209,11 @@ def translate_file(
             (key[1],),
         )[key]
         write_text(links_path, "".join(format_links(links) + "\n" for links in links_of(matrices)))
+        print(f"wrote the word alignments to {links_path}", file=sys.stderr)
     text = "".join(t + "\n" for t in translations)
     if output_path:
         write_text(output_path, text)
+        print(f"wrote {len(translations)} translations to {output_path}", file=sys.stderr)
     else:
         sys.stdout.write(text)
     return translations
