@@ -179,10 +179,12 @@ def typed(plain: Mapping, prefix: str = "model") -> DictConfig:
     return config
 
 
-def score_name(target: str) -> str:
-    """The `model/attention=` option of an attention class: its NAME, or its class name without "Attention"."""
-    default = str(target).rsplit(".", 1)[-1].removesuffix("Attention").lower()
-    return getattr(buildable()[1].get(target), "NAME", default)
+def option_name(target: str) -> str:
+    """The name a user gives one of nmt's classes on the command line (`model=`, `model/attention=`): its NAME, or its
+    class name without "Seq2Seq" or "Attention", in lower case (nmt.rnn.BahdanauSeq2Seq: bahdanau)."""
+    default = str(target).rsplit(".", 1)[-1].removesuffix("Seq2Seq").removesuffix("Attention").lower()
+    models, attentions = buildable()
+    return getattr({**models, **attentions}.get(target), "NAME", default)
 
 
 def check_score(config: DictConfig) -> None:
@@ -194,7 +196,7 @@ def check_score(config: DictConfig) -> None:
     attention = config.get("attention")
     if scores is None or not isinstance(attention, DictConfig) or "_target_" not in attention:
         return
-    name = score_name(attention["_target_"])
+    name = option_name(attention["_target_"])
     if name not in scores:
         model = config["_target_"].rsplit(".", 1)[-1]
         takes = f"takes {', '.join(scores)}" if scores else "has no attention: leave out model/attention"

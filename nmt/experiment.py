@@ -34,7 +34,8 @@ from nmt.device import cpu_kernels, cpu_name, place
 from nmt.multirun import in_sweep
 from nmt.optim import set_lr
 from nmt.paths import run_lock, write_text
-from nmt.resume import LOCATIONS, plan, saved_locations
+from nmt.resume import LOCATIONS, plan, same_run_options, saved_locations
+from nmt.runlog import RunLog, user_options
 from nmt.trainer import Trainer
 
 log = logging.getLogger(__name__)
@@ -92,6 +93,8 @@ def train_in(settings: TrainConfig, resolved: dict, run_dir: Path, where: torch.
             set_lr(trainer.optimizer, trainer.schedule, settings.trainer.lr)
     if distributed.is_main():  # every check passed: this invocation trains
         record_provenance(run_dir, where, trainer.precision.name)
+        trainer.log = RunLog(run_dir)
+        trainer.log.hparams(user_options(resolved, same_run_options()))
     if trainer.train() == "interrupted":
         trainer.log.close()
         how = "the sweep's command again" if in_sweep() else resume_command(run_dir)
@@ -112,7 +115,7 @@ def train_in(settings: TrainConfig, resolved: dict, run_dir: Path, where: torch.
                 f"checkpoint with: python evaluate.py checkpoint={run_dir / 'best.pt'}",
                 2,
             ) from None
-        trainer.log.hparams(resolved, results)
+        trainer.log.results(results, trainer.step)
     trainer.log.close()
     distributed.barrier()
     return results

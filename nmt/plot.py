@@ -53,20 +53,26 @@ def own_figure(size: tuple[float, float], dpi: int, rows: int = 1, columns: int 
     return figure, figure.subplots(rows, columns, squeeze=False)
 
 
+CELL = 0.2  # inches a subword takes on either axis of a heatmap (20 pixels at 100 dpi): square cells
+
+
 def attention_figure(weights: np.ndarray, source: list[str], target: list[str], title: str = "") -> plt.Figure:
-    """A heatmap of weights (len(target), len(source)); pieces are sentencepiece subwords."""
+    """A heatmap of weights (len(target), len(source)); pieces are sentencepiece subwords. Sized to the sentence, in
+    square cells with 9-point labels and little else around them, so that a sentence of up to about 16 subwords is
+    legible at TensorBoard's card size (about 350 pixels wide) without enlarging the card."""
     height, width = weights.shape
-    figure, grid = own_figure((max(4.0, 0.38 * width + 2.2), max(3.0, 0.32 * height + 1.6)), dpi=100)
+    longest = max(map(len, [*source, *target, ""]))  # the labels' room: rotated below, level to the left
+    margin = 0.3 + 0.075 * min(longest, 14)
+    figure, grid = own_figure((max(2.4, CELL * width + margin + 0.6), max(1.8, CELL * height + margin + 0.3)), dpi=100)
     axes = grid[0, 0]
-    image = axes.imshow(weights, cmap="viridis", vmin=0.0, vmax=max(float(weights.max()), 1e-6), aspect="auto")
-    axes.set_xticks(range(width), source, rotation=70, ha="right", fontsize=8)
-    axes.set_yticks(range(height), target, fontsize=8)
-    axes.set_xlabel("source")
-    axes.set_ylabel("generated target")
+    image = axes.imshow(weights, cmap="viridis", vmin=0.0, vmax=max(float(weights.max()), 1e-6), aspect="equal")
+    axes.set_xticks(range(width), source, rotation=70, ha="right", rotation_mode="anchor", fontsize=9)
+    axes.set_yticks(range(height), target, fontsize=9)
+    axes.tick_params(length=2, pad=2)
     if title:
         axes.set_title(title, fontsize=9)
-    figure.colorbar(image, ax=axes, fraction=0.046, pad=0.02)
-    figure.tight_layout()
+    figure.colorbar(image, ax=axes, fraction=0.035, pad=0.02).ax.tick_params(labelsize=7)
+    figure.tight_layout(pad=0.3)
     return figure
 
 
@@ -83,7 +89,7 @@ def panels_figure(
     count, (height, width) = len(panels), panels[0].shape
     columns = math.ceil(math.sqrt(count))  # 4 panels: a 2 x 2 grid
     rows = -(-count // columns)
-    cell = (max(3.0, 0.3 * width + 1.5), max(2.5, 0.26 * height + 1.2))
+    cell = (max(2.6, CELL * width + 1.3), max(2.2, CELL * height + 1.1))
     size = (cell[0] * columns, cell[1] * rows)
     # constrained, not tight, layout: it keeps the figure's title clear of the panels' titles
     figure, grid = own_figure(size, 90, rows, columns, layout="constrained")

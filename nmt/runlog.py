@@ -1,6 +1,13 @@
 """What a run shows in TensorBoard: curves, sample translations, attention heatmaps, signatures and hyperparameters.
 
-A `RunLog` needs no trainer: open one on any folder to log a model's heatmaps or a finished run's hyperparameters.
+The layout is decided here, for a person opening `tensorboard --logdir outputs`: the Time Series tab orders its groups
+by name and opens the first two, so the curves a reader wants first are in `curves` (train and valid loss, valid BLEU
+and chrF, AER where gold links are known, learning rate, tokens/s) and the heatmaps in `heatmaps`; `training` and
+`validation` (gradient norm, compute, epochs, each attention map's entropy, diagonality and AER, valid BLEU against
+the teraFLOPs trained) follow, closed. Hyperparameters are the HParams tab's alone, as the user's options, beside the
+curves' last values; nothing is logged that draws a one-point card.
+
+A `RunLog` needs no trainer: open one on any folder to log a model's heatmaps or a finished run's results.
 `RunLog(None)` logs nothing (what processes other than rank 0 use under torchrun).
 """
 
@@ -13,7 +20,9 @@ from pathlib import Path
 
 import torch
 from torch.utils.tensorboard import SummaryWriter
+from torch.utils.tensorboard.summary import hparams as hparams_summaries
 
+from nmt.build import option_name
 from nmt.config import flatten
 from nmt.data import BOS_ID, EOS_ID, PAD_ID, Vocabulary
 from nmt.decoding import Scores
@@ -22,6 +31,49 @@ from nmt.plot import attention_figure, heads_figure
 from nmt.search import Hypothesis
 
 log = logging.getLogger(__name__)
+CURVES = {  # (side, figure) -> tag, in the group TensorBoard opens first
+    ("train", "loss"): "curves/train_loss",
+    ("valid", "loss"): "curves/valid_loss",
+    ("valid", "bleu"): "curves/valid_bleu",
+    ("valid", "chrf"): "curves/valid_chrf",
+    ("valid", "aer"): "curves/valid_aer",
+    ("train", "lr"): "curves/learning_rate",
+    ("train", "tokens_per_second"): "curves/tokens_per_second",
+}
+GROUPS = {"train": "training", "valid": "validation"}  # every other figure of a side, in a group that starts closed
+VALID_FIGURES = ("loss", "perplexity", "bleu", "chrf", "aer", "best_bleu", "petaflops", "epochs")  # of a record
+METRICS = ("curves/valid_bleu", "validation/best_bleu", "curves/valid_chrf", "curves/valid_loss")  # HParams columns
+
+
+def tags(side: str, figures: dict[str, float]) -> dict[str, float]:
+    """A side's figures ("train" or "valid") under their tags: {"loss": 2.3} -> {"curves/train_loss": 2.3}."""
+    return {CURVES.get((side, name), f"{GROUPS[side]}/{name}"): value for name, value in figures.items()}
+
+
+HOW_IT_RUNS = {  # trainer options about how a run is executed and decoded, not what it learns: not in HParams
+    "trainer.device",
+    "trainer.cuda_graphs",
+    "trainer.decode_ratio",
+    "trainer.decode_extra",
+    "trainer.decode_max_input_len",
+    "trainer.test_at_end",
+}
+
+
+def user_options(config: dict, skipped: set[str] = frozenset()) -> dict[str, object]:
+    """A resolved run config as the options a user chose, for the HParams table: the model and its attention by the
+    names a user gives them (`model`: bahdanau, `model.attention`: additive), the seed, then every model, trainer and
+    data option as a dotted key; Hydra's underscore keys, a corpus's generator and sizes (data.grammar.*, data.sizes.*),
+    `skipped` (options that do not change the run: folders, logging) and HOW_IT_RUNS left out."""
+    options = {}
+    for key, value in flatten({k: config[k] for k in ("model", "trainer", "data", "seed") if k in config}).items():
+        *node, leaf = key.split(".")
+        if leaf == "_target_":
+            options[".".join(node)] = option_name(str(value))
+        elif not (leaf.startswith("_") or key in skipped or key in HOW_IT_RUNS or key.startswith("data.") and node[1:]):
+            options[key] = value if isinstance(value, (int, float, str, bool)) else str(value)
+    first = ("model", "model.attention", "seed")
+    return {k: options[k] for k in first if k in options} | {k: v for k, v in options.items() if k not in first}
 
 
 class RunLog:
@@ -31,10 +83,25 @@ class RunLog:
         self.drawing: ThreadPoolExecutor | None = None  # the thread that draws heatmaps while a GPU trains on
 
     def scalars(self, values: dict[str, float], step: int) -> None:
-        """Each value under its tag: {"train/loss": 2.3, "valid/bleu": 31.2}."""
+        """Each value under its tag: {"curves/train_loss": 2.3}."""
         if self.writer:
             for tag, value in values.items():
                 self.writer.add_scalar(tag, value, step)
+
+    def train(self, figures: dict[str, float], step: int) -> None:
+        """The training figures of a logging step: loss, learning rate, speed, gradient norm, compute, epoch."""
+        self.scalars(tags("train", figures), step)
+
+    def validation(self, record: dict) -> None:
+        """A validation's record (`nmt.validation.record`): its curves at its update, and valid BLEU against the
+        teraFLOPs trained (`validation/bleu_by_teraflops`), where runs of different models and speeds line up."""
+        self.scalars(tags("valid", {k: record[k] for k in VALID_FIGURES if k in record}), record["step"])
+        self.scalars({"validation/bleu_by_teraflops": record["bleu"]}, round(record["petaflops"] * 1e3))
+
+    def maps(self, report: dict[str, dict[str, float]], step: int) -> None:
+        """Each attention map's entropy, diagonality and AER (`nmt.alignment.attention_report`)."""
+        for name, figures in report.items():
+            self.scalars({f"validation/{metric}/{name}": value for metric, value in figures.items()}, step)
 
     def signatures(self, scores: Scores, step: int) -> None:
         """sacrebleu's signatures, once per run, in the TEXT tab."""
@@ -83,7 +150,7 @@ class RunLog:
             for name, weights in maps.items():
                 rows = source_pieces if name.startswith("encoder_self") else target_pieces
                 weights = weights[0].float().cpu().numpy()  # (heads or 1, rows, S)
-                figures.append((f"valid/attention/{name}/{i}", weights, source_pieces, rows, name))
+                figures.append((f"heatmaps/{name}/{i}", weights, source_pieces, rows, name))
         if device.type == "cuda" if background is None else background:
             self.drawing = self.drawing or ThreadPoolExecutor(1, thread_name_prefix="heatmaps")
             self.drawing.submit(self.draw, figures, step)
@@ -104,12 +171,20 @@ class RunLog:
                 raise
             log.warning("attention heatmaps of step %d not drawn: %s: %s", step, type(error).__name__, error)
 
-    def hparams(self, config: dict, results: dict[str, float]) -> None:
-        """The model and trainer options beside the run's results, for TensorBoard's HPARAMS tab."""
+    def hparams(self, options: dict[str, object]) -> None:
+        """The run's options (`user_options`) in the HParams tab, with the last values of the curves in `METRICS`
+        beside them: written as training starts, so a run still training compares there too."""
         if self.writer:
-            flat = flatten({"model": config.get("model", {}), "trainer": config.get("trainer", {})})
-            options = {k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in flat.items()}  # hparams
-            self.writer.add_hparams(options, {f"hparam/{k}": v for k, v in results.items()}, run_name=".")
+            for summary in hparams_summaries(options, dict.fromkeys(METRICS, 0.0)):
+                self.writer.file_writer.add_summary(summary)
+
+    def results(self, results: dict[str, float], step: int) -> None:
+        """The finished run's figures (test BLEU and chrF, best valid BLEU, steps, minutes) as a table in TEXT."""
+        if self.writer and results:
+            rows = ["| result | value |", "|---|---|"]
+            rows += [f"| {name} | {value:.4g} |" for name, value in results.items() if isinstance(value, (int, float))]
+            rows += [f"| {name} | {value} |" for name, value in results.items() if isinstance(value, str)]
+            self.writer.add_text("results", "\n".join(rows), step)
 
     def close(self) -> None:
         if self.drawing:  # the heatmaps still being drawn go in first

@@ -273,7 +273,7 @@ class Trainer:
         lr = float(self.optimizer.param_groups[0]["lr"])  # a device tensor under CUDA graphs
         figures = {"loss": loss, "lr": lr, "grad_norm": float(norm), "tokens_per_second": speed}
         figures |= {"petaflops": self.progress.flops / 1e15, "epoch": self.progress.epoch + 1}
-        self.log.scalars({f"train/{name}": value for name, value in figures.items()}, self.step)
+        self.log.train(figures, self.step)
         bar.loss, bar.speed, bar.lr = loss, speed, lr
 
     def validate(self) -> dict[str, float]:

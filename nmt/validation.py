@@ -23,17 +23,9 @@ from nmt.loss import batch_loss
 from nmt.runlog import RunLog
 
 log = logging.getLogger(__name__)
+READABLE = 16  # subwords: up to about this length a heatmap's labels stay legible at TensorBoard's card size
 VALIDATIONS = "validations.jsonl"  # in a run directory: one JSON line per validation (`publish`)
 RECORDED = ("loss", "perplexity", "bleu", "chrf", "aer", "seconds")  # of a validation's metrics, what its record keeps
-CURVES = (
-    "loss",
-    "perplexity",
-    "bleu",
-    "chrf",
-    "aer",
-    "petaflops",
-    "epochs",
-)  # of a record, TensorBoard's valid/ curves
 
 
 @torch.no_grad()
@@ -76,6 +68,7 @@ class Validator:
         self.search = Search.of(decoding, config)
         limit, lines = config.decode_max_input_len, range(1, len(pairs) + 1)
         check_input_lengths(self.dataset.source_lengths, lines, limit, "trainer.decode_max_input_len", "valid line")
+        self.plotted = readable(self.dataset.source_lengths.tolist(), config.num_plots)
 
     def __call__(self, model, run_log: RunLog, step: int) -> dict[str, float]:
         """{step, loss, perplexity, bleu, chrf, seconds} of the model on the valid pairs, and `aer` when the gold
@@ -105,14 +98,15 @@ class Validator:
             "chrf": scores.chrf,
         }
         report = attention_report(model, vocabulary, pairs, device, dtype, gold)
-        for name, figures in report.items():
-            run_log.scalars({f"valid/{metric}/{name}": value for metric, value in figures.items()}, step)
+        run_log.maps(report, step)
         if report and gold is not None:
             metrics["aer"] = min(figures["aer"] for figures in report.values())  # the best-aligning map
         sources, references = [s for s, _ in pairs], [t for _, t in pairs]
         run_log.samples(sources, references, texts, config.num_samples, step)
         plotting = time.perf_counter()
-        run_log.attention(model, vocabulary, sources, hypotheses, config.num_plots, device, dtype, step)
+        plotted = self.plotted
+        run_log.attention(model, vocabulary, [sources[i] for i in plotted], [hypotheses[i] for i in plotted],
+                          len(plotted), device, dtype, step)  # fmt: skip
         ended = time.perf_counter()
         # where a validation's time goes: on a GPU the decoding is short and the host's share shows
         log.info(
@@ -127,9 +121,19 @@ class Validator:
         return {**metrics, "seconds": ended - started}
 
 
+def readable(lengths: list[int], count: int) -> list[int]:
+    """The valid sentences whose attention is drawn at every validation: the first `count` of at most READABLE
+    subwords (then the shortest others, where too few are), the same ones each time, so that TensorBoard's step slider
+    shows their attention forming."""
+    short = [i for i, length in enumerate(lengths) if length <= READABLE]
+    rest = sorted((i for i, length in enumerate(lengths) if length > READABLE), key=lambda i: (lengths[i], i))
+    return (short + rest)[:count]
+
+
 def record(metrics: dict[str, float], progress: Progress, improved: bool, tokens_per_second: float) -> dict:
     """A validation's figures, once: the update, epochs, compute and minutes trained, loss, BLEU, chrF, AER where
-    measured, its own seconds, whether it is the best so far, the training speed. Every sink writes this mapping."""
+    measured, its own seconds, whether it is the best so far, the best BLEU so far, the training speed. Every sink
+    writes this mapping."""
     return {
         "step": progress.step,
         "epochs": metrics["epochs"],
@@ -137,18 +141,17 @@ def record(metrics: dict[str, float], progress: Progress, improved: bool, tokens
         "train_minutes": progress.train_seconds / 60,
         **{k: metrics[k] for k in RECORDED if k in metrics},
         "best": improved,
+        "best_bleu": progress.best_bleu,
         "tokens_per_second": tokens_per_second,
     }
 
 
 def publish(figures: dict, run_log: RunLog, run_dir: Path) -> None:
-    """A validation's record to each sink: TensorBoard's valid/ curves (and valid BLEU against the teraFLOPs trained,
-    `compute/valid_bleu`, so runs of different models line up), a line of `validations.jsonl` (the plain record the
-    study, the tests and a person read; a run resumed from last.pt may repeat a validation the stopped process had
-    recorded: a reader keeps the last line of each update), the console and the log."""
+    """A validation's record to each sink: TensorBoard (`RunLog.validation`), a line of `validations.jsonl` (the
+    plain record the study, the tests and a person read; a run resumed from last.pt may repeat a validation the
+    stopped process had recorded: a reader keeps the last line of each update), the console and the log."""
     step = figures["step"]
-    run_log.scalars({f"valid/{k}": figures[k] for k in CURVES if k in figures}, step)
-    run_log.scalars({"compute/valid_bleu": figures["bleu"]}, round(figures["petaflops"] * 1e3))
+    run_log.validation(figures)
     with open(run_dir / VALIDATIONS, "a", encoding="utf-8") as handle:
         handle.write(json.dumps(figures) + "\n")
     alignment = f"AER {figures['aer']:.3f} " if "aer" in figures else ""

@@ -4,10 +4,10 @@ choice the hardware cannot serve gets, and the command lines of every family on 
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from dataclasses import asdict
 
+import commands
 import pytest
 import torch
 from conftest import ROOT, compose_config, tiny_model_overrides
@@ -155,7 +155,7 @@ def test_an_update_the_gradient_scaler_skips_does_not_advance_the_schedule(tmp_p
 
 def run(*args, environment: dict[str, str] | None = None):
     env = {**os.environ, "HYDRA_FULL_ERROR": "0", **(environment or {})}
-    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, env=env)
+    return commands.run([sys.executable, *args], cwd=ROOT, text=True, env=env)
 
 
 # Every family and Luong variant, tiny: two multiruns (one process each) of train.py. Luong's variants take each

@@ -9,6 +9,7 @@ import sys
 from functools import partial
 from pathlib import Path
 
+import commands
 import pytest
 import torch
 from conftest import ROOT
@@ -38,9 +39,7 @@ SMALL = [
 
 def run(*args, stdin: bytes | None = None, timeout: float = 90):
     environment = {**os.environ, "HYDRA_FULL_ERROR": "0", "LC_ALL": "C.UTF-8"}
-    return subprocess.run(
-        [sys.executable, *map(str, args)], cwd=ROOT, capture_output=True, env=environment, input=stdin, timeout=timeout
-    )
+    return commands.run([sys.executable, *args], cwd=ROOT, env=environment, input=stdin, timeout=timeout)
 
 
 def snapshot(folder) -> dict:

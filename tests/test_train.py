@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 
+import commands
 import pytest
 import torch
 import torch.nn.functional as F
@@ -213,9 +214,7 @@ def test_our_bleu_equals_the_sacrebleu_command_line(tmp_path):
 
 def run(*args, cwd=ROOT, stdin=None):
     environment = {**os.environ, "HYDRA_FULL_ERROR": "0"}
-    return subprocess.run(
-        [sys.executable, *args], cwd=cwd, capture_output=True, text=True, env=environment, input=stdin
-    )
+    return commands.run([sys.executable, *args], cwd=cwd, text=True, env=environment, input=stdin)
 
 
 @pytest.mark.slow
@@ -247,8 +246,9 @@ def test_train_and_evaluate_command_lines_end_to_end(tmp_path, monkeypatch):
     assert "alignment (argmax" in evaluate.stdout and "alignment " in evaluate.stdout  # the sample corpus's own gold
     events = EventAccumulator(str(run_dir))
     events.Reload()
-    assert {"valid/aer", "valid/entropy/alignment", "valid/diagonality/alignment"} <= set(events.Tags()["scalars"])
-    assert {"valid/attention/alignment/0", "valid/attention/alignment/2"} <= set(events.Tags()["images"])  # 3 plots
+    scalars = {"curves/valid_aer", "validation/entropy/alignment", "validation/diagonality/alignment"}
+    assert scalars <= set(events.Tags()["scalars"])
+    assert {"heatmaps/alignment/0", "heatmaps/alignment/2"} <= set(events.Tags()["images"])  # 3 plots
     searched = []
     monkeypatch.setattr(nmt.decoding, "beam_search", lambda *a, **k: searched.append(a[3]) or beam_search(*a, **k))
     evaluate_checkpoint(str(run_dir / "best.pt"), DecodeOptions(beam=3, device="cpu"), split="valid")

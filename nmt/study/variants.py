@@ -35,7 +35,7 @@ class Variant:
             return cls(family, window=model.get("window") or 0)
         return cls(
             family,
-            score=build.score_name(attention["_target_"]),
+            score=build.option_name(attention["_target_"]),
             scaled=bool(attention.get("scaled")),
             alignment=model.get("alignment"),
             feeding=model.get("input_feeding"),
