@@ -363,9 +363,26 @@ def flatten(tree: dict, prefix: str = "") -> dict:
     return flat
 
 
+def option_groups() -> str:
+    """The option groups a user picks from, one line each ("model: bahdanau, luong, ..."), for `train.py --help`:
+    the folders of configs/, without Hydra's own and family_size (what `size=` picks for each family); the schemas,
+    in Hydra's ConfigStore, are not folders."""
+    lines = []
+    for folder in sorted(p for p in CONFIGS.rglob("*") if p.is_dir()):
+        group = folder.relative_to(CONFIGS).as_posix()
+        names = sorted(f.stem for f in folder.glob("*.yaml"))
+        if names and group.split("/")[0] not in ("hydra", "family_size"):
+            lines.append(f"{group}: {', '.join(names)}")
+    return "\n".join(lines)
+
+
 def register() -> None:
-    """Put the dataclasses in Hydra's ConfigStore, where the YAML files' defaults lists find them as `/schema/...`."""
+    """Put the dataclasses in Hydra's ConfigStore, where the YAML files' defaults lists find them as `/schema/...`,
+    and the resolver `--help` lists the option groups with (`option_groups`)."""
     from hydra.core.config_store import ConfigStore
+    from omegaconf import OmegaConf
+
+    OmegaConf.register_new_resolver("nmt_option_groups", option_groups, replace=True)
 
     store = ConfigStore.instance()
     store.store(group="schema", name="train", node=TrainConfig)

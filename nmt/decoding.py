@@ -13,6 +13,7 @@ from pathlib import Path
 
 import sacrebleu
 import torch
+from tqdm import tqdm
 
 from nmt import UserError, build, checkpoint
 from nmt.config import DecodeOptions, TrainerConfig
@@ -63,11 +64,18 @@ class Search:
 
 
 def translate(
-    model, vocabulary: Vocabulary, sources: list[str], search: Search, device: torch.device, dtype: torch.dtype
+    model,
+    vocabulary: Vocabulary,
+    sources: list[str],
+    search: Search,
+    device: torch.device,
+    dtype: torch.dtype,
+    progress: str = "",
 ) -> tuple[list[str], list[Hypothesis]]:
     """Translations of raw sentences, in their order: (detokenized strings, hypotheses). Greedy for beam 1.
 
     Sentences are decoded in length-sorted batches of at most `search.max_tokens` source tokens over the beam size.
+    `progress`: a bar with that name counts the sentences on stderr ("validating", "testing"); none if empty.
     """
     hypotheses = [Hypothesis([], 0.0, None) for _ in sources]  # an empty line translates to an empty line
     texts = [i for i, s in enumerate(sources) if s.strip()]
@@ -85,7 +93,8 @@ def translate(
         )
     budget = max(search.max_tokens // search.beam, longest)  # greedy: at least one line a batch
     model.eval()
-    with torch.no_grad(), autocast(device, dtype):
+    bar = tqdm(total=len(texts), desc=progress, unit=" sentences", leave=False, disable=not progress, delay=0.5)
+    with bar, torch.no_grad(), autocast(device, dtype):
         for indices in TokenBatchSampler(dataset, budget, shuffle=False):
             batch = collate([dataset[i] for i in indices]).to(device)
             if search.beam == 1:
@@ -97,6 +106,7 @@ def translate(
                 found = [hypotheses_of_one[0] for hypotheses_of_one in n_best]
             for index, hypothesis in zip(indices, found):
                 hypotheses[texts[index]] = hypothesis
+            bar.update(len(indices))
     return vocabulary.decode_target([h.tokens for h in hypotheses]), hypotheses
 
 
@@ -129,10 +139,16 @@ def score(hypotheses: list[str], references: list[str]) -> Scores:
 
 
 def decode_split(
-    model, vocabulary: Vocabulary, pairs: Pairs, search: Search, device: torch.device, dtype: torch.dtype
+    model,
+    vocabulary: Vocabulary,
+    pairs: Pairs,
+    search: Search,
+    device: torch.device,
+    dtype: torch.dtype,
+    progress: str = "",
 ) -> tuple[list[str], list[Hypothesis], Scores]:
-    """Translate the source side of `pairs` and score it against the target side."""
-    texts, hypotheses = translate(model, vocabulary, [s for s, _ in pairs], search, device, dtype)
+    """Translate the source side of `pairs` and score it against the target side (`progress`: `translate`'s)."""
+    texts, hypotheses = translate(model, vocabulary, [s for s, _ in pairs], search, device, dtype, progress)
     return texts, hypotheses, score(texts, [t for _, t in pairs])
 
 
@@ -177,12 +193,12 @@ class Translator:
         dtype = resolve_precision(precision or "auto", where, option="precision").dtype
         return cls(model, vocabulary, where, dtype, Search.of(options, trained), config)
 
-    def translate(self, lines: list[str]) -> list[str]:
-        return self.search_lines(lines)[0]
+    def translate(self, lines: list[str], progress: str = "") -> list[str]:
+        return self.search_lines(lines, progress)[0]
 
-    def search_lines(self, lines: list[str]) -> tuple[list[str], list[Hypothesis]]:
-        """Translations and the hypotheses behind them (tokens, score, attention weights)."""
-        return translate(self.model, self.vocabulary, lines, self.search, self.device, self.dtype)
+    def search_lines(self, lines: list[str], progress: str = "") -> tuple[list[str], list[Hypothesis]]:
+        """Translations and the hypotheses behind them (tokens, score, attention weights); `progress`: `translate`'s."""
+        return translate(self.model, self.vocabulary, lines, self.search, self.device, self.dtype, progress)
 
     def has_attention(self) -> bool:
         """Whether the model has attention weights to plot (the contract's `attention_maps` is empty otherwise)."""

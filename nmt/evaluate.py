@@ -131,7 +131,7 @@ def evaluate(
         gold = read_gold(alignments, pairs)
     chosen = alignment_map_of(translator, alignment_map, data_dir) if gold is not None else None  # checked early
     sources, references = [s for s, _ in pairs], [t for _, t in pairs]
-    hypotheses = translator.translate(sources)
+    hypotheses = translator.translate(sources, progress=f"decoding {source or split}")
     metrics = [sacrebleu.metrics.BLEU(), sacrebleu.metrics.CHRF(), sacrebleu.metrics.TER()]
     scores = [metric.corpus_score(hypotheses, [references]) for metric in metrics]
     write_text(output_path, "".join(h + "\n" for h in hypotheses))

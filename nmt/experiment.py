@@ -92,9 +92,7 @@ def train_in(settings: TrainConfig, resolved: dict, run_dir: Path, where: torch.
         if "trainer.lr" in decided.changes:
             set_lr(trainer.optimizer, trainer.schedule, settings.trainer.lr)
     if distributed.is_main():  # every check passed: this invocation trains
-        record_provenance(run_dir, where, trainer.precision.name)
-        trainer.log = RunLog(run_dir)
-        trainer.log.hparams(user_options(resolved, same_run_options()))
+        open_records(trainer, resolved, run_dir, where)
     if trainer.train() == "interrupted":
         trainer.log.close()
         how = "the sweep's command again" if in_sweep() else resume_command(run_dir)
@@ -117,8 +115,26 @@ def train_in(settings: TrainConfig, resolved: dict, run_dir: Path, where: torch.
             ) from None
         trainer.log.results(results, trainer.step)
     trainer.log.close()
+    if distributed.is_main() and not in_sweep():
+        print(written(run_dir, settings.trainer))
     distributed.barrier()
     return results
+
+
+def open_records(trainer: Trainer, resolved: dict, run_dir: Path, where: torch.device) -> None:
+    """This invocation in provenance.json, and TensorBoard's log opened with the run's options in HParams."""
+    record_provenance(run_dir, where, trainer.precision.name)
+    trainer.log = RunLog(run_dir)
+    trainer.log.hparams(user_options(resolved, same_run_options()))
+
+
+def written(run_dir: Path, config) -> str:
+    """What a finished run left in its folder, for the console's last line."""
+    files = [f"best.pt (best valid {config.select})", "last.pt"]
+    files += ["best.test.hyp", "results.json"] if config.test_at_end else []
+    files += ["validations.jsonl", "train.log", "TensorBoard's events"]
+    runs = run_dir.parent.parent if run_dir.parent.parent.name == "outputs" else run_dir.parent  # every model's runs
+    return f"saved in {run_dir}: {', '.join(files)}; compare runs with: tensorboard --logdir {runs}"
 
 
 def read_where_it_was(settings: TrainConfig, resolved: dict, saved: dict, changed: dict[str, tuple]) -> None:
@@ -204,8 +220,9 @@ def evaluate_best(trainer: Trainer, test_pairs, run_dir: Path) -> dict[str, floa
     """Greedy test BLEU and chrF of the best checkpoint: `best.test.hyp` and `results.json` in the run directory."""
     best = checkpoint.load(run_dir / "best.pt")
     trainer.model.load_state_dict(best["model"])
+    progress = "testing the best checkpoint" if trainer.config.progress else ""
     texts, _, scores = decode_split(
-        trainer.model, trainer.vocabulary, test_pairs, trainer.search, trainer.device, trainer.dtype
+        trainer.model, trainer.vocabulary, test_pairs, trainer.search, trainer.device, trainer.dtype, progress
     )
     (run_dir / "best.test.hyp").write_text("".join(h + "\n" for h in texts), encoding="utf-8")
     results = {"test/bleu": scores.bleu, "test/chrf": scores.chrf, "best/step": best["progress"]["step"]}

@@ -85,7 +85,8 @@ class Validator:
         started = time.perf_counter()
         loss = valid_loss(model, self.dataset, config.valid_max_tokens, device, dtype)
         decoding = time.perf_counter()
-        texts, hypotheses, scores = decode_split(model, vocabulary, pairs, self.search, device, dtype)
+        progress = "validating" if config.progress else ""
+        texts, hypotheses, scores = decode_split(model, vocabulary, pairs, self.search, device, dtype, progress)
         reporting = time.perf_counter()
         if not run_log.signatures_logged:
             log.info("sacrebleu signatures: BLEU %s | chrF %s", scores.bleu_signature, scores.chrf_signature)

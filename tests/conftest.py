@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
+import commands
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
@@ -25,6 +27,28 @@ register()
 torch.set_num_threads(1)  # tiny models: one thread is as fast, and never oversubscribes
 # and so for the train.py and evaluate.py processes tests start: pytest runs one worker per core (make test)
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+@pytest.fixture(autouse=True)
+def forked_sweeps(monkeypatch):
+    """The study's sweeps (`python train.py -m ...`, run by `nmt.study.sweep.waited`) forked like the tests' own
+    commands (tests/commands.py), their output passed on to this process's streams where capfd reads it. Tests that
+    signal a sweep start it as a process of their own; a joblib sweep runs fresh (loky's workers, started from a
+    forked process, waited minutes to start)."""
+    import nmt.study.cli.tune
+    import nmt.study.sweep
+
+    def waited(command: list[str]) -> int:
+        if "hydra/launcher=joblib" in command:
+            return fresh(command)
+        done = commands.run(command, cwd=nmt.study.sweep.ROOT)
+        sys.stdout.write(done.stdout.decode(errors="replace"))
+        sys.stderr.write(done.stderr.decode(errors="replace"))
+        return done.returncode
+
+    fresh = nmt.study.sweep.waited
+    monkeypatch.setattr(nmt.study.sweep, "waited", waited)
+    monkeypatch.setattr(nmt.study.cli.tune, "waited", waited)
 
 
 def compose_config(*overrides: str, config_name: str = "train") -> DictConfig:

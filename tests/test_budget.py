@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import commands
 import pytest
 import torch
 from conftest import ROOT
@@ -74,27 +75,15 @@ def test_the_same_seed_and_compute_budget_gives_bit_identical_weights_alone_and_
         f"data.spm_cache={tmp_path / 'spm'}",
     ]
     environment = {**os.environ, "HYDRA_FULL_ERROR": "0"}
-    alone = subprocess.run(
-        [sys.executable, *command, f"hydra.run.dir={tmp_path / 'alone'}"],
-        cwd=ROOT,
-        text=True,
-        capture_output=True,
-        env=environment,
-    )
-    assert alone.returncode == 0, alone.stderr[-2000:]
+    alone = commands.run([sys.executable, *command, f"hydra.run.dir={tmp_path / 'alone'}"], cwd=ROOT, env=environment)
+    assert alone.returncode == 0, alone.stderr[-2000:].decode()
     burner = subprocess.Popen([sys.executable, "-c", BURN], env={**environment, "OMP_NUM_THREADS": "2"})
     try:
-        busy = subprocess.run(
-            [sys.executable, *command, f"hydra.run.dir={tmp_path / 'busy'}"],
-            cwd=ROOT,
-            text=True,
-            capture_output=True,
-            env=environment,
-        )
+        busy = commands.run([sys.executable, *command, f"hydra.run.dir={tmp_path / 'busy'}"], cwd=ROOT, env=environment)
     finally:
         burner.kill()
         burner.wait()
-    assert busy.returncode == 0, busy.stderr[-2000:]
+    assert busy.returncode == 0, busy.stderr[-2000:].decode()
     a, b = (checkpoint.load(tmp_path / run / "last.pt") for run in ("alone", "busy"))
     assert a["progress"]["step"] == b["progress"]["step"] and a["progress"]["flops"] == b["progress"]["flops"]
     assert all(torch.equal(a["model"][name], b["model"][name]) for name in a["model"])

@@ -17,7 +17,7 @@ import nmt.device
 from nmt import UserError
 from nmt.config import DecodeOptions, TrainerConfig
 from nmt.decoding import Translator
-from nmt.device import Capability, choose, cpu_capability, cuda_capability
+from nmt.device import Capability, choose, cpu_capability, cpu_kernels, cuda_capability
 from nmt.trainer import Trainer
 
 NATIVE_CPU = Capability("cpu", "CPU", native_bf16=True, bf16_kernels=True, fp16=False, detail="AVX512_BF16")
@@ -182,6 +182,8 @@ SWEEPS = [
 def test_every_family_and_luong_variant_trains_and_decodes_from_the_command_line(tmp_path, cpu):
     """With the default precision, on this CPU as it is and held to AVX2 (as a CPU without native bf16: there bf16
     LSTMs fail in oneDNN and bf16 products are hundreds of times slower), where `auto` must choose fp32."""
+    if cpu != "native" and cpu_kernels() == "AVX2" and not cpu_capability().native_bf16:
+        pytest.skip("this CPU is held to AVX2 already: the native case runs the same kernels and the same checks")
     environment = HELD_DOWN if cpu != "native" else {}
     expected = "bf16" if cpu == "native" and cpu_capability().native_bf16 else "fp32"
     small = [
@@ -207,7 +209,7 @@ def test_every_family_and_luong_variant_trains_and_decodes_from_the_command_line
     decoded = run("evaluate.py", f"checkpoint={runs[2]}", "split=valid", "beam=2", environment=environment)
     assert decoded.returncode == 0 and "BLEU" in decoded.stdout, decoded.stderr[-3000:]
     assert f"precision {expected} (auto)" in decoded.stdout + decoded.stderr
-    if cpu != "native":  # an explicit bf16 is refused with the reason and the fix, never oneDNN's error
+    if expected == "fp32":  # an explicit bf16 is refused with the reason and the fix, never oneDNN's error
         refused = run(
             "train.py",
             *small[1:],

@@ -5,6 +5,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -1249,9 +1250,9 @@ def test_attention_kernels_records_the_window_against_global_per_shape_and_path(
     assert "| lab long (100 subwords) | fused | 500.0 | 550.0 | 1.10 |" in table
 
 
-def test_the_lab_trains_scores_alignment_and_length_and_resumes_where_it_stopped(tmp_path, capfd, monkeypatch):
-    lab = load_script("lab")
-    small = [
+def lab_arguments(folder) -> list[str]:
+    """A lab of three variants, tiny, into folder/lab."""
+    return [
         "--variants",
         "bahdanau,bahdanau_fixed,luong_local_m",
         "--steps",
@@ -1265,7 +1266,7 @@ def test_the_lab_trains_scores_alignment_and_length_and_resumes_where_it_stopped
         "--trials",
         "50",
         "--output",
-        str(tmp_path / "lab"),
+        str(folder / "lab"),
         "--extra",
         "data.sizes.train=300",
         "data.sizes.valid=10",
@@ -1274,9 +1275,21 @@ def test_the_lab_trains_scores_alignment_and_length_and_resumes_where_it_stopped
         "model.embedding_size=16",
         "model.hidden_size=24",
         "trainer.num_plots=0",
-        f"data.spm_cache={tmp_path / 'spm'}",
+        f"data.spm_cache={folder / 'spm'}",
     ]
-    lab.main(small)
+
+
+@pytest.fixture(scope="module")
+def small_lab(tmp_path_factory):
+    """The small lab, trained once for the tests that read it: its folder (folder/lab)."""
+    folder = tmp_path_factory.mktemp("small_lab")
+    load_script("lab").main(lab_arguments(folder))
+    return folder
+
+
+def test_the_lab_trains_scores_alignment_and_length(small_lab, tmp_path, capfd, monkeypatch):
+    lab = load_script("lab")
+    tmp_path = small_lab  # the lab's own folder: this test reads it and writes measurements elsewhere
     report = (tmp_path / "lab" / "report.md").read_text()
     local_m = "luong (general, local_m, no feeding, bidirectional)"  # named from its config
     assert f"| {local_m} | alignment |" in report and "| 0.34 |" in report  # beside the paper's AER
@@ -1297,14 +1310,20 @@ def test_the_lab_trains_scores_alignment_and_length_and_resumes_where_it_stopped
     )
     assert f"| {local_m} | 1 |" in comparison and "| Δ best |" in comparison
     offset = load_script("alignment_offset")  # docs/alignment.md's table: AER with every link moved by k words
-    monkeypatch.setattr(offset.results, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(offset.results, "RESULTS", tmp_path / "measured_here")
     offset.main(["--record", "--shifts", "1", str(tmp_path / "lab" / "runs" / "lab_luong_local_m" / "seed1234")])
-    saved = json.loads((tmp_path / "results" / "measured" / "alignment_offset.json").read_text())
+    saved = json.loads((tmp_path / "measured_here" / "measured" / "alignment_offset.json").read_text())
     assert saved["columns"] == ["run", "-1", "+0", "+1"] and saved["rows"][0][0] == f"{local_m}, seed 1234"
     assert sum(cell.startswith("**") for cell in saved["rows"][0][1:]) == 1  # the lowest AER in bold
     assert all(0 <= float(cell.strip("*")) <= 1 for cell in saved["rows"][0][1:])
     with pytest.raises(UserError, match="seed1234: this model has no attention"):
         offset.main([str(tmp_path / "lab" / "runs" / "lab_bahdanau_fixed" / "seed1234")])
+
+
+def test_the_lab_resumes_where_it_stopped_and_reports_from_its_records(small_lab, tmp_path, capfd, monkeypatch):
+    shutil.copytree(small_lab, tmp_path, dirs_exist_ok=True, symlinks=True)  # the trained lab, to change here
+    lab, small = load_script("lab"), lab_arguments(tmp_path)
+    local_m = "luong (general, local_m, no feeding, bidirectional)"
     capfd.readouterr()
     records = tmp_path / "lab" / "records"
     variants = ("lab_bahdanau", "lab_bahdanau_fixed", "lab_luong_local_m")

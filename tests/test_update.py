@@ -116,7 +116,7 @@ def test_static_updates_learn_as_todays_do(tmp_path, sample_vocabulary, sample_s
             loss, _ = trainer.update(batches, tokens)
             losses.append((float(loss), tokens))
             trained += tokens
-            if trained >= 60_000:
+            if trained >= 30_000:
                 break
         curves.append(losses)
     mean = [[sum(x[0] for x in part) / sum(x[1] for x in part) for part in (c[:5], c[-len(c) // 10 :])] for c in curves]

@@ -387,8 +387,8 @@ def summarise(
     }
     write_text(output / "compare.json", json.dumps(record, indent=1, default=float))
     with SummaryWriter(str(output / "tensorboard")) as writer:  # the same figures and text in TensorBoard
-        for key, figure in made.items():
-            writer.add_figure(f"compare/{key}", figure)
+        for key, figure in made.items():  # the pixels savefig drew, not drawn again
+            writer.add_image(f"compare/{key}", np.asarray(figure.canvas.buffer_rgba())[..., :3], dataformats="HWC")
         writer.add_text("compare/report", text)
     return text
 

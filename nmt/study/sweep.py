@@ -11,6 +11,8 @@ as if it had today's, beside seeds that do (`check_finished` refuses it, naming 
 
 from __future__ import annotations
 
+import copy
+import functools
 import os
 import signal
 import subprocess
@@ -68,8 +70,14 @@ def composed(overrides: list[str]) -> DictConfig:
 
 
 def settings(overrides: list[str]) -> dict:
-    """The config `train.py OVERRIDES` would run with today, as plain containers."""
-    return OmegaConf.to_container(composed(overrides), resolve=True)
+    """The config `train.py OVERRIDES` would run with today, as plain containers (composed once per process: a
+    study asks for the same variant's settings several times, and Hydra takes most of a second to compose)."""
+    return copy.deepcopy(composed_settings(tuple(overrides)))
+
+
+@functools.lru_cache(maxsize=256)
+def composed_settings(overrides: tuple[str, ...]) -> dict:
+    return OmegaConf.to_container(composed(list(overrides)), resolve=True)
 
 
 def saved_settings(run_dir: Path) -> dict | None:
