@@ -33,10 +33,11 @@ from nmt.decoding import check_input_lengths, decode_split
 from nmt.device import cpu_kernels, cpu_name, place
 from nmt.multirun import in_sweep
 from nmt.optim import set_lr
-from nmt.paths import run_lock, write_text
+from nmt.paths import own_files, run_lock, write_text
 from nmt.resume import LOCATIONS, plan, same_run_options, saved_locations
 from nmt.runlog import RunLog, user_options
 from nmt.trainer import Trainer
+from nmt.validation import continue_from
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,8 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
     where, precision = place(settings.trainer.device, settings.trainer.precision, settings.trainer.deterministic)
     log.info("device %s; precision %s", where, precision.reason)
     run_dir = Path(distributed.share(str(run_dir)))  # under torchrun, every process works in rank 0's run directory
+    if distributed.is_main():
+        own_files(run_dir)  # links, FIFOs, folders in a run file's place refused; hard links broken
     with run_lock(run_dir) if distributed.is_main() else contextlib.nullcontext():  # one run folder, one writer
         return train_in(settings, resolved, run_dir, where, precision.name)
 
@@ -122,7 +125,9 @@ def train_in(settings: TrainConfig, resolved: dict, run_dir: Path, where: torch.
 
 
 def open_records(trainer: Trainer, resolved: dict, run_dir: Path, where: torch.device) -> None:
-    """This invocation in provenance.json, and TensorBoard's log opened with the run's options in HParams."""
+    """validations.jsonl as the update this run starts from left it (`continue_from`), this invocation in
+    provenance.json, and TensorBoard's log opened with the run's options in HParams."""
+    continue_from(run_dir, trainer.step)
     record_provenance(run_dir, where, trainer.precision.name)
     trainer.log = RunLog(run_dir)
     trainer.log.hparams(user_options(resolved, same_run_options()))

@@ -20,11 +20,13 @@ from nmt.corpus import Pairs
 from nmt.data import ParallelDataset, TokenBatchSampler, Vocabulary, collate
 from nmt.decoding import Search, check_input_lengths, decode_split
 from nmt.loss import batch_loss
+from nmt.paths import write_text
 from nmt.runlog import RunLog
 
 log = logging.getLogger(__name__)
 READABLE = 16  # subwords: up to about this length a heatmap's labels stay legible at TensorBoard's card size
 VALIDATIONS = "validations.jsonl"  # in a run directory: one JSON line per validation (`publish`)
+PAST = "validations.past.jsonl"  # validations of updates past the checkpoint a run continued from (`continue_from`)
 RECORDED = ("loss", "perplexity", "bleu", "chrf", "aer", "seconds")  # of a validation's metrics, what its record keeps
 
 
@@ -165,6 +167,27 @@ def publish(figures: dict, run_log: RunLog, run_dir: Path) -> None:
     log.info(
         "validation at step %d: %s", step, {k: v if isinstance(v, bool) else round(v, 4) for k, v in figures.items()}
     )
+
+
+def continue_from(run_dir: Path, step: int) -> None:
+    """validations.jsonl as a run continuing from update `step` finds it: the lines of later updates (validated after
+    the checkpoint it continues from, by the process that stopped, or by an older run in this folder whose checkpoints
+    are gone) moved to validations.past.jsonl, so that the file holds one history and its readers see only it."""
+    path = run_dir / VALIDATIONS
+    if not path.is_file():
+        return
+    kept, past = [], []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True):
+        try:
+            later = json.loads(line)["step"] > step
+        except (ValueError, KeyError, TypeError):  # a line cut short or not a record: readers skip it
+            later = False
+        (past if later else kept).append(line)
+    if past:
+        with open(run_dir / PAST, "a", encoding="utf-8") as handle:
+            handle.writelines(past)
+        write_text(path, "".join(kept))
+        log.warning("%s: %d validations past update %d moved to %s", path, len(past), step, PAST)
 
 
 def improves(select: str, metrics: dict[str, float], progress: Progress) -> bool:

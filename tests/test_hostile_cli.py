@@ -886,3 +886,61 @@ def test_one_plan_decides_what_a_run_directory_is_for(trained, tmp_path):
     with pytest.raises(UserError, match="finished run trained with other settings.*trainer.lr"):
         plan(run_dir, "auto", faster)
     assert unchanged(before, snapshot(run_dir))
+
+
+def hostile_entry(kind: str, path, outside):
+    """Put `kind` where a run file belongs: a link to a user's file, a dangling link, a FIFO or a folder."""
+    if kind == "link":
+        path.symlink_to(outside)
+    elif kind == "dangling link":
+        path.symlink_to(outside.parent / "nothing-here")
+    elif kind == "FIFO":
+        os.mkfifo(path)
+    else:
+        path.mkdir()
+
+
+@pytest.mark.parametrize("kind", ["link", "dangling link", "FIFO", "folder"])
+@pytest.mark.parametrize("name", [".lock", "validations.jsonl", "train.log", "results.json", "provenance.json"])
+def test_a_run_file_that_is_not_a_file_is_refused_before_anything_is_written(tmp_path, name, kind):
+    """A run folder's files are the run's own: a link is never followed (a user's file it points to is untouched), a
+    FIFO never waited on, a folder never opened; the entry is named, with what to do, and nothing is trained."""
+    run_dir, outside = tmp_path / "run", tmp_path / "users-file.txt"
+    run_dir.mkdir()
+    outside.write_text("a user's own words\n")
+    hostile_entry(kind, run_dir / name, outside)
+    result = run("train.py", *SMALL, f"hydra.run.dir={run_dir}", timeout=60)
+    refused(result, f"{run_dir / name} is a")
+    assert "not a file" in result.stderr.decode() and "hydra.run.dir" in result.stderr.decode()
+    assert outside.read_text() == "a user's own words\n" and not (tmp_path / "nothing-here").exists()
+    assert not list(run_dir.glob("*.pt")) and not list(run_dir.glob("events.out.tfevents.*"))
+
+
+def test_a_hard_linked_copy_of_a_run_resumed_leaves_the_original_untouched(trained, tmp_path):
+    """`cp -al` (or rsync --link-dest) copies a run as hard links: resuming the copy appends to its own files."""
+    original = trained[0]
+    copy = tmp_path / "copy"
+    subprocess.run(["cp", "-al", str(original), str(copy)], check=True)
+    before = snapshot(original)
+    result = run("train.py", *SMALL, f"data.spm_cache={trained[1]}", f"hydra.run.dir={copy}",
+                 "trainer.resume=true", "trainer.max_steps=6")  # fmt: skip
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+    assert snapshot(original) == before  # validations.jsonl, train.log, provenance.json: the original's alone
+    lines = (copy / "validations.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines][-1] == 6
+
+
+def test_a_folder_with_an_older_runs_validations_holds_a_run_and_a_continued_one_keeps_one_history(tmp_path):
+    """An older run's validations.jsonl (its checkpoints deleted) marks the folder: a new run is refused; a run
+    started there with trainer.resume=true moves the older lines aside, so that its records are its own."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    older = [{"step": step, "bleu": 1.0, "train_minutes": 0.1} for step in (30, 50, 60)]
+    (run_dir / "validations.jsonl").write_text("".join(json.dumps(line) + "\n" for line in older))
+    refused(run("train.py", *SMALL, f"hydra.run.dir={run_dir}"), "already holds a run (validations.jsonl)")
+    result = run("train.py", *SMALL, f"hydra.run.dir={run_dir}", "trainer.resume=true")
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+    steps = [json.loads(line)["step"] for line in (run_dir / "validations.jsonl").read_text().splitlines()]
+    assert steps == [2, 4]
+    moved = [json.loads(line)["step"] for line in (run_dir / "validations.past.jsonl").read_text().splitlines()]
+    assert moved == [30, 50, 60]
