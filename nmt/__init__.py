@@ -15,3 +15,8 @@ class Interrupted(Exception):
     def __init__(self, message: str, signal_number: int):
         super().__init__(message)
         self.signal_number = signal_number
+
+
+class NonFiniteLoss(Exception):
+    """The training loss became NaN or infinite; the trainer turns it into a UserError naming the last good
+    checkpoint (no checkpoint is ever written with non-finite weights)."""

@@ -30,7 +30,7 @@ from nmt.config import TrainConfig
 from nmt.corpus import Splits
 from nmt.data import Vocabulary
 from nmt.decoding import check_input_lengths, decode_split
-from nmt.device import cpu_kernels, cpu_name, place
+from nmt.device import Precision, cpu_kernels, cpu_name, place
 from nmt.multirun import in_sweep
 from nmt.optim import set_lr
 from nmt.paths import own_files, run_lock, write_text
@@ -59,14 +59,13 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
     if distributed.is_main():
         own_files(run_dir)  # links, FIFOs, folders in a run file's place refused; hard links broken
     with run_lock(run_dir) if distributed.is_main() else contextlib.nullcontext():  # one run folder, one writer
-        return train_in(settings, resolved, run_dir, where, precision.name)
+        return train_in(settings, resolved, run_dir, where, precision)
 
 
-def train_in(settings: TrainConfig, resolved: dict, run_dir: Path, where: torch.device, precision: str) -> dict:
+def train_in(settings: TrainConfig, resolved: dict, run_dir: Path, where: torch.device, precision: Precision) -> dict:
     """`train` once this process holds the run directory: keep a finished run, or continue or start one."""
-    decided = plan(run_dir, settings.trainer.resume, resolved, precision, in_sweep())  # before run_dir is written
-    if decided.kept is not None:
-        kept = decided.kept
+    decided = plan(run_dir, settings.trainer.resume, resolved, precision.name, in_sweep())  # before it is written
+    if (kept := decided.kept) is not None:
         log.info("%s holds this run, finished with these settings: kept (test BLEU %s)", run_dir, kept.get("test/bleu"))
         return kept
     if decided.checkpoint:  # where the corpus lies: the checkpoint's, unless given on this command line
@@ -89,6 +88,7 @@ def train_in(settings: TrainConfig, resolved: dict, run_dir: Path, where: torch.
         seed=settings.seed,
         run_config=resolved,
         valid_alignments=gold,
+        placed=(where, precision),
     )
     if decided.checkpoint:
         trainer.restore_payload(*decided.checkpoint)

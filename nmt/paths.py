@@ -308,12 +308,21 @@ def derived_from(path: Path, source: Path, settings: str) -> bool:
         return False
 
 
-def read_json(path: Path, remedy: str):
-    """The JSON in `path`; a damaged or unreadable file is refused naming it, with `remedy` (what to do)."""
+def read_json(path: Path, remedy: str, fields: dict[str, type] | None = None) -> dict:
+    """The JSON object in `path`, the one reader of nmt's JSON files (records, results, reports): a damaged or
+    unreadable file, one that holds something else than an object, or one whose `fields` ({name: type}) are missing
+    or of another type is refused naming the file and the field, with `remedy` (what to do)."""
     import json
 
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
+        found = json.loads(Path(path).read_bytes().decode("utf-8"))
     except (OSError, ValueError) as error:
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise UserError(f"{path}: damaged or unreadable ({reason}); {remedy}") from None
+    if not isinstance(found, dict):
+        raise UserError(f"{path}: holds a JSON {type(found).__name__}, not the object nmt writes; {remedy}")
+    for name, kind in (fields or {}).items():
+        if not isinstance(found.get(name), kind) or isinstance(found.get(name), bool) and kind is not bool:
+            what = "missing" if name not in found else f"a {type(found[name]).__name__}, not a {kind.__name__}"
+            raise UserError(f"{path}: field {name!r} is {what}; {remedy}")
+    return found

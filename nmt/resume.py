@@ -132,7 +132,9 @@ def finished_run(run_dir: Path, new: dict, precision_now: str | None = None) -> 
     if not (results.is_file() and last.is_file()):
         return None
     try:
-        kept = json.loads(results.read_text(encoding="utf-8"))
+        kept = json.loads(results.read_bytes().decode("utf-8"))
+        if not isinstance(kept, dict):
+            raise ValueError(f"it holds a JSON {type(kept).__name__}, not the results' object")
     except (OSError, ValueError) as error:
         log.warning(
             "%s is damaged (%s): the run counts as unfinished and continues from its last checkpoint",

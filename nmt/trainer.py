@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from nmt import UserError, checkpoint, distributed
+from nmt import NonFiniteLoss, UserError, checkpoint, distributed
 from nmt.checkpoint import Progress
 from nmt.config import TrainerConfig
 from nmt.corpus import Pairs
@@ -34,7 +34,7 @@ from nmt.data import (
     check_splits,
     collate,
 )
-from nmt.device import place
+from nmt.device import Precision, place
 from nmt.meters import Clock, ProgressBar, StopRequests, Window, stop_reason, validation_due
 from nmt.optim import make_optimizer, make_schedule, steps_on_validation
 from nmt.runlog import RunLog
@@ -42,10 +42,6 @@ from nmt.update import Mode, Update, features_of
 from nmt.validation import Validator, improves, publish, record
 
 log = logging.getLogger(__name__)
-
-
-class NonFiniteLoss(Exception):
-    pass
 
 
 class Trainer:
@@ -70,10 +66,11 @@ class Trainer:
         run_config: dict | None = None,
         valid_alignments: list | None = None,
         mode: Mode | None = None,
+        placed: tuple[torch.device, Precision] | None = None,
     ):
-        """`max_tokens`, `max_len`: data.max_tokens and data.max_len; `run_config`: what checkpoints store as the
-        run's config; `valid_alignments`: gold links of the valid pairs, for valid AER; `mode`: how updates run
-        (nmt.update.Mode; decided from trainer.cuda_graphs and the device where None)."""
+        """`max_tokens`, `max_len`: data.max_tokens, data.max_len; `run_config`: the config checkpoints store;
+        `valid_alignments`: the valid pairs' gold links (valid AER); `mode`, `placed`: how updates run (nmt.update.Mode)
+        and the device and precision (nmt.device.place) where decided already, else decided here from `config`."""
         self.config = config = config or TrainerConfig()
         config.check()
         self.vocabulary, self.run_dir, self.seed = vocabulary, Path(run_dir), seed
@@ -83,10 +80,10 @@ class Trainer:
                 "sample corpus has them); select on bleu or loss"
             )
         self.run_config = run_config or {"trainer": asdict(config)}
-        self.place(model, seed)
+        self.place(model, seed, placed)
         self.mode = mode or Mode.decide(config.cuda_graphs, self.device, self.world, config.accumulate, self.dtype)
         self.prepare_data(train_pairs, valid_pairs, max_tokens, max_len, valid_alignments)
-        self.optimizer = make_optimizer(self.model, config, captured=self.mode.captured and self.device.type == "cuda")
+        self.optimizer = make_optimizer(self.model, config, captured=self.mode.capturable(self.device))
         self.schedule = make_schedule(self.optimizer, config)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.dtype == torch.float16)
         self.update = Update(
@@ -124,10 +121,11 @@ class Trainer:
         self.validator = Validator(self.vocabulary, valid_pairs, self.config, self.device, self.dtype, gold)
         self.search = self.validator.search  # the test split is decoded as the valid one
 
-    def place(self, model: torch.nn.Module, seed: int) -> None:
-        """The model on its device in the chosen precision (nmt.device.place); under torchrun, wrapped for data
-        parallelism (nmt.update.features_of)."""
-        self.device, self.precision = place(self.config.device, self.config.precision, self.config.deterministic)
+    def place(self, model: torch.nn.Module, seed: int, placed: tuple | None = None) -> None:
+        """The model on its device in the chosen precision (nmt.device.place, once); under torchrun, wrapped for
+        data parallelism (nmt.update.features_of)."""
+        config = self.config
+        self.device, self.precision = placed or place(config.device, config.precision, config.deterministic)
         self.dtype = self.precision.dtype
         self.model = model.to(self.device)
         self.world, self.rank = distributed.world_size(), distributed.rank()

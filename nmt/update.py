@@ -68,6 +68,11 @@ class Mode:
     def captured(self) -> bool:
         return self.record is not None
 
+    def capturable(self, device: torch.device) -> bool:
+        """Whether the optimiser runs capturable (fused, its rate a device tensor): captured updates on a GPU. A
+        test's recorder that replays on a CPU reruns Python, which reads the float rate afresh, as eager Adam does."""
+        return self.captured and device.type == "cuda"
+
     @classmethod
     def decide(cls, wanted: bool, device: torch.device, world: int, accumulate: int, dtype: torch.dtype) -> Mode:
         reason = refusal(device, world, accumulate, dtype) if wanted else "trainer.cuda_graphs=false"
@@ -173,8 +178,8 @@ class Update:
     def __call__(self, batches: Sequence[Batch], tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
         scale = self.world / tokens
         if self.mode.captured and self.graphs is None:
-            if self.device.type == "cuda":  # as the optimiser is fused and capturable there (a CPU test's recorder
-                capturable_lr(self.optimizer, self.device)  # reruns Python, which reads the float afresh)
+            if self.mode.capturable(self.device):
+                capturable_lr(self.optimizer, self.device)
             self.graphs = Graphs(lambda batch, s: self.body([batch], s), self.device, self.mode.record)
         before = self.scaler.get_scale() if self.scaler.is_enabled() else 0.0  # fp16 only: a host read
         if self.graphs is not None:

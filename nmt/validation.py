@@ -26,6 +26,8 @@ from nmt.runlog import RunLog
 log = logging.getLogger(__name__)
 READABLE = 16  # subwords: up to about this length a heatmap's labels stay legible at TensorBoard's card size
 VALIDATIONS = "validations.jsonl"  # in a run directory: one JSON line per validation (`publish`)
+FIGURES = ("epochs", "petaflops", "train_minutes", "loss", "perplexity", "chrf", "aer", "seconds", "best_bleu")
+FIGURES += ("tokens_per_second",)  # of a record's fields, the numbers besides step and bleu (`parsed`)
 PAST = "validations.past.jsonl"  # validations of updates past the checkpoint a run continued from (`continue_from`)
 RECORDED = ("loss", "perplexity", "bleu", "chrf", "aer", "seconds")  # of a validation's metrics, what its record keeps
 
@@ -169,6 +171,45 @@ def publish(figures: dict, run_log: RunLog, run_dir: Path) -> None:
     )
 
 
+def parsed(line: str) -> dict | None:
+    """A line of validations.jsonl as its record, or None where it is not one (cut short by a crash, damaged or
+    edited): a JSON object whose `step` is a whole number, whose `bleu` is a number, and whose other figures, where
+    present, are numbers."""
+    try:
+        entry = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(entry, dict) or not all(number(entry.get(key)) for key in ("step", "bleu")):
+        return None
+    if not float(entry["step"]).is_integer() or not all(number(entry[k]) for k in FIGURES if k in entry):
+        return None
+    return entry
+
+
+def number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def read_validations(run_dir: Path) -> list[dict]:
+    """A run's validations (validations.jsonl), the last line of each update (a resumed run may repeat one), in order:
+    the one reader of the file. Lines that are not records (`parsed`) are skipped, said once, naming the file and
+    lines: the others still hold."""
+    path = run_dir / VALIDATIONS
+    if not path.is_file():
+        return []
+    found, skipped = {}, []
+    for number_, line in enumerate(path.read_bytes().decode("utf-8", errors="replace").splitlines(), 1):
+        entry = parsed(line)
+        if entry is not None:
+            found[int(entry["step"])] = entry
+        elif line.strip():
+            skipped.append(number_)
+    if skipped:
+        shown = ", ".join(map(str, skipped[:5])) + (f" and {len(skipped) - 5} more" if len(skipped) > 5 else "")
+        log.warning("%s: line %s not a validation record (cut short, damaged or edited): skipped", path, shown)
+    return [found[step] for step in sorted(found)]
+
+
 def continue_from(run_dir: Path, step: int) -> None:
     """validations.jsonl as a run continuing from update `step` finds it: the lines of later updates (validated after
     the checkpoint it continues from, by the process that stopped, or by an older run in this folder whose checkpoints
@@ -177,12 +218,9 @@ def continue_from(run_dir: Path, step: int) -> None:
     if not path.is_file():
         return
     kept, past = [], []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True):
-        try:
-            later = json.loads(line)["step"] > step
-        except (ValueError, KeyError, TypeError):  # a line cut short or not a record: readers skip it
-            later = False
-        (past if later else kept).append(line)
+    for line in path.read_bytes().decode("utf-8", errors="replace").splitlines(keepends=True):
+        entry = parsed(line)  # a line that is not a record stays: readers skip it
+        (past if entry is not None and entry["step"] > step else kept).append(line)
     if past:
         with open(run_dir / PAST, "a", encoding="utf-8") as handle:
             handle.writelines(past)

@@ -639,12 +639,61 @@ def test_a_damaged_results_file_leaves_the_run_unfinished_not_broken(trained, tm
     continues it from its checkpoint and writes its results again."""
     result, _, copy = rerun_auto(trained, tmp_path)  # the copy, kept
     assert result.returncode == 0
-    (copy / "results.json").write_text('{"test/bleu": 1')
-    result, _, copy = rerun_auto(trained, tmp_path)
-    assert result.returncode == 0, result.stderr.decode()[-2000:]
-    output = result.stdout.decode() + result.stderr.decode()
-    assert "results.json is damaged" in output and "Traceback" not in output
-    assert "test/bleu" in json.loads((copy / "results.json").read_text())
+    for damaged in ('{"test/bleu": 1', "[]", "\x00\xff garbage"):  # cut short; another shape; not text
+        (copy / "results.json").write_bytes(damaged.encode("latin-1"))
+        result, _, copy = rerun_auto(trained, tmp_path)
+        assert result.returncode == 0, result.stderr.decode()[-2000:]
+        output = result.stdout.decode() + result.stderr.decode()
+        assert "results.json is damaged" in output and "Traceback" not in output
+        assert "test/bleu" in json.loads((copy / "results.json").read_text())
+
+
+# --- every file nmt reads has a shape it checks -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text, field",
+    [
+        ("[]", "holds a JSON list"),
+        ("{}", "field 'statistics' is missing"),
+        ('{"statistics": 3}', "'statistics' is a int"),
+    ],
+)
+def test_a_record_of_another_shape_is_refused_naming_the_file_and_field(tmp_path, text, field):
+    from nmt.study.records import load_record
+
+    path = tmp_path / "seed1.record.json"
+    path.write_text(text)
+    with pytest.raises(UserError, match=field) as refusal:
+        load_record(path)
+    assert str(path) in str(refusal.value) and "make results" in str(refusal.value)
+
+
+@pytest.mark.parametrize("text", ["[]", "{}", '{"variants": []}', "\ufeff{"])
+def test_a_report_of_another_shape_is_refused_naming_the_file(tmp_path, text):
+    from nmt.study.cli.results import export
+
+    (tmp_path / "compare.json").write_text(text)
+    with pytest.raises(UserError, match="compare.json") as refusal:
+        export(tmp_path, "main")
+    assert "make the report again" in str(refusal.value)
+
+
+def test_validations_that_are_not_records_are_skipped_and_named_once(tmp_path, caplog):
+    """validations.jsonl's lines are read by one reader: a line cut short, of another shape (no bleu, a word for a
+    number, a list), or not text is skipped with one warning naming the file and lines; the others hold."""
+    from nmt.study.records import compute_curve, valid_curve
+
+    good = {"step": 10, "bleu": 5.0, "train_minutes": 1.0, "petaflops": 0.1, "epochs": 0.5}
+    lines = [json.dumps(good).encode(), b'{"step": 20, "bleu": "high", "train_minutes": 2.0}', b"[1, 2]",
+             b'{"step": 30, "train_minutes": 3.0}', b"\xff\xfe\x00 random bytes", b'{"step": 40, "bl',
+             json.dumps({**good, "step": 50, "bleu": 7.0}).encode()]  # fmt: skip
+    (tmp_path / "validations.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    with caplog.at_level("WARNING"):
+        assert valid_curve(tmp_path) == [(1.0, 10, 5.0), (1.0, 50, 7.0)]
+    assert compute_curve(tmp_path) == [(0.1, 0.5, 5.0), (0.1, 0.5, 7.0)]
+    warning = [r.getMessage() for r in caplog.records if "validations.jsonl" in r.getMessage()]
+    assert len(warning) == 2 and "line 2, 3, 4, 5, 6 not a validation record" in warning[0]  # once a reading
 
 
 # --- one run folder, one writer -------------------------------------------------------------------------------------

@@ -496,9 +496,14 @@ def test_the_lab_windows_choice_is_rendered_from_its_runs_records_in_order_of_wi
 
     run = tmp_path / "run"
     run.mkdir()
-    lines = [{"step": 5, "loss": 0.9, "bleu": 10.0}, {"step": 9, "loss": 0.5}, {"step": 9, "loss": 0.4, "aer": 0.25}]
+    lines = [{"step": 5, "loss": 0.9, "bleu": 10.0}, {"step": 9, "loss": 0.5, "bleu": 1}]
+    lines += [{"step": 9, "loss": 0.4, "aer": 0.25, "bleu": 2}]
     (run / "validations.jsonl").write_text("\n".join(json.dumps(line) for line in lines) + "\n{cut sho")
-    assert validation_at(run, 9) == {"loss": 0.4, "aer": 0.25}  # a resumed run's repeated step: its last line
+    assert validation_at(run, 9) == {
+        "loss": 0.4,
+        "aer": 0.25,
+        "bleu": 2,
+    }  # a resumed run's repeated step: its last line
     assert validation_at(run, 7) == {} and validation_at(tmp_path, 9) == {}  # no such validation, no file
     assert "No runs of the window's choice" in tables.render("lab_window", tmp_path)
     provenance = {"commits": ["abc1234ff+changes"], "dates": ["2026-11-27T09:00:00"], "machines": ["a CPU (fp32)"]}

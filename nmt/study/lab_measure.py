@@ -24,7 +24,8 @@ from nmt.experiment import read_provenance
 from nmt.paths import write_text
 from nmt.sample import generate_aligned, write_aligned
 from nmt.study.lab import BUCKETS
-from nmt.study.records import OnFinishedRun, recorded_validations
+from nmt.study.records import OnFinishedRun
+from nmt.validation import read_validations
 
 LAB_SUFFIX = ".lab.json"
 
@@ -69,7 +70,7 @@ def set_digest(long_set: tuple[Path, Path, Path]) -> str:
 
 def valid_aer_curve(run_dir: Path) -> list[tuple[int, float]]:
     """(update, valid AER) at each validation that measured AER, from the run's validations.jsonl."""
-    return [(e["step"], e["aer"]) for e in recorded_validations(run_dir) if e.get("aer") is not None]
+    return [(e["step"], e["aer"]) for e in read_validations(run_dir) if e.get("aer") is not None]
 
 
 def measure(run_dir: Path, long_set: tuple[Path, Path, Path]) -> dict:

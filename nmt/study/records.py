@@ -24,12 +24,12 @@ from nmt.decoding import Translator
 from nmt.evaluate import bleu_by_length
 from nmt.experiment import read_provenance
 from nmt.multirun import skip_job
-from nmt.paths import derived_from, stamp, write_text
+from nmt.paths import derived_from, read_json, stamp, write_text
 from nmt.study.comparison import budget, differences, twice
 from nmt.study.significance import Scored
 from nmt.study.sweep import RECORD_SUFFIX, TEST_SHA256, record_path, recorded, run_folder, saved_settings, sweep
 from nmt.study.variants import Variant
-from nmt.validation import VALIDATIONS
+from nmt.validation import read_validations
 
 
 def find_runs(folders: list[Path]) -> list[Path]:
@@ -275,48 +275,34 @@ def record_callback(records: Path, beam: int) -> list[str]:
 
 def load_record(path: Path) -> dict:
     """A run described from its record (`save_record`)."""
+    remedy = "not a run's record: `make results` writes them (restore it from git, or delete it to train the run again)"
+    record = read_json(path, remedy, {"statistics": dict, "config": dict, "seed": int})
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
         record["scored"] = Scored(record.pop("statistics"))
         record["config"]["data"] = portable(record["config"]["data"])  # a record from before: no machine's path
-    except (OSError, ValueError, KeyError) as error:
-        raise UserError(f"{path}: not a run's record ({error}); `make results` writes them") from error
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise UserError(f"{path}: {remedy} ({type(error).__name__}: {error})") from None
     return record
-
-
-def recorded_validations(run: Path) -> list[dict]:
-    """The run's record of its validations (`validations.jsonl`, the trainer's), the last line of each update (a
-    resumed run may repeat one), in order. A run from before the trainer wrote it has none: its curves are empty (the
-    study reads what runs write for it, never TensorBoard's event files, which are for looking)."""
-    path = run / VALIDATIONS
-    if not path.is_file():
-        return []
-    found = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            entry = json.loads(line)
-            found[entry["step"]] = entry
-        except (ValueError, KeyError, TypeError):  # a line cut short by a crash: the others still hold
-            continue
-    return [found[step] for step in sorted(found)]
 
 
 def validation_at(run: Path, step: int) -> dict:
     """The figures of the validation at update `step` (loss, BLEU, chrF, AER where measured) from validations.jsonl:
     the best checkpoint's, whichever figure chose it; empty where it was not recorded."""
-    entry = next((e for e in recorded_validations(run) if e["step"] == step), {})
+    entry = next((e for e in read_validations(run) if e["step"] == step), {})
     return {k: entry[k] for k in ("loss", "perplexity", "bleu", "chrf", "aer") if k in entry}
 
 
 def valid_curve(run: Path) -> list[tuple[float, int, float]]:
     """(minutes trained, validation excluded; update; valid BLEU) at each validation, from validations.jsonl."""
-    return [(e["train_minutes"], e["step"], e["bleu"]) for e in recorded_validations(run)]
+    return [(e["train_minutes"], e["step"], e["bleu"]) for e in read_validations(run) if "train_minutes" in e]
 
 
 def compute_curve(run: Path) -> list[tuple[float, float, float]]:
     """(petaFLOPs trained, epochs trained, valid BLEU) at each validation, from validations.jsonl; with
     trainer.validations, the k-th point of every run of one budget is at the same k/N of it."""
-    return [(e["petaflops"], e["epochs"], e["bleu"]) for e in recorded_validations(run)]
+    return [
+        (e["petaflops"], e["epochs"], e["bleu"]) for e in read_validations(run) if {"petaflops", "epochs"} <= set(e)
+    ]
 
 
 # The sentence the attention figure shows for Multi30k runs, in each of its languages: ours, written for this figure,

@@ -24,7 +24,7 @@ from omegaconf import DictConfig
 
 from nmt.experiment import loaded_code, read_provenance
 from nmt.paths import write_text
-from nmt.study.records import recorded_validations
+from nmt.validation import read_validations
 
 FAMILIES = ("sutskever", "bahdanau", "luong", "transformer")
 TRIALS = 8  # proposed trials per family, beside its defaults (trial 0)
@@ -74,7 +74,7 @@ class Trial:
 
     @classmethod
     def of(cls, run: Path, family: str, number: int, options: dict[str, str], cap: float) -> Trial:
-        validations = recorded_validations(run)
+        validations = read_validations(run)
         best = max((v["bleu"] for v in validations), default=0.0)
         petaflops = validations[-1]["petaflops"] if validations else 0.0
         stopped = "cap" if petaflops * 1e15 >= cap * 0.999 else "patience"

@@ -134,6 +134,6 @@ def main(argv: list[str] | None = None) -> None:
     if args.no_report:
         return
     runs, pairs = describe_runs(run_dirs, args.beam)
-    lab = read_json(args.lab, "make it again with `make lab`") if args.lab else None
+    lab = read_json(args.lab, "make it again with `make lab`", {"results": list}) if args.lab else None
     command = "python -m nmt.study compare " + " ".join(argv if argv is not None else sys.argv[1:])
     print(summarise(runs, pairs, args.output, args.beam, command.strip(), lab, args.samples, args.trials))

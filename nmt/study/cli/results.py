@@ -38,7 +38,7 @@ import torch
 
 from nmt import UserError
 from nmt.experiment import loaded_code, read_provenance
-from nmt.paths import write_text
+from nmt.paths import read_json, write_text
 from nmt.study import results, tables
 from nmt.study.cli import compare, lab
 from nmt.study.comparison import VARIANTS
@@ -146,7 +146,8 @@ def export(report: Path, name: str, runs: Path | None = None) -> None:
     """results/<name>.json from a report's compare.json, with each run's provenance and paths from the repository,
     and the seeds each variant (config name) has finished under `runs` (default: the report's runs folder), for the
     README's account of what is complete."""
-    record = json.loads((report / "compare.json").read_text(encoding="utf-8"))
+    remedy = "make the report again (python -m nmt.study compare, or this command with --record)"
+    record = read_json(report / "compare.json", remedy, {"variants": dict, "command": str})
     record["finished"] = results.finished(runs or report / "runs")
     commits: set[str] = set()
     for variant in record["variants"].values():
@@ -164,7 +165,7 @@ def export(report: Path, name: str, runs: Path | None = None) -> None:
 
 
 def export_lab(folder: Path) -> None:
-    record = json.loads((folder / "lab.json").read_text(encoding="utf-8"))
+    record = read_json(folder / "lab.json", "make it again: python -m nmt.study lab (make lab)", {"results": list})
     commits = set()
     for result in record["results"]:
         for run in result["seeds"]:
