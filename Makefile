@@ -77,7 +77,7 @@ bench: install
 
 # One pytest worker per core (at most 4): most tests start a train.py or decode in a process of its own.
 test: install
-	$(BIN)/python -m pytest -q -n auto --maxprocesses 4 --dist worksteal
+	$(BIN)/python -m pytest -q -n auto --maxprocesses 4 --dist worksteal --durations=10
 
 tensorboard: install
 	$(BIN)/tensorboard --logdir outputs

@@ -89,7 +89,11 @@ def check_targets(config: Mapping, prefix: str = "model") -> None:
     instantiation keys but `_partial_` (`_args_`, ...) anywhere, and interpolations (`${...}`), whose resolvers could
     make a `_target_` appear after this check. Nothing named is imported before it passes."""
     models, attentions = buildable()
-    if not isinstance(config, Mapping) or config.get("_target_") not in models:
+    if (
+        not isinstance(config, Mapping)
+        or not isinstance(config.get("_target_"), str)
+        or config["_target_"] not in models
+    ):
         target = config.get("_target_") if isinstance(config, Mapping) else config
         raise UserError(
             f"{prefix}._target_={target!r}: not one of nmt's models ({', '.join(sorted(models))}); "
@@ -100,7 +104,7 @@ def check_targets(config: Mapping, prefix: str = "model") -> None:
         if isinstance(node, Mapping):
             for key, value in node.items():
                 name = f"{where}.{key}"
-                if key == "_target_" and value not in allowed:
+                if key == "_target_" and (not isinstance(value, str) or value not in allowed):
                     raise UserError(
                         f"{name}={value!r}: not one of nmt's attentions ({', '.join(sorted(allowed))}); "
                         "nmt builds no other class from a config"

@@ -31,9 +31,10 @@ def upgrade(config: dict) -> dict:
     """A checkpoint's config with the options added since it was written (`ADDED_OPTIONS`, the sample grammar's
     options) filled in with the values it was trained with."""
 
-    def fill(node) -> None:
+    def fill(node) -> None:  # any shape: check_config, after this, refuses what is not nmt's
         if isinstance(node, dict):
-            for key, value in ADDED_OPTIONS.get(node.get("_target_"), {}).items():
+            target = node.get("_target_")
+            for key, value in (ADDED_OPTIONS.get(target, {}) if isinstance(target, str) else {}).items():
                 node.setdefault(key, value)
             for value in node.values():
                 fill(value)
@@ -201,9 +202,35 @@ def load(path: str | Path) -> dict:
         raise UserError(f"{path}: a damaged checkpoint, not readable ({reason})") from None
     if not isinstance(payload, dict) or "model" not in payload or not isinstance(payload.get("config"), dict):
         raise UserError(f"{path}: not an nmt checkpoint (no model weights and config inside)")
+    check_contents(payload, path)
     upgrade(payload["config"])
     check_config(payload["config"], path)
     return payload
+
+
+def check_contents(payload: dict, path: Path) -> None:
+    """The weights a mapping of names to tensors, the vocabulary (where there is one) two sentencepiece models that
+    load: refused naming the checkpoint, before anything is built, decoded or averaged from it."""
+    weights = payload["model"]
+    if not isinstance(weights, dict) or not all(
+        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in weights.items()
+    ):
+        raise UserError(f"{path}: not an nmt checkpoint (its model weights are not a mapping of names to tensors)")
+    vocabulary = payload.get("vocabulary")
+    if vocabulary is None:
+        return
+    import sentencepiece
+
+    for side in ("source", "target"):
+        model = vocabulary.get(side) if isinstance(vocabulary, dict) else None
+        try:
+            if not isinstance(model, bytes) or not model:
+                raise TypeError(side)
+            sentencepiece.SentencePieceProcessor(model_proto=model)
+        except Exception:  # missing, not bytes, or bytes sentencepiece cannot read
+            raise UserError(
+                f"{path}: a damaged checkpoint: its {side} vocabulary is not a sentencepiece model"
+            ) from None
 
 
 def check_config(config: dict, path: Path) -> None:

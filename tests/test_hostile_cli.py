@@ -843,7 +843,8 @@ def test_damaged_records_and_reports_are_named_with_what_to_do(tmp_path, monkeyp
     with pytest.raises(UserError, match=r"claims.json: damaged or unreadable .*restore it from git"):
         tables.render("claims_short", tmp_path)
     report = run("-m", "nmt.study", "compare", damaged.parent, "--output", tmp_path / "report", timeout=60)
-    refused(report, "seed1234.record.json: not a run's record")
+    refused(report, "seed1234.record.json: damaged or unreadable")
+    assert "not a run's record: `make results` writes them" in report.stderr.decode()
 
 
 def test_messages_name_what_was_given(trained, tmp_path):
@@ -993,3 +994,24 @@ def test_a_folder_with_an_older_runs_validations_holds_a_run_and_a_continued_one
     assert steps == [2, 4]
     moved = [json.loads(line)["step"] for line in (run_dir / "validations.past.jsonl").read_text().splitlines()]
     assert moved == [30, 50, 60]
+
+
+@pytest.mark.parametrize(
+    "spoil, message",
+    [
+        (lambda p: p["config"]["model"].update(_target_=["nmt.rnn.BahdanauSeq2Seq"]), "model._target_"),
+        (lambda p: p.update(model=list(p["model"].values())), "not a mapping of names to tensors"),
+        (lambda p: p["vocabulary"].update(source=b"\x00\xff garbage"), "source vocabulary is not a sentencepiece"),
+        (lambda p: p["vocabulary"].update(target="text"), "target vocabulary is not a sentencepiece"),
+    ],
+)
+def test_a_checkpoint_of_another_shape_is_refused_naming_it_before_it_is_used(trained, tmp_path, spoil, message):
+    """A checkpoint's contents are checked, the file named, before any upgrade, build, decoding or averaging."""
+    payload = torch.load(trained[0] / "best.pt", weights_only=True)
+    spoil(payload)
+    path = tmp_path / "spoiled.pt"
+    torch.save(payload, path)
+    with pytest.raises(UserError, match=message) as refusal:
+        checkpoint.load(path)
+    assert str(path) in str(refusal.value)
+    refused(run("evaluate.py", f"checkpoint={path}", "split=valid"), str(path))
