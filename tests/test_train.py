@@ -301,16 +301,17 @@ def test_train_and_evaluate_command_lines_end_to_end(tmp_path, monkeypatch):
     assert scored.returncode == 0 and "TER" in scored.stdout, scored.stderr
 
 
-def test_averaged_checkpoint_holds_the_mean_of_the_weights(tmp_path):
+def test_averaged_checkpoint_holds_the_mean_of_the_weights(tmp_path, sample_vocabulary):
     config = {"model": {"_target_": "nmt.rnn.BahdanauSeq2Seq"}}  # the weights are made up; the config is read
+    vocabulary = {"source": sample_vocabulary.source_model, "target": sample_vocabulary.target_model}
     for step, value in [(1, 1.0), (2, 2.0), (3, 6.0)]:
         weights = {"w": torch.full((2, 2), value), "count": torch.tensor(step)}
-        payload = {"model": weights, "config": config, "vocabulary": {}, "progress": {"step": step}}
+        payload = {"model": weights, "config": config, "vocabulary": vocabulary, "progress": {"step": step}}
         checkpoint.save(payload, tmp_path / f"step{step}.pt")
     averaged = resume.average(sorted(tmp_path.glob("step*.pt")))
     torch.testing.assert_close(averaged["model"]["w"], torch.full((2, 2), 3.0))
     assert averaged["model"]["count"] == 3 and averaged["progress"]["averaged_steps"] == [1, 2, 3]
-    other = {"model": {"v": torch.zeros(1)}, "config": config, "vocabulary": {}, "progress": {"step": 4}}
+    other = {"model": {"v": torch.zeros(1)}, "config": config, "vocabulary": vocabulary, "progress": {"step": 4}}
     checkpoint.save(other, tmp_path / "other.pt")
     with pytest.raises(UserError, match="other.pt: holds a different model"):
         resume.average([tmp_path / "step1.pt", tmp_path / "other.pt"])
