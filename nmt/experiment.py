@@ -347,7 +347,7 @@ def read_provenance(run_dir: Path) -> dict:
                 if any(e.get(key) for e in entries)
             },
         }
-    records = sorted(p.name for p in run_dir.glob(".hydra/*") if p.is_dir())  # .hydra/<%Y-%m-%d_%H-%M-%S>
+    records = sorted(p.name for p in run_dir.glob(".hydra/*") if p.is_dir())  # .hydra/<%Y-%m-%d_%H-%M-%S[.%f]>
     dates = [f"{day}T{time.replace('-', ':')}" for day, time in (r.split("_") for r in records)]
     return finished | {"commits": [], "dates": dates, "machines": []}  # the commit was not recorded
 
