@@ -198,12 +198,12 @@ def read_validations(run_dir: Path) -> list[dict]:
     if not path.is_file():
         return []
     found, skipped = {}, []
-    for number_, line in enumerate(path.read_bytes().decode("utf-8", errors="replace").splitlines(), 1):
+    for line_number, line in enumerate(path.read_bytes().decode("utf-8", errors="replace").splitlines(), 1):
         entry = parsed(line)
         if entry is not None:
             found[int(entry["step"])] = entry
         elif line.strip():
-            skipped.append(number_)
+            skipped.append(line_number)
     if skipped:
         shown = ", ".join(map(str, skipped[:5])) + (f" and {len(skipped) - 5} more" if len(skipped) > 5 else "")
         log.warning("%s: line %s not a validation record (cut short, damaged or edited): skipped", path, shown)
