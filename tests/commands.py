@@ -4,7 +4,8 @@ Most of a tiny command's time is Python importing torch and Hydra (about 3.5 s o
 environment changes nothing read at start-up is forked from a zygote process that imported them once (tests/zygote.py):
 a process of its own all the same, with its exit status, streams, folder and environment. Any other command (an
 environment that sets what the interpreter or torch read as they start, an interpreter option, another executable)
-runs as a fresh subprocess. NMT_TESTS_FRESH=1 runs every command fresh, as before.
+runs as a fresh subprocess. NMT_TESTS_FRESH=1 runs every command fresh, as before. `start` is Popen's counterpart,
+for tests that signal or kill the command while it runs.
 """
 
 from __future__ import annotations
@@ -51,30 +52,41 @@ class Zygote:
         line, self.buffer = self.buffer.split(b"\n", 1)
         return json.loads(line)
 
+    def start(self, argv: list[str], cwd, env: dict, stdin: bytes | None, folder: Path, session: bool = False) -> int:
+        """Fork `python *argv` with its standard streams in `folder`; its pid. `ended` reads its exit status: until
+        then the zygote waits on this child and takes no other request."""
+        stdin_path = None
+        if stdin is not None:
+            stdin_path = folder / "stdin"
+            stdin_path.write_bytes(stdin)
+        request = {
+            "argv": argv,
+            "cwd": str(cwd),
+            "env": env,
+            "stdin": str(stdin_path) if stdin_path else None,
+            "stdout": str(folder / "stdout"),
+            "stderr": str(folder / "stderr"),
+            "session": session,
+        }
+        os.write(self.requests, (json.dumps(request) + "\n").encode())
+        return self.answer(timeout=60)["pid"]
+
+    def ended(self, timeout: float | None) -> int | None:
+        """The started child's exit status, or None if it has not ended within `timeout` seconds."""
+        answer = self.answer(timeout)
+        return None if answer is None else answer["rc"]
+
     def run(self, argv: list[str], cwd, env: dict, stdin: bytes | None, timeout: float | None):
         """(exit status, stdout, stderr) of `python *argv`, forked."""
         with tempfile.TemporaryDirectory(prefix="command-") as scratch:
             folder = Path(scratch)
-            stdin_path = None
-            if stdin is not None:
-                stdin_path = folder / "stdin"
-                stdin_path.write_bytes(stdin)
-            request = {
-                "argv": argv,
-                "cwd": str(cwd),
-                "env": env,
-                "stdin": str(stdin_path) if stdin_path else None,
-                "stdout": str(folder / "stdout"),
-                "stderr": str(folder / "stderr"),
-            }
-            os.write(self.requests, (json.dumps(request) + "\n").encode())
-            pid = self.answer(timeout=60)["pid"]
-            ended = self.answer(timeout)
-            if ended is None:
+            pid = self.start(argv, cwd, env, stdin, folder)
+            rc = self.ended(timeout)
+            if rc is None:
                 os.kill(pid, signal.SIGKILL)
-                self.answer(timeout=60)
+                self.ended(timeout=60)
                 raise subprocess.TimeoutExpired(argv, timeout, (folder / "stdout").read_bytes())
-            return ended["rc"], (folder / "stdout").read_bytes(), (folder / "stderr").read_bytes()
+            return rc, (folder / "stdout").read_bytes(), (folder / "stderr").read_bytes()
 
     def close(self) -> None:
         os.close(self.requests)
@@ -93,18 +105,88 @@ def forkable(args: list[str], env: dict[str, str]) -> bool:
     return args[1] not in INTERPRETER_OPTIONS and all(env.get(k) == os.environ.get(k) for k in keys)
 
 
-def run(args, *, cwd, env: dict[str, str] | None = None, input=None, text: bool = False, timeout=None):
-    """subprocess.run(args, cwd=cwd, env=env, input=input, text=text, timeout=timeout, capture_output=True)."""
+def the_zygote() -> Zygote:
     global zygote
-    args = [str(a) for a in args]
-    env = dict(os.environ if env is None else env)
-    if not forkable(args, env):
-        return subprocess.run(args, cwd=cwd, env=env, input=input, text=text, timeout=timeout, capture_output=True)
     if zygote is None:
         zygote = Zygote()
         atexit.register(zygote.close)
+    return zygote
+
+
+def zygote_free() -> bool:
+    """Whether no started command holds the zygote (one that a test left running still does)."""
+    return Started.running is None or Started.running.poll() is not None
+
+
+def run(args, *, cwd, env: dict[str, str] | None = None, input=None, text: bool = False, timeout=None):
+    """subprocess.run(args, cwd=cwd, env=env, input=input, text=text, timeout=timeout, capture_output=True)."""
+    args = [str(a) for a in args]
+    env = dict(os.environ if env is None else env)
+    if not forkable(args, env) or not zygote_free():
+        return subprocess.run(args, cwd=cwd, env=env, input=input, text=text, timeout=timeout, capture_output=True)
     stdin = input.encode() if isinstance(input, str) else input
-    rc, stdout, stderr = zygote.run(args[1:], cwd, env, stdin, timeout)
+    rc, stdout, stderr = the_zygote().run(args[1:], cwd, env, stdin, timeout)
     if text:
         stdout, stderr = stdout.decode(errors="replace"), stderr.decode(errors="replace")
     return subprocess.CompletedProcess(args, rc, stdout, stderr)
+
+
+class Started:
+    """A command started through the zygote, as `start` gives it: subprocess.Popen's pid, returncode, poll, wait,
+    send_signal, kill and communicate, its output read when it has ended. While one runs, `run` starts fresh
+    processes (the zygote waits on this one)."""
+
+    running: Started | None = None
+
+    def __init__(self, args: list[str], cwd, env: dict, text: bool, session: bool):
+        self.args, self.text, self.returncode = args, text, None
+        self.scratch = tempfile.TemporaryDirectory(prefix="command-")
+        self.folder = Path(self.scratch.name)
+        self.pid = the_zygote().start(args[1:], cwd, env, None, self.folder, session)
+        Started.running = self
+
+    def poll(self) -> int | None:
+        return self.returncode if self.returncode is not None else self.ended(0)
+
+    def ended(self, timeout: float | None) -> int | None:
+        if self.returncode is None:
+            rc = the_zygote().ended(timeout)
+            if rc is not None:
+                self.returncode, Started.running = rc, None
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.ended(timeout) is None:
+            raise subprocess.TimeoutExpired(self.args, timeout)
+        return self.returncode
+
+    def send_signal(self, number: int) -> None:
+        if self.returncode is None:
+            os.kill(self.pid, number)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def communicate(self, timeout: float | None = None) -> tuple:
+        self.wait(timeout)
+        streams = [(self.folder / name).read_bytes() for name in ("stdout", "stderr")]
+        self.scratch.cleanup()
+        return tuple(s.decode(errors="replace") for s in streams) if self.text else tuple(streams)
+
+
+def start(args, *, cwd, env: dict[str, str] | None = None, text: bool = False, start_new_session: bool = False):
+    """subprocess.Popen(args, cwd=cwd, env=env, text=text, start_new_session=..., stdout=PIPE, stderr=PIPE), forked
+    where `run` would fork it (`Started`); communicate() gives its output once it has ended."""
+    args = [str(a) for a in args]
+    env = dict(os.environ if env is None else env)
+    if not forkable(args, env) or not zygote_free():
+        return subprocess.Popen(
+            args,
+            cwd=cwd,
+            env=env,
+            text=text,
+            start_new_session=start_new_session,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+    return Started(args, cwd, env, text, start_new_session)

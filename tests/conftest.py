@@ -31,10 +31,15 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 @pytest.fixture(autouse=True)
 def forked_sweeps(monkeypatch):
+    """The study's sweeps forked like the tests' own commands, in every test (`fork_sweeps`)."""
+    fork_sweeps(monkeypatch)
+
+
+def fork_sweeps(monkeypatch) -> None:
     """The study's sweeps (`python train.py -m ...`, run by `nmt.study.sweep.waited`) forked like the tests' own
     commands (tests/commands.py), their output passed on to this process's streams where capfd reads it. Tests that
     signal a sweep start it as a process of their own; a joblib sweep runs fresh (loky's workers, started from a
-    forked process, waited minutes to start)."""
+    forked process, waited minutes to start). A fixture wider than a test calls it with its own MonkeyPatch."""
     import nmt.study.cli.tune
     import nmt.study.sweep
 
@@ -46,7 +51,8 @@ def forked_sweeps(monkeypatch):
         sys.stderr.write(done.stderr.decode(errors="replace"))
         return done.returncode
 
-    fresh = nmt.study.sweep.waited
+    fresh = getattr(nmt.study.sweep.waited, "fresh", nmt.study.sweep.waited)  # the real one, if patched already
+    waited.fresh = fresh
     monkeypatch.setattr(nmt.study.sweep, "waited", waited)
     monkeypatch.setattr(nmt.study.cli.tune, "waited", waited)
 

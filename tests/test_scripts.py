@@ -15,7 +15,8 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT
+from commands import run as run_command
+from conftest import ROOT, fork_sweeps
 
 from nmt import UserError, checkpoint
 from nmt.device import autocast, resolve
@@ -577,7 +578,7 @@ def test_a_failing_job_of_a_sweep_lets_the_others_run_and_is_named_with_its_reas
         assert "Rerun to train only these" in message
         assert all((tmp_path / "sweep" / "sutskever" / f"seed{s}" / "results.json").is_file() for s in (1, 2))
     assert capfd.readouterr().out.count("holds this run, finished with these settings: kept") == 2  # the rerun
-    rerun = subprocess.run(
+    rerun = run_command(
         [
             sys.executable,
             "train.py",
@@ -589,7 +590,6 @@ def test_a_failing_job_of_a_sweep_lets_the_others_run_and_is_named_with_its_reas
             "hydra.sweep.subdir=sutskever/seed1",
         ],
         cwd=ROOT,
-        capture_output=True,
         text=True,
     )  # without trainer.resume=auto
     failed_dir = tmp_path / "sweep" / "sutskever" / "seed1"
@@ -952,7 +952,7 @@ def test_a_joblib_sweep_around_recorded_runs_keeps_every_core_busy_and_skips_the
     given = [c[len(sweeps.TRAIN) + 1 : len(sweeps.TRAIN) + 3] for c in commands]  # after train.py's -m
     assert given == [["seed=1", "variant=bahdanau"], ["seed=2", "variant=sutskever,bahdanau"]]
     run = tmp_path / "runs" / "sutskever" / "seed1"
-    job = subprocess.run(
+    job = run_command(
         [
             sys.executable,
             "train.py",
@@ -965,7 +965,6 @@ def test_a_joblib_sweep_around_recorded_runs_keeps_every_core_busy_and_skips_the
             *run_records.record_callback(records, 1),
         ],
         cwd=ROOT,
-        capture_output=True,
         text=True,
     )
     assert job.returncode == 0, job.stderr
@@ -1086,7 +1085,7 @@ def test_benchmark_keeps_measuring_past_a_model_that_fails_or_overruns_and_write
 
 
 def test_benchmark_record_refuses_to_time_an_untrained_models_decoding(tmp_path):
-    done = subprocess.run(
+    done = run_command(
         [
             sys.executable,
             "-m",
@@ -1100,7 +1099,7 @@ def test_benchmark_record_refuses_to_time_an_untrained_models_decoding(tmp_path)
             "--output",
             str(tmp_path / "bench"),
         ],
-        capture_output=True,
+        cwd=ROOT,
         text=True,
     )
     assert done.returncode == 1 and "no trained checkpoint of luong" in done.stderr and "--train-only" in done.stderr
@@ -1283,7 +1282,9 @@ def lab_arguments(folder) -> list[str]:
 def small_lab(tmp_path_factory):
     """The small lab, trained once for the tests that read it: its folder (folder/lab)."""
     folder = tmp_path_factory.mktemp("small_lab")
-    load_script("lab").main(lab_arguments(folder))
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        fork_sweeps(monkeypatch)  # set up before the tests' own autouse fixtures
+        load_script("lab").main(lab_arguments(folder))
     return folder
 
 

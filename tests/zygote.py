@@ -5,7 +5,7 @@ its own (its own exit status, signals, working folder, environment and standard 
 seconds a fresh `python train.py` spends importing: the child starts with the modules loaded. It never runs a tensor
 operation itself, so the children start with no OpenMP thread pool to inherit.
 
-Protocol: one JSON request a line on the descriptor named by argv[1] {argv, cwd, env, stdin, stdout, stderr}
+Protocol: one JSON request a line on the descriptor named by argv[1] {argv, cwd, env, stdin, stdout, stderr, session}
 (stdin/stdout/stderr: file paths), answered on argv[2] with {"pid"} when the child starts and {"rc"} when it ends
 (a negative signal number if a signal ended it, as subprocess reports).
 """
@@ -28,6 +28,11 @@ PRELOADED = (
     "sacrebleu",
     "tqdm",
     "torch.utils.tensorboard",
+    "torch._dynamo",  # torch.optim's first optimiser imports it: 2.4 s of a tiny train.py command's 9 s
+    "torch.distributed",
+    "torch.onnx",
+    "torch._inductor",
+    "PIL.Image",
     "nmt.cli.train",
     "nmt.cli.evaluate",
     "nmt.cli.translate",
@@ -49,7 +54,7 @@ def child(request: dict) -> None:
     """Become the command: never returns."""
     code = 1
     try:
-        os.setpgid(0, 0) if request.get("group") else None
+        os.setsid() if request.get("session") else None  # subprocess's start_new_session
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.chdir(request["cwd"])
@@ -106,6 +111,9 @@ def main() -> None:
     requests, answers = int(sys.argv[1]), int(sys.argv[2])
     for name in PRELOADED:
         __import__(name)
+    import nmt.plot
+
+    nmt.plot.pyplot()  # matplotlib with its Agg backend, as a run's first heatmap loads it (no thread, no figure)
     reader = os.fdopen(requests, "r", encoding="utf-8")
     writer = os.fdopen(answers, "w", encoding="utf-8")
     writer.write(json.dumps({"ready": True}) + "\n")
