@@ -51,18 +51,19 @@ SIZES = dict(embedding_size=32, hidden_size=48, encoder_layers=1, readout_size=3
 
 
 def test_the_command_line_and_plain_python_train_bit_identical_weights(tmp_path, sample_vocabulary):
-    """50 updates with dropout on the CPU: `train(cfg)` from composed configs, and the same run built by hand from
+    """20 updates with dropout on the CPU: `train(cfg)` from composed configs, and the same run built by hand from
     the dataclasses and the model's constructor, end with the same weights bit for bit."""
     data = SampleConfig(sizes=SampleSizes(300, 12, 12), spm_cache=str(tmp_path / "spm"))
     trainer = TrainerConfig(
-        max_steps=50,
+        max_steps=20,
         max_minutes=0,
-        valid_every=25,
+        valid_every=10,
         precision="fp32",
         device="cpu",
         progress=False,
         test_at_end=False,
         keep_checkpoints=0,
+        num_plots=0,
     )
     overrides = [f"data.{k}={v}" for k, v in (("sizes.train", 300), ("sizes.valid", 12), ("sizes.test", 12))]
     overrides += [f"trainer.{k}={v}" for k, v in asdict(trainer).items() if v != getattr(TrainerConfig(), k)]
@@ -87,7 +88,7 @@ def test_the_command_line_and_plain_python_train_bit_identical_weights(tmp_path,
     ).train()
 
     cli, library = (checkpoint.load(tmp_path / run / "last.pt") for run in ("cli", "library"))
-    assert cli["progress"]["step"] == library["progress"]["step"] == 50
+    assert cli["progress"]["step"] == library["progress"]["step"] == 20
     for name, weight in cli["model"].items():
         assert torch.equal(weight, library["model"][name]), name
 

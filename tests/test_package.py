@@ -129,6 +129,7 @@ def test_the_installed_wheel_trains_and_translates_from_any_folder(wheel, tmp_pa
         "trainer.max_steps=6",
         "trainer.valid_every=3",
         "trainer.progress=false",
+        "trainer.num_plots=0",
         f"hydra.run.dir={run_dir}",
     )
     assert train.returncode == 0, train.stderr[-3000:]

@@ -116,7 +116,7 @@ def test_static_updates_learn_as_todays_do(tmp_path, sample_vocabulary, sample_s
             loss, _ = trainer.update(batches, tokens)
             losses.append((float(loss), tokens))
             trained += tokens
-            if trained >= 30_000:
+            if trained >= 15_000:  # about 50 updates: 4.6 to 1.3 and 1.4 nats a token (1.7 at 12,000, 0.8 at 30,000)
                 break
         curves.append(losses)
     mean = [[sum(x[0] for x in part) / sum(x[1] for x in part) for part in (c[:5], c[-len(c) // 10 :])] for c in curves]
