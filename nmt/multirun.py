@@ -9,7 +9,6 @@ config (nmt.study.records.RecordRun), so neither imports the other's internals.
 from __future__ import annotations
 
 import contextlib
-import datetime
 import os
 import signal
 import sys
@@ -35,6 +34,17 @@ class SweepStop:
         SweepStop.signal_number = signal_number
 
 
+def failures_written(sweep_dir: Path) -> dict[Path, tuple[int, int]]:
+    """Each failed.txt under `sweep_dir`, with what tells one writing of it from another (written by replacement:
+    a new inode each time, whatever the file system's clock resolution)."""
+    written = {}
+    for path in sweep_dir.rglob(FAILED):
+        with contextlib.suppress(OSError):
+            status = path.stat()
+            written[path] = (status.st_ino, status.st_mtime_ns)
+    return written
+
+
 def failure(run_dir: Path) -> str | None:
     """Why the job in `run_dir` failed, as it wrote in its `failed.txt`; None where it did not."""
     path = run_dir / FAILED
@@ -44,7 +54,8 @@ def failure(run_dir: Path) -> str | None:
 class FailedJobs(Callback):
     """A Hydra callback (configs/train.yaml) that ends a `train.py -m` sweep by naming each job that failed in it, with
     the reason its `failed.txt` keeps, and exits non-zero; a failed job returns to Hydra instead of raising, so the
-    other jobs run and no traceback is printed. Only jobs failed since this sweep started count.
+    other jobs run and no traceback is printed. Only jobs failed in this sweep count (a failed.txt written since it
+    started, not one a sweep into the same folder left a moment before).
 
     A stop signal (Ctrl-C, a scheduler's SIGTERM) to the sweep's process group stops the sweep: each running job saves
     its run at its current update and returns, no job starts after it (`SweepStop`), and the sweep exits with 128 +
@@ -54,7 +65,8 @@ class FailedJobs(Callback):
     sweep_pid = 0  # the sweep's own process: a job in another one runs in a joblib worker
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
-        self.started, self.sweep_pid = datetime.datetime.now().timestamp(), os.getpid()
+        self.sweep_pid = os.getpid()
+        self.before = failures_written(Path(config.hydra.sweep.dir))  # a sweep's earlier failures are not this one's
         SweepStop.signal_number, self.handlers = 0, {}
         if threading.current_thread() is threading.main_thread():  # signals reach the main thread only
             self.handlers = {number: signal.signal(number, self.stop) for number in (signal.SIGINT, signal.SIGTERM)}
@@ -85,8 +97,8 @@ class FailedJobs(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         for number, handler in self.handlers.items():
             signal.signal(number, handler)
-        sweep_dir = Path(config.hydra.sweep.dir)
-        failed = sorted(path for path in sweep_dir.rglob(FAILED) if path.stat().st_mtime >= self.started - 1)
+        written = failures_written(Path(config.hydra.sweep.dir))
+        failed = sorted(path for path, stamp in written.items() if self.before.get(path) != stamp)
         reasons = "".join(f"  {path.parent}: {failure(path.parent)}\n" for path in failed)
         if SweepStop.signal_number:
             print(

@@ -59,20 +59,27 @@ CELL = 0.2  # inches a subword takes on either axis of a heatmap (20 pixels at 1
 def attention_figure(weights: np.ndarray, source: list[str], target: list[str], title: str = "") -> plt.Figure:
     """A heatmap of weights (len(target), len(source)); pieces are sentencepiece subwords. Sized to the sentence, in
     square cells with 9-point labels and little else around them, so that a sentence of up to about 16 subwords is
-    legible at TensorBoard's card size (about 350 pixels wide) without enlarging the card."""
+    legible at TensorBoard's card size (about 350 pixels wide) without enlarging the card. Laid out by arithmetic,
+    not by a layout engine: one draw instead of two, which halves a validation's heatmap time."""
     height, width = weights.shape
     longest = max(map(len, [*source, *target, ""]))  # the labels' room: rotated below, level to the left
     margin = 0.3 + 0.075 * min(longest, 14)
-    figure, grid = own_figure((max(2.4, CELL * width + margin + 0.6), max(1.8, CELL * height + margin + 0.3)), dpi=100)
+    top = 0.3 if title else 0.1
+    bar = 0.65  # the colour bar, its gap and its tick labels, right of the cells
+    size = (max(2.4, CELL * width + margin + bar), max(1.8, CELL * height + margin + top))
+    figure, grid = own_figure(size, dpi=100)
     axes = grid[0, 0]
+    axes.set_position([margin / size[0], margin / size[1], CELL * width / size[0], CELL * height / size[1]])
     image = axes.imshow(weights, cmap="viridis", vmin=0.0, vmax=max(float(weights.max()), 1e-6), aspect="equal")
     axes.set_xticks(range(width), source, rotation=70, ha="right", rotation_mode="anchor", fontsize=9)
     axes.set_yticks(range(height), target, fontsize=9)
     axes.tick_params(length=2, pad=2)
     if title:
         axes.set_title(title, fontsize=9)
-    figure.colorbar(image, ax=axes, fraction=0.035, pad=0.02).ax.tick_params(labelsize=7)
-    figure.tight_layout(pad=0.3)
+    colour_bar = figure.add_axes(
+        [(margin + CELL * width + 0.08) / size[0], margin / size[1], 0.12 / size[0], CELL * height / size[1]]
+    )
+    figure.colorbar(image, cax=colour_bar).ax.tick_params(labelsize=7)
     return figure
 
 

@@ -590,3 +590,36 @@ def test_committed_records_name_their_corpus_by_checksum_and_rederive_here(monke
     changed = dict(record["config"]["data"], test_sha256="0" * 64)
     with pytest.raises(UserError, match="checksum"):
         records.test_pairs(changed, {}, path)
+
+
+def test_the_main_tables_intervals_come_again_from_the_committed_records_on_this_checkout():
+    """What `python -m nmt.study results --parts main --record` publishes (results/main.json), re-derived here from
+    the committed records alone, with the corpus wherever $NMT_DATA_DIR says: each family's mean test BLEU and its
+    interval against the best on valid, over seeds and sentences, figure for figure, and the runs named as published
+    (from the checkout's root, whichever checkout: records keep them so). The whole command, sacrebleu's per-seed
+    tests included, takes about two minutes here; run in a copy of the tracked files, it gives results/main.json
+    again with only the analysis's commit differing."""
+    from conftest import MULTI30K
+
+    from nmt.study import records
+    from nmt.study.comparison import group, headline
+    from nmt.study.significance import Evidence
+
+    if not (MULTI30K / "test_2016_flickr.de.gz").is_file():
+        pytest.skip(f"no Multi30k at {MULTI30K} (set NMT_DATA_DIR)")
+    main = sorted((ROOT / "results" / "runs" / "main").glob("*/*.record.json"))
+    runs = [records.load_record(path) for path in main]
+    published = json.loads((ROOT / "results" / "main.json").read_text())
+    pairs = records.test_pairs(runs[0]["config"]["data"], {}, main[0])
+    groups = group(runs)
+    scored = {name: {r["seed"]: r["scored"] for r in g} for name, g in groups.items()}
+    evidence = Evidence(scored, [t for _, t in pairs], [len(s.split()) for s, _ in pairs], None, published["resamples"])
+    best = published["best"]
+    assert set(groups) == set(published["variants"]) and best in groups
+    for name, runs_of in groups.items():
+        variant = published["variants"][name]
+        assert sum(headline(r) for r in runs_of) / len(runs_of) == pytest.approx(variant["mean_bleu"], abs=1e-9)
+        assert [r["run"] for r in variant["runs"]] == [r["run"] for r in runs_of]
+        if name != best:
+            interval = vars(evidence.compare(name, best, "BLEU"))
+            assert interval == pytest.approx(published["intervals"]["best"][name]["BLEU"]), name

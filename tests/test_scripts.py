@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Callable
 
+import commands
 import numpy as np
 import pytest
 import torch
@@ -506,37 +507,6 @@ def test_the_comparison_trains_seeds_tests_significance_and_resumes(tmp_path, ca
         script.main([*small, "model.dropout=0.5"])  # today's settings differ from the finished runs': refused
 
 
-@pytest.mark.slow
-def test_the_joblib_launcher_runs_two_jobs_at_once_and_gives_the_basic_launchers_results(tmp_path):
-    """The comparison's runs through hydra-joblib-launcher, two at a time, end where the basic launcher's end, seed for
-    seed (each run with one torch thread either way: the thread count can change the sums' order, the launcher not)."""
-    from nmt.study.sweep import sweep
-
-    overrides = [
-        "data=sample",
-        "data.sizes.train=300",
-        "data.sizes.valid=10",
-        "data.sizes.test=10",
-        "model.embedding_size=16",
-        "model.hidden_size=24",
-        "trainer.max_minutes=0",
-        "trainer.max_flops=8e8",
-        "trainer.validations=2",
-        "trainer.threads=1",
-        "trainer.num_plots=0",
-        f"data.spm_cache={tmp_path / 'spm'}",
-    ]
-    basic = sweep(["sutskever"], [1, 2], overrides, tmp_path / "basic")
-    joblib = sweep(["sutskever"], [1, 2], overrides, tmp_path / "joblib", launcher="joblib", jobs=2)
-    launched = (tmp_path / "joblib" / "multirun.yaml").read_text()
-    assert "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher" in launched and "n_jobs: 2" in launched
-    for a, b in zip(basic, joblib, strict=True):
-        results = [json.loads((run / "results.json").read_text()) for run in (a, b)]
-        assert results[0]["test/bleu"] == results[1]["test/bleu"] and results[0]["train/steps"] > 1
-        weights = [checkpoint.load(run / "last.pt")["model"] for run in (a, b)]
-        assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
-
-
 def test_a_sweep_stopped_after_its_last_run_finished_says_so_instead_of_listing_no_runs(tmp_path):
     """device_check.sh's time limit reached a GPU sweep whose 12 runs had all just finished: the message read
     '0 of 12 runs of the sweep did not finish:' and an empty list."""
@@ -552,6 +522,32 @@ def test_a_sweep_stopped_after_its_last_run_finished_says_so_instead_of_listing_
     assert failures(runs, tmp_path, 1).startswith(
         f"1 of 2 runs of the sweep did not finish:\n  luong seed 2 ({runs[1][2]})"
     )
+
+
+def test_a_sweep_names_only_its_own_failed_jobs_not_those_a_sweep_just_before_left(tmp_path):
+    """A sweep into a folder where the last one failed a moment ago (within the file system's clock resolution):
+    the failures it reports are its own jobs', each rewritten failed.txt counted once."""
+    from omegaconf import OmegaConf
+
+    from nmt.multirun import FAILED, FailedJobs
+
+    config = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}})
+    for job in ("luong/seed1", "luong/seed2", "sutskever/seed1"):
+        (tmp_path / job).mkdir(parents=True)
+    (tmp_path / "luong" / "seed1" / FAILED).write_text("the last sweep's\n")
+    (tmp_path / "luong" / "seed2" / FAILED).write_text("the last sweep's, written again\n")
+    callback = FailedJobs()
+    callback.on_multirun_start(config)
+    try:
+        from nmt.paths import write_text
+
+        write_text(tmp_path / "sutskever" / "seed1" / FAILED, "this sweep's\n")
+        write_text(tmp_path / "luong" / "seed2" / FAILED, "this sweep's too\n")
+    finally:
+        with pytest.raises(SystemExit) as stop:
+            callback.on_multirun_end(config)
+    assert str(stop.value).startswith("error: 2 jobs of this sweep failed")
+    assert "this sweep's too" in str(stop.value) and "the last sweep's" not in str(stop.value)
 
 
 def test_a_failing_job_of_a_sweep_lets_the_others_run_and_is_named_with_its_reason(tmp_path, capfd):
@@ -618,19 +614,23 @@ def group_members(group: int) -> list[int]:
     return found
 
 
-def ctrl_c(command: list[str], ready: Callable[[], bool], alone: int = 0) -> tuple[int, str]:
-    """Start `command` as a shell's job, press Ctrl-C once `ready()` and 2 s more have passed (the jobs are in their
-    loops), and return its exit status and stderr; whatever still runs after it is killed. `alone`: send this
-    signal to the command's own process instead (what kill, timeout and supervisors do)."""
-    process = subprocess.Popen(
-        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
+def ctrl_c(command: list[str], ready: Callable[[], bool], alone: int = 0, fresh: bool = False) -> tuple[int, str]:
+    """Start `command` as a shell's job, press Ctrl-C once `ready()` (the jobs are in their loops), and return its
+    exit status and stderr; whatever still runs after it is killed. `alone`: send this signal to the command's own
+    process instead (what kill, timeout and supervisors do). `fresh`: a process of its own, not forked (a joblib
+    sweep's train.py -m: loky's workers, started from a forked process, waited minutes to start)."""
+    if fresh:
+        process = subprocess.Popen(
+            command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        )
+    else:
+        process = commands.start(command, cwd=ROOT, text=True, start_new_session=True)
     try:
         deadline = time.monotonic() + 120
         while not ready():
             assert time.monotonic() < deadline and process.poll() is None, process.communicate()
             time.sleep(0.2)
-        time.sleep(2)
+        time.sleep(0.5)
         if alone:
             process.send_signal(alone)
         else:
@@ -694,12 +694,11 @@ def test_ctrl_c_stops_a_joblib_sweep_and_every_running_job_saves_its_last_update
 def test_ctrl_c_to_a_joblib_sweep_with_an_idle_worker_still_lets_the_busy_job_save(tmp_path):
     """A worker that has finished its jobs waits for work that will not come; Ctrl-C to the sweep must not kill it
     (loky would then kill its busy sibling before that saves its run): the idle worker notes the signal, the busy job
-    saves its last update, the sweep exits 130."""
+    saves its last update, the sweep exits 130. The two jobs ran at once through hydra-joblib-launcher, and the one
+    that finished ends where the basic launcher ends it, bit for bit (one torch thread either way: the thread count
+    can change the sums' order, the launcher not)."""
     sweep = tmp_path / "sweep"
-    command = [
-        sys.executable,
-        "train.py",
-        "-m",
+    options = [
         "variant=sutskever",
         "data=sample",
         "data.sizes.train=300",
@@ -718,21 +717,30 @@ def test_ctrl_c_to_a_joblib_sweep_with_an_idle_worker_still_lets_the_busy_job_sa
         "trainer.num_plots=0",
         "trainer.test_at_end=false",
         f"data.spm_cache={tmp_path / 'spm'}",
-        f"hydra.sweep.dir={sweep}",
         "hydra.sweep.subdir=${hydra.job.num}",
-        "hydra/launcher=joblib",
-        "hydra.launcher.n_jobs=2",
-        "hydra.launcher.batch_size=1",
     ]
+    joblib = ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "hydra.launcher.batch_size=1"]
+    command = [sys.executable, "train.py", "-m", *options, f"hydra.sweep.dir={sweep}", *joblib]
     short, long = sweep / "0", sweep / "1"
     returncode, stderr = ctrl_c(
-        command, lambda: "stopped: reached" in text(short / "train.log") and "validation at" in text(long / "train.log")
+        command,
+        lambda: "stopped: reached" in text(short / "train.log") and "validation at" in text(long / "train.log"),
+        fresh=True,
     )  # one worker idle, one training
     assert returncode == 130, stderr
     assert "BrokenProcessPool" not in stderr and "stopped by SIGINT: the jobs that were running saved" in stderr
     step = int(re.search(r"interrupted at step (\d+);", (long / "train.log").read_text()).group(1))
     assert checkpoint.load(long / "last.pt")["progress"]["step"] == step > 0  # its last update, saved
     assert "interrupted at step" in (long / "failed.txt").read_text() and not (short / "failed.txt").exists()
+    launched = (sweep / "multirun.yaml").read_text()
+    assert "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher" in launched and "n_jobs: 2" in launched
+    basic = tmp_path / "basic"
+    options = [o.replace("trainer.max_steps=2,100000", "trainer.max_steps=2") for o in options]
+    done = run_command([sys.executable, "train.py", "-m", *options, f"hydra.sweep.dir={basic}"], cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    weights = [checkpoint.load(run / "last.pt")["model"] for run in (short, basic / "0")]
+    assert weights[0].keys() == weights[1].keys()
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
 
 
 def test_a_finished_run_is_kept_only_with_the_settings_asked_for_today(tmp_path):
@@ -930,9 +938,9 @@ def test_a_joblib_sweep_around_recorded_runs_keeps_every_core_busy_and_skips_the
     records = tmp_path / "records"
     (records / "sutskever").mkdir(parents=True)
     (records / "sutskever" / "seed1.record.json").write_text(json.dumps({"config": {}}))
-    commands = []
+    launched = []
     monkeypatch.setattr(sweeps, "check_finished", lambda runs: None)
-    monkeypatch.setattr(sweeps, "waited", lambda command: commands.append(command) or 0)
+    monkeypatch.setattr(sweeps, "waited", lambda command: launched.append(command) or 0)
     done = {("sutskever", 1)}
     sweeps.sweep(
         ["sutskever", "bahdanau"],
@@ -945,11 +953,11 @@ def test_a_joblib_sweep_around_recorded_runs_keeps_every_core_busy_and_skips_the
         run_records.record_callback(records, 1),
         records,
     )
-    assert len(commands) == 1 and "seed=1,2" in commands[0] and "variant=sutskever,bahdanau" in commands[0]
-    assert "hydra.launcher.batch_size=1" in commands[0]  # no run queued behind a skipped job in one worker
-    commands.clear()
+    assert len(launched) == 1 and "seed=1,2" in launched[0] and "variant=sutskever,bahdanau" in launched[0]
+    assert "hydra.launcher.batch_size=1" in launched[0]  # no run queued behind a skipped job in one worker
+    launched.clear()
     sweeps.sweep(["sutskever", "bahdanau"], [1, 2], [], tmp_path / "runs", "basic", 1, done)
-    given = [c[len(sweeps.TRAIN) + 1 : len(sweeps.TRAIN) + 3] for c in commands]  # after train.py's -m
+    given = [c[len(sweeps.TRAIN) + 1 : len(sweeps.TRAIN) + 3] for c in launched]  # after train.py's -m
     assert given == [["seed=1", "variant=bahdanau"], ["seed=2", "variant=sutskever,bahdanau"]]
     run = tmp_path / "runs" / "sutskever" / "seed1"
     job = run_command(

@@ -14,7 +14,8 @@ from nmt.runlog import CURVES, METRICS
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    """A short demo run (tiny model, 4 validations) under outputs/<model>/<time>, and TensorBoard serving it."""
+    """A short demo run (tiny model, small splits, 4 validations) under outputs/<model>/<time>, and TensorBoard
+    serving it."""
     from tensorboard import default, program
 
     outputs = tmp_path_factory.mktemp("outputs")
@@ -22,6 +23,8 @@ def served(tmp_path_factory):
     trained = run(
         "train.py", "experiment=demo", "size=tiny", "trainer.max_flops=0", "trainer.max_steps=40",
         "trainer.valid_every=10", "trainer.log_every=5", "trainer.progress=false", f"hydra.run.dir={run_dir}",
+        "data.sizes.train=300", "data.sizes.valid=20", "data.sizes.test=20",
+        f"data.spm_cache={outputs.parent / 'spm'}",
     )  # fmt: skip
     assert trained.returncode == 0, trained.stderr[-3000:]
     board = program.TensorBoard(plugins=default.get_plugins())

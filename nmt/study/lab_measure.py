@@ -25,6 +25,7 @@ from nmt.paths import write_text
 from nmt.sample import generate_aligned, write_aligned
 from nmt.study.lab import BUCKETS
 from nmt.study.records import OnFinishedRun
+from nmt.study.sweep import from_root
 from nmt.validation import read_validations
 
 LAB_SUFFIX = ".lab.json"
@@ -87,7 +88,7 @@ def measure(run_dir: Path, long_set: tuple[Path, Path, Path]) -> dict:
             bleu = sacrebleu.corpus_bleu([hypotheses[i] for i in chosen], [[pairs[i][1] for i in chosen]])
             by_length[f"{low}-{high}"] = {"bleu": bleu.score, "sentences": len(chosen)}
     result = {
-        "run": str(run_dir),
+        "run": from_root(run_dir),
         "provenance": read_provenance(run_dir),
         "by_length": by_length,
         "valid_aer": valid_aer_curve(run_dir),

@@ -27,7 +27,16 @@ from nmt.multirun import skip_job
 from nmt.paths import derived_from, read_json, stamp, write_text
 from nmt.study.comparison import budget, differences, twice
 from nmt.study.significance import Scored
-from nmt.study.sweep import RECORD_SUFFIX, TEST_SHA256, record_path, recorded, run_folder, saved_settings, sweep
+from nmt.study.sweep import (
+    RECORD_SUFFIX,
+    TEST_SHA256,
+    from_root,
+    record_path,
+    recorded,
+    run_folder,
+    saved_settings,
+    sweep,
+)
 from nmt.study.variants import Variant
 from nmt.validation import read_validations
 
@@ -125,7 +134,7 @@ def describe(run: Path, test_cache: dict, beam: int) -> dict:
     translator = Translator.load(run / "best.pt", DecodeOptions(precision="trained"))
     shape, variant = attention_shape(translator, pairs), Variant.of(config["model"])
     return {
-        "run": str(run),
+        "run": from_root(run),
         "provenance": read_provenance(run),
         "name": variant.name,
         "variant": variant.as_record(),

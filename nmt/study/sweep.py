@@ -242,6 +242,13 @@ def record_path(records: Path, run_dir: Path) -> Path:
     return records / run_dir.parent.name / f"{run_dir.name}{RECORD_SUFFIX}"
 
 
+def from_root(path: Path) -> str:
+    """`path` as a record keeps it: from the checkout's root where it lies under it (multirun/...), so that a record
+    names no machine's folder and reads the same wherever it is re-derived; elsewhere as given."""
+    path = Path(os.path.abspath(path))
+    return path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else str(path)
+
+
 def run_folder(folder: Path, prefix: str, variant: str, seed: int) -> Path:
     """Where a sweep into `folder` trains `variant` with `seed` (<prefix><variant>/seed<N>), and how its record is
     named in a records folder."""

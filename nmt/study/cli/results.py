@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 from pathlib import Path
 
@@ -45,7 +44,7 @@ from nmt.study.comparison import VARIANTS
 from nmt.study.lab import CLAIM_SEEDS
 from nmt.study.records import record_runs, recorded_sweep
 from nmt.study.results import CLAIM_VARIANTS, FAMILIES, PARTS, PINNED
-from nmt.study.sweep import ROOT, chosen, launcher_options
+from nmt.study.sweep import ROOT, chosen, from_root, launcher_options
 
 MAIN_BEAM = 5  # the main table's beam: its test BLEU beam 5 beside greedy
 COMPARE_BEAM = 5  # the comparison's headline beam (nmt.study compare's default)
@@ -188,9 +187,9 @@ def shown(text: str, folder: Path) -> str:
 
 
 def relative(path: Path) -> str:
-    """`path` from the repository's root where it lies under it (as given: a runs folder may be a link)."""
-    path = Path(os.path.abspath(path))
-    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+    """`path` from the repository's root where it lies under it (as given: a runs folder may be a link); a relative
+    path is one already (a record's run, `from_root`)."""
+    return from_root(path) if Path(path).is_absolute() else Path(path).as_posix()
 
 
 def write(name: str, record: dict) -> None:
