@@ -34,11 +34,18 @@ def close(figure: plt.Figure) -> None:
 
 def lines_figure(width: float = 9.0, height: float = 4.2) -> tuple[plt.Figure, plt.Axes]:
     """A figure for one line per variant, its legend beside the axes (`legend_beside`) so that no curve is hidden."""
-    return pyplot().subplots(figsize=(width, height), dpi=110, layout="constrained")
+    figure, grid = own_figure((width, height), dpi=110)
+    return figure, grid[0, 0]
 
 
 def legend_beside(axes: plt.Axes) -> None:
-    axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    """The legend right of the axes, and the axes sized to leave it room: laid out by arithmetic from the longest
+    label (7-point text), not by a layout engine, which draws a figure twice."""
+    legend = axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    width, height = axes.figure.get_size_inches()
+    room = 0.45 + 0.052 * max((len(text.get_text()) for text in legend.get_texts()), default=0)
+    right = max(0.4, 1 - (room + 0.12) / width)
+    axes.figure.subplots_adjust(left=0.8 / width, bottom=0.6 / height, right=right, top=1 - 0.36 / height)
 
 
 def own_figure(size: tuple[float, float], dpi: int, rows: int = 1, columns: int = 1, layout: str | None = None):

@@ -29,6 +29,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+import numpy as np
 from torch.utils.tensorboard import SummaryWriter
 
 from nmt import UserError
@@ -76,9 +77,9 @@ def figures(results: list[dict], output: Path) -> None:
     axes.grid(alpha=0.3)
     legend_beside(axes)
     curves.savefig(output / "valid_aer.png")
-    with SummaryWriter(str(output / "tensorboard")) as writer:
-        writer.add_figure("lab/bleu_by_length", length)
-        writer.add_figure("lab/valid_aer", curves)
+    with SummaryWriter(str(output / "tensorboard")) as writer:  # the pixels savefig drew, not drawn again
+        for tag, figure in (("lab/bleu_by_length", length), ("lab/valid_aer", curves)):
+            writer.add_image(tag, np.asarray(figure.canvas.buffer_rgba())[..., :3], dataformats="HWC")
 
 
 def report(
