@@ -163,6 +163,8 @@ def damaged(path: Path) -> str | None:
         head = handle.read(4096)
     if zipfile.is_zipfile(path):
         return None
+    if not head:
+        return f"{path}: not a checkpoint: an empty file (0 bytes); a save that never finished? name another one"
     if head.startswith(b"PK\x03\x04"):
         return f"{path}: a truncated or damaged checkpoint: it begins like one, but its end is missing"
     try:
@@ -183,6 +185,8 @@ def load(path: str | Path) -> dict:
         raise UserError(
             f"{path}: is a folder; name a checkpoint file in it{inside}: best.pt to decode, last.pt to resume"
         )
+    if path.exists() and not path.is_file():
+        raise UserError(f"{path}: not a regular file (a device, FIFO or socket); name a checkpoint file (best.pt)")
     if not path.is_file():
         raise UserError(f"{path}: no such checkpoint")
     problem = damaged(path)

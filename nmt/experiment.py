@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 import nmt.rnn  # noqa: F401
 import nmt.transformer  # noqa: F401
 from nmt import Interrupted, UserError, build, checkpoint, distributed
-from nmt.config import TrainConfig
+from nmt.config import TrainConfig, TrainerConfig
 from nmt.corpus import Splits
 from nmt.data import Vocabulary
 from nmt.decoding import check_input_lengths, decode_split
@@ -47,7 +47,7 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
     loaded_code()  # the commit of the code this process runs, found as its first run starts
     settings: TrainConfig = OmegaConf.to_object(cfg)  # typed dataclasses, validated by Hydra already
     resolved = OmegaConf.to_container(cfg, resolve=True)  # what checkpoints store
-    settings.trainer.check()
+    check_options(settings.trainer, settings.seed)
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     set_seed(settings.seed)
@@ -350,6 +350,14 @@ def read_provenance(run_dir: Path) -> dict:
     records = sorted(p.name for p in run_dir.glob(".hydra/*") if p.is_dir())  # .hydra/<%Y-%m-%d_%H-%M-%S[.%f]>
     dates = [f"{day}T{time.replace('-', ':')}" for day, time in (r.split("_") for r in records)]
     return finished | {"commits": [], "dates": dates, "machines": []}  # the commit was not recorded
+
+
+def check_options(trainer: TrainerConfig, seed: int) -> None:
+    """The options a run can be refused for before it reads any data: the trainer's and the seed. train.py checks
+    them before Hydra makes the run folder (nmt.cli.train.OptionsFirst); `train` again, for a call from Python."""
+    trainer.check()
+    if not 0 <= seed < 2**32:  # what numpy's generator takes; torch's too
+        raise UserError(f"seed={seed}: must be a whole number from 0 to {2**32 - 1}")
 
 
 def set_seed(seed: int) -> None:

@@ -1015,3 +1015,28 @@ def test_a_checkpoint_of_another_shape_is_refused_naming_it_before_it_is_used(tr
         checkpoint.load(path)
     assert str(path) in str(refusal.value)
     refused(run("evaluate.py", f"checkpoint={path}", "split=valid"), str(path))
+
+
+@pytest.mark.parametrize(
+    "command, message",
+    [
+        (["evaluate.py"], "error: checkpoint: required; give it on the command line (checkpoint=...)"),
+        (["evaluate.py", "checkpoint={tmp}/empty.pt"], "empty.pt: not a checkpoint: an empty file (0 bytes)"),
+        (["translate.py", "checkpoint=/dev/zero"], "/dev/zero: not a regular file (a device, FIFO or socket)"),
+        (["-m", "nmt.study", "compare", "{tmp}/nonexistent"], "nonexistent: no such folder; give the folders"),
+        (["-m", "nmt.study", "compare", "{tmp}", "--beam", "0"], "--beam 0: the beam size must be 1 (greedy) or more"),
+        (["-m", "nmt.study", "compare", "--train", "--records", "{tmp}/empty.pt"], "empty.pt: is a file; give a"),
+        (["-m", "nmt.study", "results", "--parts", "main,lab", "--only", "bogus"], "--only: bogus unknown; use any of"),
+        (["train.py", *SMALL, "seed=-1", "hydra.run.dir={tmp}/run"], "seed=-1: must be a whole number from 0 to"),
+    ],
+    ids=["no checkpoint", "empty .pt", "a device", "no folder", "beam 0", "records a file", "only bogus", "seed -1"],
+)
+def test_inputs_that_mean_nothing_are_refused_in_one_line_before_any_work(tmp_path, command, message):
+    """The probe's last members of the class: each refused with one line naming the option or file and what to do,
+    no traceback, no OmegaConf internals, and no folder made for a mistyped one."""
+    (tmp_path / "empty.pt").write_bytes(b"")
+    done = run(*[part.replace("{tmp}", str(tmp_path)) for part in command])
+    stderr = done.stderr.decode()
+    assert done.returncode != 0 and message.replace("{tmp}", str(tmp_path)) in stderr, stderr[-2000:]
+    assert "Traceback" not in stderr and "full_key" not in stderr and "object_type" not in stderr
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == ["empty.pt"]  # nothing made

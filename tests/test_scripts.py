@@ -1345,16 +1345,16 @@ def test_the_lab_resumes_where_it_stopped_and_reports_from_its_records(small_lab
     out = capfd.readouterr().out
     assert f"kept from {records}: {kept}" in out and "train.py " not in out  # nothing trained
     assert len(json.loads((tmp_path / "lab" / "lab.json").read_text())["results"]) == 3
+    data = tmp_path / "lab" / "data"
+    (data / "long.en").write_text("the set another protocol's lab left here\n")
+    (data / "long.json").write_text("{}")
     monkeypatch.setattr(lab, "CLAIM_VARIANTS", ("luong_local_m", "luong_location"))  # one of them in --variants
     lab.main([*small, "--claim-seeds", "2"])  # more seeds of the variants the claims compare, the others kept
     assert "train.py -m seed=1235 variant=luong_local_m " in capfd.readouterr().out
     assert sorted(p.parent.name for p in records.rglob("seed1235.record.json")) == ["lab_luong_local_m"]
     seeds = {r["name"]: len(r["seeds"]) for r in json.loads((tmp_path / "lab" / "lab.json").read_text())["results"]}
     assert seeds == {"bahdanau (additive)": 1, "bahdanau (fixed context)": 1, local_m: 2}
-    data = tmp_path / "lab" / "data"
-    (data / "long.en").write_text("the set another protocol's lab left here\n")
-    (data / "long.json").write_text("{}")
-    lab.main(small)  # the length test set drawn again for today's training sentences: the records match it
+    # the length test set was drawn again for today's training sentences: the earlier records match it
     assert json.loads((data / "long.json").read_text())["per_bucket"] == 20
     path = records / "lab_bahdanau" / "seed1234.lab.json"
     path.write_text(json.dumps({**json.loads(path.read_text()), "long_set": "of another set"}))

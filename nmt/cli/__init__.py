@@ -4,7 +4,7 @@ nmt-evaluate and nmt-translate; `python train.py` ... in a checkout)."""
 import contextlib
 import sys
 
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from nmt import UserError
 
@@ -16,7 +16,16 @@ def refusals_and_ctrl_c(unwritten: str):
     try:
         yield
     except (UserError, OmegaConfBaseException) as error:
-        sys.exit(f"error: {error}")
+        sys.exit(f"error: {said(error)}")
     except KeyboardInterrupt:
         print(f"stopped by Ctrl-C; no {unwritten} were written", file=sys.stderr)
         sys.exit(130)
+
+
+def said(error: Exception) -> str:
+    """A refusal in one line: OmegaConf's own message without the full_key/object_type lines it appends, and a
+    missing option named with how to give it."""
+    if isinstance(error, MissingMandatoryValue) and getattr(error, "full_key", None):
+        return f"{error.full_key}: required; give it on the command line ({error.full_key}=...)"
+    text = str(error)
+    return text.splitlines()[0] if isinstance(error, OmegaConfBaseException) and text else text

@@ -8,13 +8,15 @@ from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.experimental.callback import Callback
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from nmt import Interrupted, UserError, distributed
+from nmt.cli import said
 from nmt.config import CONFIGS, register
-from nmt.experiment import train
+from nmt.experiment import check_options, train
 from nmt.multirun import FAILED, SweepStop, job_skipped
 from nmt.paths import write_text
 
@@ -28,6 +30,18 @@ def logged(level: int, message: str) -> None:
     for handler in logging.getLogger().handlers:
         if isinstance(handler, logging.FileHandler):
             handler.handle(record)
+
+
+class OptionsFirst(Callback):
+    """A Hydra callback (configs/train.yaml): a single run's options are checked before Hydra makes its folder, so a
+    refused run leaves none behind. A sweep's jobs are checked as they start (FailedJobs names those refused)."""
+
+    def on_run_start(self, config: DictConfig, **kwargs) -> None:
+        try:
+            options = OmegaConf.to_object(OmegaConf.masked_copy(config, ["trainer", "seed"]))
+            check_options(options["trainer"], options["seed"])
+        except (UserError, OmegaConfBaseException) as error:
+            sys.exit(f"error: {said(error)}")
 
 
 @hydra.main(config_path=str(CONFIGS), config_name="train", version_base="1.3")
@@ -44,10 +58,10 @@ def main(cfg: DictConfig) -> float:
         results = train(cfg, output_dir)
     except (UserError, OmegaConfBaseException) as error:
         if sweep:  # the sweep's other jobs go on; FailedJobs names this one at the end and exits non-zero
-            log.error("%s", error)
-            return failed_job(output_dir, str(error))
-        logged(logging.ERROR, str(error))
-        sys.exit(f"error: {error}")
+            log.error("%s", said(error))
+            return failed_job(output_dir, said(error))
+        logged(logging.ERROR, said(error))
+        sys.exit(f"error: {said(error)}")
     except Interrupted as stop:
         if sweep:  # returns, so a joblib worker lives and its siblings save too (nmt.multirun.SweepStop)
             log.warning("%s", stop)

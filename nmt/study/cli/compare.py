@@ -119,6 +119,15 @@ def checked(args: argparse.Namespace) -> argparse.Namespace:
             "finite number of at least 0"
         )
     check_resamples(args.samples, args.trials)
+    if args.beam < 1:
+        raise UserError(f"--beam {args.beam}: the beam size must be 1 (greedy) or more")
+    for folder in args.folders:  # read, never made: a mistyped folder is named, not created empty
+        if not folder.is_dir():
+            what = "is a file, not a folder of runs" if folder.exists() else "no such folder"
+            raise UserError(f"{folder}: {what}; give the folders of finished runs (each holding <variant>/seed<N>)")
+    for option, folder in (("--records", args.records), ("--output", args.output)):
+        if folder is not None and folder.exists() and not folder.is_dir():
+            raise UserError(f"{option} {folder}: is a file; give a folder (made if it does not exist)")
     if args.lab is not None and not args.lab.is_file():
         raise UserError(f"--lab {args.lab}: no such file; `make lab` writes multirun/lab/lab.json")
     return args

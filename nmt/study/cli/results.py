@@ -63,13 +63,13 @@ def only(given: str | None, parts: list[str]) -> dict[str, list[str]]:
     all its variants at once, so `--only` leaves it out."""
     if given is None:
         return {part: (part_variants(part) if part != "lab" else []) for part in parts}
+    known = sorted({v for part in parts if part != "lab" for v in part_variants(part)})
+    names = chosen("--only", given, known) if known else []  # a name no part trains is named as such first
     if "lab" in parts:
         raise UserError(
             "--only: the lab trains and reports on all its variants together; leave lab out of --parts, "
             "or share the lab out with `python -m nmt.study lab --variants ... --records results/runs/lab`"
         )
-    known = sorted({v for part in parts for v in part_variants(part)})
-    names = chosen("--only", given, known)
     return {part: [v for v in part_variants(part) if v in names] for part in parts}
 
 
