@@ -1028,8 +1028,24 @@ def test_a_checkpoint_of_another_shape_is_refused_naming_it_before_it_is_used(tr
         (["-m", "nmt.study", "compare", "--train", "--records", "{tmp}/empty.pt"], "empty.pt: is a file; give a"),
         (["-m", "nmt.study", "results", "--parts", "main,lab", "--only", "bogus"], "--only: bogus unknown; use any of"),
         (["train.py", *SMALL, "seed=-1", "hydra.run.dir={tmp}/run"], "seed=-1: must be a whole number from 0 to"),
+        (["train.py", *SMALL, "hydra.run.dir={tmp}/empty.pt"], "hydra.run.dir={tmp}/empty.pt: is a file; give a"),
+        (
+            ["train.py", "-m", *SMALL, "hydra/launcher=joblib", "hydra.launcher.n_jobs=0", "hydra.sweep.dir={tmp}/s"],
+            "hydra.launcher.n_jobs=0: runs no job; give 1 or more",
+        ),
     ],
-    ids=["no checkpoint", "empty .pt", "a device", "no folder", "beam 0", "records a file", "only bogus", "seed -1"],
+    ids=[
+        "no checkpoint",
+        "empty .pt",
+        "a device",
+        "no folder",
+        "beam 0",
+        "records a file",
+        "only bogus",
+        "seed -1",
+        "run dir a file",
+        "n_jobs 0",
+    ],
 )
 def test_inputs_that_mean_nothing_are_refused_in_one_line_before_any_work(tmp_path, command, message):
     """The probe's last members of the class: each refused with one line naming the option or file and what to do,

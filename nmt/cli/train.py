@@ -38,10 +38,21 @@ class OptionsFirst(Callback):
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
         try:
+            folder = Path(config.hydra.run.dir)
+            if folder.exists() and not folder.is_dir():
+                raise UserError(f"hydra.run.dir={folder}: is a file; give a folder for the run (made if absent)")
             options = OmegaConf.to_object(OmegaConf.masked_copy(config, ["trainer", "seed"]))
             check_options(options["trainer"], options["seed"])
         except (UserError, OmegaConfBaseException) as error:
             sys.exit(f"error: {said(error)}")
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        jobs = config.hydra.launcher.get("n_jobs")
+        if isinstance(jobs, int) and jobs == 0:  # joblib: -1 means every core, 0 nothing
+            sys.exit("error: hydra.launcher.n_jobs=0: runs no job; give 1 or more (or -1 for one per core)")
+        folder = Path(config.hydra.sweep.dir)
+        if folder.exists() and not folder.is_dir():
+            sys.exit(f"error: hydra.sweep.dir={folder}: is a file; give a folder for the sweep (made if absent)")
 
 
 @hydra.main(config_path=str(CONFIGS), config_name="train", version_base="1.3")
