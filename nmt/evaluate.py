@@ -187,6 +187,8 @@ def translate_file(
         raise UserError(f"{checkpoint_path}: this model has no attention to plot or align with; leave out {option}")
     chosen = alignment_map_of(translator, alignment_map, None) if links_path else None
     lines = read_lines(source) if source else read_stdin()
+    if folder:  # a line<N>.png there that no nmt command wrote is the user's: refused before decoding
+        output_folder(folder, "attention", tuple(f"line{n}.png" for n, line in enumerate(lines, 1) if line.strip()))
     translations, hypotheses = translator.search_lines(lines)
     if folder:
         drawn = 0

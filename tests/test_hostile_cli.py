@@ -881,6 +881,26 @@ def test_an_output_folder_holding_a_users_files_is_refused_before_any_work(train
     assert (folder / name).read_text() == "my own notes\n"
 
 
+def test_attention_heatmaps_never_replace_a_users_file_of_their_name(trained, tmp_path):
+    """translate.py attention=DIR writes DIR/line<N>.png: a user's line1.png there is refused before decoding and
+    kept; the command's own heatmaps, from an earlier run into the folder, are replaced."""
+    checkpoint_option = f"checkpoint={trained[0] / 'best.pt'}"
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "line1.png").write_bytes(b"my own picture")
+    refused(
+        run("translate.py", checkpoint_option, f"attention={mine}", stdin=b"Der Hund.\n"),
+        f"attention={mine}: holds line1.png",
+    )
+    assert (mine / "line1.png").read_bytes() == b"my own picture"
+    for _ in range(2):  # the second run replaces the first run's own heatmaps
+        done = run(
+            "translate.py", checkpoint_option, f"attention={tmp_path / 'maps'}", stdin=b"Der Hund.\n\nEin Mann.\n"
+        )
+        assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert sorted(p.name for p in (tmp_path / "maps").glob("*.png")) == ["line1.png", "line3.png"]
+
+
 def test_an_unexpected_exception_in_a_sweep_job_is_a_named_failure_not_a_traceback(tmp_path):
     """A job that fails with any exception (here, the trainer patched to raise) is named in the sweep's summary and
     its failed.txt, its traceback kept in its train.log; the other jobs run."""

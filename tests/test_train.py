@@ -264,7 +264,7 @@ def test_train_and_evaluate_command_lines_end_to_end(tmp_path, monkeypatch):
     assert translate.returncode == 0, translate.stderr
     lines = translate.stdout.split("\n")
     assert len(lines) == 4 and lines[1] == "" and lines[0] and lines[2]  # line for line, an empty line stays empty
-    assert sorted(p.name for p in (tmp_path / "maps").iterdir()) == ["line1.png", "line3.png"]
+    assert sorted(p.name for p in (tmp_path / "maps").glob("*.png")) == ["line1.png", "line3.png"]
     assert f"wrote 2 attention heatmaps to {tmp_path / 'maps'}/line<N>.png" in translate.stderr  # said, once
     aligned = run(
         "translate.py",
