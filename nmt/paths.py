@@ -243,6 +243,12 @@ def written_by(record: Path, command: str) -> bool:
 MANIFEST = ".written-by-nmt"  # in an output folder: the files nmt's commands wrote there, which they may replace
 
 
+def not_a_file(path: Path, option: str) -> None:
+    """Refuse, naming `option`, a folder option that names a file (checked before anything is made or run)."""
+    if path.exists() and not path.is_dir():
+        raise UserError(f"{option}={path}: is a file; give a folder (made if it does not exist)")
+
+
 def output_folder(
     path: str | Path, option: str, fills: tuple[str, ...] = (), made_by: tuple[str, str] | None = None
 ) -> Path:

@@ -18,7 +18,7 @@ from nmt.cli import said
 from nmt.config import CONFIGS, register
 from nmt.experiment import check_options, train
 from nmt.multirun import FAILED, SweepStop, job_skipped
-from nmt.paths import write_text
+from nmt.paths import not_a_file, write_text
 
 log = logging.getLogger("nmt")
 register()  # the dataclasses of nmt/config.py, which configs/*.yaml fill in
@@ -38,21 +38,19 @@ class OptionsFirst(Callback):
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
         try:
-            folder = Path(config.hydra.run.dir)
-            if folder.exists() and not folder.is_dir():
-                raise UserError(f"hydra.run.dir={folder}: is a file; give a folder for the run (made if absent)")
+            not_a_file(Path(config.hydra.run.dir), "hydra.run.dir")
             options = OmegaConf.to_object(OmegaConf.masked_copy(config, ["trainer", "seed"]))
             check_options(options["trainer"], options["seed"])
         except (UserError, OmegaConfBaseException) as error:
             sys.exit(f"error: {said(error)}")
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
-        jobs = config.hydra.launcher.get("n_jobs")
-        if isinstance(jobs, int) and jobs == 0:  # joblib: -1 means every core, 0 nothing
-            sys.exit("error: hydra.launcher.n_jobs=0: runs no job; give 1 or more (or -1 for one per core)")
-        folder = Path(config.hydra.sweep.dir)
-        if folder.exists() and not folder.is_dir():
-            sys.exit(f"error: hydra.sweep.dir={folder}: is a file; give a folder for the sweep (made if absent)")
+        try:
+            if config.hydra.launcher.get("n_jobs") == 0:  # joblib: -1 means every core, 0 nothing
+                raise UserError("hydra.launcher.n_jobs=0: runs no job; give 1 or more (or -1 for one per core)")
+            not_a_file(Path(config.hydra.sweep.dir), "hydra.sweep.dir")
+        except UserError as error:
+            sys.exit(f"error: {error}")
 
 
 @hydra.main(config_path=str(CONFIGS), config_name="train", version_base="1.3")

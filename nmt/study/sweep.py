@@ -242,9 +242,13 @@ def record_path(records: Path, run_dir: Path) -> Path:
     return records / run_dir.parent.name / f"{run_dir.name}{RECORD_SUFFIX}"
 
 
-def from_root(path: Path) -> str:
+def from_root(path: Path | str) -> str:
     """`path` as a record keeps it: from the checkout's root where it lies under it (multirun/...), so that a record
-    names no machine's folder and reads the same wherever it is re-derived; elsewhere as given."""
+    names no machine's folder and reads the same wherever it is re-derived; elsewhere, and a relative path (a
+    record's), as given (not resolved: a runs folder may be a link)."""
+    path = Path(path)
+    if not path.is_absolute():
+        return path.as_posix()
     path = Path(os.path.abspath(path))
     return path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else str(path)
 

@@ -152,7 +152,7 @@ def export(report: Path, name: str, runs: Path | None = None) -> None:
     for variant in record["variants"].values():
         for run in variant["runs"]:
             run.setdefault("provenance", read_provenance(Path(run["run"])))
-            run["run"] = shown(relative(Path(run["run"])), report)
+            run["run"] = shown(from_root(Path(run["run"])), report)
             commits.update(run["provenance"].get("commits", []))
     record["command"] = shown(shown(record["command"], report), results.RECORDS)
     record.update(commits=sorted(commits), training_code_changed=results.training_code_changed(sorted(commits)))
@@ -170,7 +170,7 @@ def export_lab(folder: Path) -> None:
         for run in result["seeds"]:
             provenance = run.get("provenance") or read_provenance(Path(run["run"]))  # a record's, or its folder's
             commits.update(c[:7] for c in provenance["commits"])
-            run["run"] = shown(relative(Path(run["run"])), folder)
+            run["run"] = shown(from_root(Path(run["run"])), folder)
     record["command"] = shown(shown(record["command"], folder), results.RECORDS)
     record.update(commits=sorted(commits), torch=torch.__version__, analysis=loaded_code())
     write("lab", record)
@@ -183,13 +183,7 @@ def export_lab(folder: Path) -> None:
 def shown(text: str, folder: Path) -> str:
     """`text` (a path or a command) with `folder` as given from the repository, where it held the folder's real
     path: a report written through a linked runs folder (another checkout's) names that checkout's folder."""
-    return text.replace(str(folder.resolve()), relative(folder))
-
-
-def relative(path: Path) -> str:
-    """`path` from the repository's root where it lies under it (as given: a runs folder may be a link); a relative
-    path is one already (a record's run, `from_root`)."""
-    return from_root(path) if Path(path).is_absolute() else Path(path).as_posix()
+    return text.replace(str(folder.resolve()), from_root(folder))
 
 
 def write(name: str, record: dict) -> None:
