@@ -73,7 +73,7 @@ results-tables: install
 # Training tokens/s, peak memory and decoding sentences/s of each model (bench/benchmark.md); decodes with the
 # checkpoints in outputs/runs/<model>/best.pt when they exist.
 bench: install
-	$(BIN)/python -m nmt.study measure $(if $(DATA_DIR),--data-dir $(abspath $(DATA_DIR)),)
+	$(BIN)/python -m nmt.study measure speed $(if $(DATA_DIR),--data-dir $(abspath $(DATA_DIR)),)
 
 # One pytest worker per core (at most 4): most tests start a train.py or decode in a process of its own.
 test: install

@@ -413,7 +413,7 @@ class LocalAttention(nn.Module):
 # The fused kernels SDPA may choose from: all but cuDNN's. cuDNN's attention builds an execution plan for every new
 # shape, and a batch of sentences has a shape of its own nearly every update: on an H100 each call spent 2.4 ms on the
 # host building one, and the Transformer trained at 6,500 target tokens/s with it, 39,600 without (bf16,
-# nmt.study measure --models transformer --device cuda, docs/speed.md).
+# nmt.study measure speed --models transformer --device cuda, docs/speed.md).
 FUSED_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 

@@ -13,10 +13,8 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from nmt import UserError, checkpoint, resume  # noqa: E402
-from nmt.paths import output_file  # noqa: E402
+from nmt import UserError, checkpoint, resume
+from nmt.paths import output_file
 
 
 def choose(inputs: list[Path], last: int) -> list[Path]:

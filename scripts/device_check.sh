@@ -167,7 +167,7 @@ step cuda_graph_tests 140 "$PYTHON" -m pytest tests/test_cuda.py -k "captured or
 # eager beside it, in one run: the ratio is what the graphs give. The tables are written after each model.
 eager=""
 for model in sutskever bahdanau luong transformer; do eager+=";$model trainer.cuda_graphs=false"; done
-step benchmark 230 "$PYTHON" -m nmt.study measure --record benchmark_cuda --train-only --device cuda --steps 24 \
+step benchmark 230 "$PYTHON" -m nmt.study measure speed --record benchmark_cuda --train-only --device cuda --steps 24 \
     --windows 7 --model-timeout 50 --models "sutskever;bahdanau;luong;transformer$eager" \
     --data-dir "$NMT_DATA_DIR" --output "$LOGS/bench"
 # A run at the claims' budget (1e14 FLOPs, 12 validations) and one at the main table's (5e14) end to end, with their
@@ -178,7 +178,7 @@ for flops in 1e14 5e14; do
         "data.spm_cache=$PWD/$GPU/spm" hydra.run.dir=/tmp/e2e_$flops/bahdanau
     cp /tmp/e2e_$flops/bahdanau/*.log "$LOGS/e2e_${flops}_train.log" 2>/dev/null || true
 done
-step decode 60 "$PYTHON" -m nmt.study measure --models bahdanau --checkpoints /tmp/e2e_1e14 --device cuda \
+step decode 60 "$PYTHON" -m nmt.study measure speed --models bahdanau --checkpoints /tmp/e2e_1e14 --device cuda \
     --data-dir "$NMT_DATA_DIR" --output "$LOGS/decode"
 # Joey NMT beside it on the same GPU (45 s each model), then the other CUDA tests with the time left: training,
 # resuming and decoding through the commands, the fused kernels
@@ -188,7 +188,7 @@ if [[ -f "$GPU/joey/gpu.sh" ]]; then
 fi
 # Where a captured update's time goes (the kernels' and the host's, 16 updates each; profile_*.txt in the logs),
 # apart from the benchmark so that a profiler that stalls under graph replay costs no figure
-step profile 60 "$PYTHON" -m nmt.study measure --train-only --device cuda --steps 4 --windows 1 --profile 16 \
+step profile 60 "$PYTHON" -m nmt.study measure speed --train-only --device cuda --steps 4 --windows 1 --profile 16 \
     --models "bahdanau;transformer" --data-dir "$NMT_DATA_DIR" --output "$LOGS/profile"
 step cuda_tests 120 "$PYTHON" -m pytest tests/test_cuda.py -k "not captured and not replayed" -rs \
     -p no:cacheprovider -o addopts=""

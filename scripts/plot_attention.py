@@ -6,14 +6,11 @@ Arguments are key=value like the other commands, but the text is taken as it is 
 """
 
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from nmt import UserError  # noqa: E402
+from nmt import UserError
 from nmt.config import DecodeOptions
-from nmt.decoding import Translator  # noqa: E402
-from nmt.paths import output_file  # noqa: E402
+from nmt.decoding import Translator
+from nmt.paths import output_file
 
 OPTIONS = {"checkpoint": None, "text": None, "output": "attention.png", "device": "auto"}
 

@@ -448,11 +448,14 @@ def test_ctrl_c_in_translate_stops_without_a_traceback_and_writes_nothing(traine
 
 def test_benchmark_options_are_checked_before_anything_is_measured(tmp_path):
     refused(
-        run("-m", "nmt.study", "measure", "--steps", "0", "--output", tmp_path / "b"), "--steps 0: must be at least 1"
+        run("-m", "nmt.study", "measure", "speed", "--steps", "0", "--output", tmp_path / "b"),
+        "--steps 0: must be at least 1",
     )
     (tmp_path / "file").write_text("mine\n")
-    refused(run("-m", "nmt.study", "measure", "--output", tmp_path / "file"), "is a file, not a folder")
+    refused(run("-m", "nmt.study", "measure", "speed", "--output", tmp_path / "file"), "is a file, not a folder")
     assert (tmp_path / "file").read_text() == "mine\n" and not (tmp_path / "b").exists()
+    # the measurement is named first; options alone (the benchmark's command line before it was `measure speed`)
+    refused(run("-m", "nmt.study", "measure", "--record"), "--record: no such measurement; name one first: speed,")
 
 
 def test_a_folder_given_as_a_text_file_is_named_as_one(trained, tmp_path):
@@ -867,8 +870,8 @@ def test_messages_name_what_was_given(trained, tmp_path):
     [
         (["-m", "nmt.study", "compare"], ["RUNS"], "report.md"),
         (["-m", "nmt.study", "compare"], ["RUNS"], "compare.json"),
-        (["-m", "nmt.study", "measure"], ["--train-only", "--models", "sutskever"], "benchmark.md"),
-        (["scripts/attention_kernels.py"], [], "attention_kernels.json"),
+        (["-m", "nmt.study", "measure", "speed"], ["--train-only", "--models", "sutskever"], "benchmark.md"),
+        (["-m", "nmt.study", "measure", "attention_kernels"], [], "attention_kernels.json"),
     ],
 )
 def test_an_output_folder_holding_a_users_files_is_refused_before_any_work(trained, tmp_path, script, arguments, name):

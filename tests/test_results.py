@@ -1,6 +1,7 @@
 """The results tables in README.md and docs/ are rendered from results/*.json, never typed."""
 
 import json
+from pathlib import Path
 
 import pytest
 from conftest import ROOT
@@ -160,7 +161,9 @@ def test_marked_blocks_are_rewritten_in_place_and_nothing_else(tmp_path):
 
 
 def test_a_measurement_is_saved_with_where_and_when_and_rendered_as_its_table(tmp_path):
-    assert "Not measured yet: `python scripts/decode_memory.py --record`" in tables.render("decode_memory", tmp_path)
+    assert "Not measured yet: `python -m nmt.study measure decode_memory --record`" in tables.render(
+        "decode_memory", tmp_path
+    )
     path = results.record_measurement(
         "decode_memory", ["model", "greedy"], [["bahdanau", "327 MiB, 1.0 s"]], "One line.", folder=tmp_path
     )
@@ -172,6 +175,15 @@ def test_a_measurement_is_saved_with_where_and_when_and_rendered_as_its_table(tm
     assert f"at commit {(saved['commit'] or 'not recorded')[:7]}" in table and "UTC" in table
     with pytest.raises(ValueError, match="not a measurement"):
         results.record_measurement("speed_of_light", ["a"], [["b"]], folder=tmp_path)
+    # the command as typed, not the path Python gives `python -m nmt.study`
+    main = str(Path(results.__file__).parent / "__main__.py")
+    assert results.invoked([main, "measure", "speed", "--record"]) == [
+        "-m",
+        "nmt.study",
+        "measure",
+        "speed",
+        "--record",
+    ]
 
 
 def test_our_speed_beside_joey_nmts_is_rendered_with_the_ratio_and_where_each_comes_from(tmp_path):
@@ -185,7 +197,7 @@ def test_our_speed_beside_joey_nmts_is_rendered_with_the_ratio_and_where_each_co
         "transformer": {"train_tokens_per_second": 540.0, "decode_beam1_sentences_per_second": 25.0},
     }
     results.record_measurement("benchmark", ["model"], [["bahdanau"]], "Ours, bf16.", tmp_path, values=ours)
-    assert "Not measured yet: `python scripts/joeynmt.py" in tables.render("versus_joeynmt", tmp_path)
+    assert "Not measured yet: `python -m nmt.study measure joeynmt" in tables.render("versus_joeynmt", tmp_path)
     results.record_measurement("joeynmt", ["model"], [["rnn"]], "Joey, fp32.", tmp_path, values=theirs)
     table = tables.render("versus_joeynmt", tmp_path)
     assert "| bahdanau / Joey's rnn, train target tok/s | 2,000 | 625 | 3.20x |" in table

@@ -71,13 +71,17 @@ def name_of(model: dict) -> str:
     return Variant.of(model).name
 
 
-STUDY_PROGRAMS = {"compare": "compare", "lab": "lab", "results": "results", "benchmark": "measure"}
+STUDY_PROGRAMS = {"compare": "cli.compare", "lab": "cli.lab", "results": "cli.results", "benchmark": "measures.speed"}
+MEASURES = ("joeynmt", "attention_kernels", "calibration", "decode_memory", "alignment_offset", "validation_cost")
 
 
 def load_script(name: str):
-    """scripts/<name>.py, or the study's program of that name (`python -m nmt.study compare|lab|results|measure`)."""
+    """scripts/<name>.py, the study's program of that name (`python -m nmt.study compare|lab|results`) or one of its
+    measurements (`python -m nmt.study measure NAME`)."""
     if name in STUDY_PROGRAMS:
-        return importlib.import_module(f"nmt.study.cli.{STUDY_PROGRAMS[name]}")
+        return importlib.import_module(f"nmt.study.{STUDY_PROGRAMS[name]}")
+    if name in MEASURES:
+        return importlib.import_module(f"nmt.study.measures.{name}")
     spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -1099,6 +1103,7 @@ def test_benchmark_record_refuses_to_time_an_untrained_models_decoding(tmp_path)
             "-m",
             "nmt.study",
             "measure",
+            "speed",
             "--record",
             "--models",
             "luong",

@@ -217,7 +217,7 @@ def null_runs(
 def test_three_against_three_seeds_keep_the_false_positive_rate_at_its_level(seed_sd, noise_sd):
     """Two variants that differ in nothing, 3 seeds each, 2,000 simulated studies: the test calls a difference
     significant in at most 6% of them at the 0.05 level, whether seeds or sentences are the noise (the two-stage
-    bootstrap it replaces called 18% where seeds dominate: scripts/calibration.py)."""
+    bootstrap it replaces called 18% where seeds dominate: nmt/study/measures/calibration.py)."""
     rng = np.random.default_rng(7)
     sentences = rng.normal(0, 1, 150)  # one test set, shared by every study
     counts = Resampler(len(sentences), resamples=200, seed=3).counts

@@ -3,7 +3,7 @@
   compare   train the comparison's variants (make compare) and report on runs: significance, figures, claims
   lab       the alignment lab on the sample grammar: AER against gold links, BLEU by sentence length (make lab)
   results   what README.md and docs/results.md report, trained and recorded part by part (make results)
-  measure   training and decoding speed of each model on this machine (make bench)
+  measure   speed, memory and calibration measurements: `measure speed` times each model (make bench)
   tune      each family's recipe tuned with equal effort on valid BLEU (Optuna through Hydra's sweeper)
 
 `python -m nmt.study PROGRAM --help` lists a program's options.

@@ -53,22 +53,22 @@ KERNEL_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INS
 HELD_TO_AVX2 = "ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2"
 # Measurements of speed and memory (results/measured/<name>.json), each written by its script's --record, run alone
 MEASUREMENTS = {
-    "decode_memory": "python scripts/decode_memory.py --record",
-    "alignment_offset": "python scripts/alignment_offset.py --record RUN...",
-    "attention_kernels": "python scripts/attention_kernels.py --record",
-    "validation_cost": "python scripts/validation_cost.py --record --data-dir ../shared/data/multi30k",
-    "benchmark": "python -m nmt.study measure --record --data-dir ../shared/data/multi30k "
+    "decode_memory": "python -m nmt.study measure decode_memory --record",
+    "alignment_offset": "python -m nmt.study measure alignment_offset --record RUN...",
+    "attention_kernels": "python -m nmt.study measure attention_kernels --record",
+    "validation_cost": "python -m nmt.study measure validation_cost --record --data-dir ../shared/data/multi30k",
+    "benchmark": "python -m nmt.study measure speed --record --data-dir ../shared/data/multi30k "
     "--checkpoints 'multirun/results/compare/runs/{model}/seed1234'",
-    "benchmark_fp32": f"{HELD_TO_AVX2} python -m nmt.study measure --record benchmark_fp32 --train-only "
+    "benchmark_fp32": f"{HELD_TO_AVX2} python -m nmt.study measure speed --record benchmark_fp32 --train-only "
     "--data-dir ../shared/data/multi30k",
-    "benchmark_cuda": "bash scripts/device_check.sh (on a GPU machine: nmt.study measure --record benchmark_cuda "
+    "benchmark_cuda": "bash scripts/device_check.sh (on a GPU machine: nmt.study measure speed --record benchmark_cuda "
     "--train-only --device cuda)",
-    "joeynmt": "python scripts/joeynmt.py --record (after TRAIN_SECONDS=300 TP_SECONDS=60 RNN_VALID=100000 "
+    "joeynmt": "python -m nmt.study measure joeynmt --record (after TRAIN_SECONDS=300 TP_SECONDS=60 RNN_VALID=100000 "
     "TF_VALID=100000 bash ../shared/peers/joeynmt/run.sh)",
-    "joeynmt_fp32": f"python scripts/joeynmt.py --record joeynmt_fp32 (after {HELD_TO_AVX2} TRAIN_SECONDS=300 "
-    "TP_SECONDS=60 RNN_VALID=100000 TF_VALID=100000 bash ../shared/peers/joeynmt/run.sh)",
-    "joeynmt_cuda": "python scripts/joeynmt.py --record joeynmt_cuda --cuda DIR (DIR: what scripts/device_check.sh "
-    "brought back of ../shared/peers/joeynmt/gpu.sh, in the call that wrote benchmark_cuda)",
+    "joeynmt_fp32": f"python -m nmt.study measure joeynmt --record joeynmt_fp32 (after {HELD_TO_AVX2} "
+    "TRAIN_SECONDS=300 TP_SECONDS=60 RNN_VALID=100000 TF_VALID=100000 bash ../shared/peers/joeynmt/run.sh)",
+    "joeynmt_cuda": "python -m nmt.study measure joeynmt --record joeynmt_cuda --cuda DIR (DIR: what "
+    "scripts/device_check.sh brought back of ../shared/peers/joeynmt/gpu.sh, in the call that wrote benchmark_cuda)",
 }
 
 
@@ -128,6 +128,13 @@ def copy_figures(report: Path, part: str, figures: Path = FIGURES, names: tuple[
             shutil.copyfile(report / name, figures / f"{part}_{name}")
 
 
+def invoked(argv: list[str]) -> list[str]:
+    """The command line as typed: `python -m nmt.study ...` where Python gives the package's __main__.py path."""
+    if Path(argv[0]).name == "__main__.py" and Path(argv[0]).parent.name == "study":
+        return ["-m", "nmt.study", *argv[1:]]
+    return argv
+
+
 def record_measurement(
     name: str,
     columns: list[str],
@@ -156,7 +163,7 @@ def record_measurement(
         raise ValueError(f"{name}: not a measurement (results.MEASUREMENTS)")
     held = [f"{key}={os.environ[key]}" for key in KERNEL_VARIABLES if os.environ.get(key)]
     record = {
-        "command": " ".join([*held, shlex.join(["python", *sys.argv])]),
+        "command": " ".join([*held, shlex.join(["python", *invoked(sys.argv)])]),
         **loaded_code(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="minutes"),
         "machine": f"{cpu_name()}, {os.cpu_count()} cores",

@@ -12,9 +12,9 @@ variant's k - 1 seeds; the sentences' n - 1), and the p-value is the t test's. W
 test over seeds, whose false-positive rate holds at 3 against 3 seeds (tests/test_significance.py simulates it); where
 sentences dominate, it is the paired bootstrap's normal interval. (A bootstrap over 3 seeds draws only 10 distinct
 sets, keeps 2/3 of their variance and uses percentile quantiles: 18% false positives at a nominal 5% where seeds
-dominate, in scripts/calibration.py's simulation.) Clark et al. (2011) showed why the optimizer's replicates must be
-part of the test. Holm's correction (statsmodels) adjusts the p-values of a claim's secondary comparisons;
-`Interval.detectable` gives the difference the test finds 80% of the time, in the claim's own unit.
+dominate, in `python -m nmt.study measure calibration`'s simulation.) Clark et al. (2011) showed why the optimizer's
+replicates must be part of the test. Holm's correction (statsmodels) adjusts the p-values of a claim's secondary
+comparisons; `Interval.detectable` gives the difference the test finds 80% of the time, in the claim's own unit.
 
 Per seed, sacrebleu's paired bootstrap (Koehn 2004) and approximate randomization (Riezler and Maxwell 2005) from
 `sacrebleu.significance.PairedTest`, with its fixed seed, still test seed k of one system against seed k of the other

@@ -387,7 +387,7 @@ def provenance_line(record: dict) -> str:
     )
 
 
-# Our model beside each of Joey NMT's (scripts/joeynmt.py's names): its RNN with attention, its Transformer
+# Our model beside each of Joey NMT's (nmt/study/measures/joeynmt.py's names): its RNN with attention, its Transformer
 PEER_PAIRS = {"rnn": "bahdanau", "transformer": "transformer"}
 
 

@@ -2,7 +2,7 @@
 `nmt.study.significance.contrast` in simulated studies, beside the two-stage bootstrap it replaced (main at 7be1709,
 with --old FILE: that commit's nmt/study/significance.py, e.g. from `git show 7be1709:nmt/study/significance.py`).
 
-python scripts/calibration.py [--studies 2000] [--seeds 3] [--old /tmp/old_significance.py]
+python -m nmt.study measure calibration [--studies 2000] [--seeds 3] [--old /tmp/old_significance.py]
 
 Each study: one test set of 150 sentences with a shared difficulty, each variant's seeds an offset each plus noise
 per sentence, the score a mean over sentences, 200 shared resamples; the regimes set which noise dominates.
@@ -17,9 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from nmt.study.significance import Resampler, Runs, contrast  # noqa: E402
+from nmt.study.significance import Resampler, Runs, contrast
 
 REGIMES = {
     "seeds dominate": (1.0, 0.5, 0.0),
@@ -40,12 +38,14 @@ def study(rng, counts, seeds: int, seed_sd: float, noise_sd: float, effect_sd: f
     return made
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m nmt.study measure calibration", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--studies", type=int, default=2000)
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--old", type=Path, default=None, help="the old significance.py, to test beside")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     old = None
     if args.old:
         spec = importlib.util.spec_from_file_location("old_significance", args.old)
@@ -66,7 +66,3 @@ def main() -> None:
             before = sum(old.contrast([(1.0, a), (-1.0, b)], seed=k).p < 0.05 for k, (a, b) in enumerate(studies))
             line += f"   two-stage bootstrap {before / args.studies:.3f}"
         print(line, flush=True)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,8 +1,8 @@
 """Does a model's attention sit a fixed number of words off the words it translates? AER of its argmax links, with
 every link moved by -3..+3 source words, against the gold alignments of the sample corpus it was trained on.
 
-python scripts/alignment_offset.py RUN_DIR [RUN_DIR ...] [--shifts 3]
-python scripts/alignment_offset.py --record RUN_DIR ...   # docs/alignment.md's table (results/measured/)
+python -m nmt.study measure alignment_offset RUN_DIR [RUN_DIR ...] [--shifts 3]
+python -m nmt.study measure alignment_offset --record RUN_DIR ...   # docs/alignment.md's table (results/measured/)
 
 Luong's model with the reversed source of its paper attends one word early (docs/alignment.md): its AER is lowest
 at shift +1. A model that aligns where the words are is lowest at shift 0.
@@ -11,18 +11,15 @@ at shift +1. A model that aligns where the words are is lowest at shift 0.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from nmt import UserError  # noqa: E402
-from nmt.alignment import alignment_error, choose_map, map_names, parse_key, shifted_links, word_attention  # noqa: E402
+from nmt import UserError
+from nmt.alignment import alignment_error, choose_map, map_names, parse_key, shifted_links, word_attention
 from nmt.config import DecodeOptions
-from nmt.decoding import Translator  # noqa: E402
-from nmt.evaluate import corpus_of  # noqa: E402
-from nmt.study import results  # noqa: E402
-from nmt.study.variants import Variant  # noqa: E402
+from nmt.decoding import Translator
+from nmt.evaluate import corpus_of
+from nmt.study import results
+from nmt.study.variants import Variant
 
 
 def offsets(run: Path, shifts: int) -> tuple[str, dict[int, float]]:
@@ -49,7 +46,9 @@ def offsets(run: Path, shifts: int) -> tuple[str, dict[int, float]]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m nmt.study measure alignment_offset", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("runs", nargs="+", type=Path)
     parser.add_argument("--shifts", type=int, default=3)
     parser.add_argument(
@@ -73,10 +72,3 @@ def main(argv: list[str] | None = None) -> None:
             "corpus's gold links."
         )
         print(f"wrote {results.record_measurement('alignment_offset', columns, rows, note, folder=results.RESULTS)}")
-
-
-if __name__ == "__main__":
-    try:
-        main()
-    except UserError as error:
-        sys.exit(f"error: {error}")

@@ -1,8 +1,9 @@
 """Peak memory of decoding one long line, greedy or beam, in a process of its own.
 
-python scripts/decode_memory.py [--model bahdanau] [--beam 5] [--length 1000]
-python scripts/decode_memory.py --record [--length 1000]   # docs/training.md's table: each family with attention
-                                                           # greedy and beam 5, into results/measured/
+python -m nmt.study measure decode_memory [--model bahdanau] [--beam 5] [--length 1000]
+python -m nmt.study measure decode_memory --record [--length 1000]   # docs/training.md's table: each family with
+                                                                     # attention, greedy and beam 5, into
+                                                                     # results/measured/
 
 An untrained model of the default config (sample vocabulary, eos made unlikely) decodes one line of --length random
 subwords under bf16 autocast to its length limit (1.5 x the input + 10 steps); the figure is the process's peak RSS
@@ -18,17 +19,14 @@ import resource
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from nmt import build  # noqa: E402
-from nmt.data import EOS_ID  # noqa: E402
-from nmt.search import beam_search, greedy  # noqa: E402
-from nmt.study import results  # noqa: E402
-from nmt.study.sweep import composed  # noqa: E402
+from nmt import build
+from nmt.data import EOS_ID
+from nmt.search import beam_search, greedy
+from nmt.study import results
+from nmt.study.sweep import composed
 
 RECORDED = (("bahdanau", "luong", "transformer"), (1, 5))  # the table's models and beams
 
@@ -66,7 +64,10 @@ def record(length: int) -> None:
         for beam in RECORDED[1]:
             command = [
                 sys.executable,
-                __file__,
+                "-m",
+                "nmt.study",
+                "measure",
+                "decode_memory",
                 "--model",
                 model_name,
                 "--beam",
@@ -99,14 +100,16 @@ def record(length: int) -> None:
     print(f"wrote {path}", file=sys.stderr)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m nmt.study measure decode_memory", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--model", default="bahdanau")
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--length", type=int, default=1000)
     parser.add_argument("--record", action="store_true", help="measure the table of docs/training.md and save it")
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # internal: one measurement as JSON
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.beam < 1 or args.length < 1:
         sys.exit("error: --beam and --length must be at least 1")
     if args.record:
@@ -118,7 +121,3 @@ def main() -> None:
         f"{args.model}, beam {args.beam}, {args.length} subwords: peak RSS {found['peak_mib']:,.0f} MiB "
         f"({found['before_mib']:,.0f} before decoding), {found['seconds']:.1f} s"
     )
-
-
-if __name__ == "__main__":
-    main()

@@ -1,7 +1,8 @@
 """Which kernel F.scaled_dot_product_attention runs for the Transformer's attention, and what a sliding window saves.
 
-python scripts/attention_kernels.py [--device auto] [--precision auto] [--window 4] [--reps 10] [--output bench]
-python scripts/attention_kernels.py --record   # also docs/attention.md's table (results/measured/); alone here
+python -m nmt.study measure attention_kernels [--device auto] [--precision auto] [--window 4] [--reps 10]
+                                              [--output bench]
+python -m nmt.study measure attention_kernels --record  # also docs/attention.md's table (results/measured/); alone
 
 1. The profiler: forward and backward of each attention of the default Transformer (encoder self-attention with the
    padding mask, decoder self-attention with the causal mask, encoder-decoder attention), globally and with the band
@@ -21,26 +22,22 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import torch
+import torch.nn.functional as F
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-
-from nmt import UserError, build  # noqa: E402
-from nmt.attention import MultiHeadAttention  # noqa: E402
-from nmt.device import autocast, resolve  # noqa: E402
-from nmt.device import device as find_device  # noqa: E402
-from nmt.loss import linear_cross_entropy  # noqa: E402
-from nmt.paths import output_folder, write_text  # noqa: E402
-from nmt.study import results  # noqa: E402
-from nmt.study.sweep import composed  # noqa: E402
-from nmt.transformer import band  # noqa: E402
+from nmt import build
+from nmt.attention import MultiHeadAttention
+from nmt.device import autocast, resolve
+from nmt.device import device as find_device
+from nmt.loss import linear_cross_entropy
+from nmt.paths import output_folder, write_text
+from nmt.study import results
+from nmt.study.sweep import composed
+from nmt.transformer import band
 
 # (name, subword tokens per sentence): a Multi30k sentence is about 15 subwords on each side (test2016 means); the
 # lab's longest test sentences are 61-80 words, about 100 subwords.
@@ -106,7 +103,11 @@ def step_seconds(model, batch: int, length: int, reps: int, device, dtype) -> fl
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m nmt.study measure attention_kernels",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--device", default="auto")
     parser.add_argument("--precision", default="auto", help="auto (nmt/device.py), fp32, bf16 or fp16")
     parser.add_argument("--window", type=int, default=4, help="the sliding window W to compare with global")
@@ -200,10 +201,3 @@ def write(folder: Path, kernels: list[dict], timings: list[dict], machine: str, 
         )
         path = results.record_measurement("attention_kernels", columns, rows, note, results.RESULTS, figures)
         print(f"wrote {path}")
-
-
-if __name__ == "__main__":
-    try:
-        main()
-    except UserError as error:
-        sys.exit(f"error: {error}")

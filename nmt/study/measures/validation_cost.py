@@ -1,7 +1,7 @@
 """What the validation loss costs with and without gradients formed inside the fused loss (issue 33, item 8).
 
-python scripts/validation_cost.py [--model bahdanau] [--repeats 5] [--data-dir ../shared/data/multi30k]
-python scripts/validation_cost.py --record --data-dir ../shared/data/multi30k   # docs/speed.md's table
+python -m nmt.study measure validation_cost [--model bahdanau] [--repeats 5] [--data-dir ../shared/data/multi30k]
+python -m nmt.study measure validation_cost --record --data-dir ../shared/data/multi30k   # docs/speed.md's table
 
 Until 2026-11-24 the fused output layer and loss (`nmt/loss.py`) decided whether to form its gradients from its
 inputs' `requires_grad`, which the output layer's weight has even under `torch.no_grad`, so every validation loss
@@ -16,17 +16,14 @@ import argparse
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from nmt import build, loss, validation  # noqa: E402
-from nmt.data import ParallelDataset  # noqa: E402
-from nmt.device import capability, choose  # noqa: E402
-from nmt.study import results  # noqa: E402
-from nmt.study.sweep import composed  # noqa: E402
+from nmt import build, loss, validation
+from nmt.data import ParallelDataset
+from nmt.device import capability, choose
+from nmt.study import results
+from nmt.study.sweep import composed
 
 
 def forming_gradients(features, weight, bias, target, smoothing=0.0, dtype=None, per_token=False):
@@ -65,15 +62,17 @@ def timed(model_name: str, repeats: int, data_dir: str | None) -> dict:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m nmt.study measure validation_cost", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--model", default="bahdanau")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--data-dir", default=None)
     parser.add_argument(
         "--record", action="store_true", help="both models of docs/speed.md's table, saved in results/measured/"
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.repeats < 1:
         sys.exit("error: --repeats must be at least 1")
     models = ["bahdanau", "transformer"] if args.record else [args.model]
@@ -94,7 +93,3 @@ def main() -> None:
         )
         columns = ["model", "today", "with the gradients formed", "saved per validation"]
         print(f"wrote {results.record_measurement('validation_cost', columns, rows, note)}", file=sys.stderr)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,6 @@
 """How fast the training batches reach the training process: what a GPU's update waits on when its data cannot keep up.
 
-python scripts/loader_rate.py [--data-dir DIR] [--workers 2] [--max-tokens 4096] [--epochs 3] [--rounds 3]
+python -m nmt.study measure loader_rate [--data-dir DIR] [--workers 2] [--max-tokens 4096] [--epochs 3] [--rounds 3]
 
 Multi30k's training split in the static shapes of a captured update (nmt.data.StaticShapes), three ways:
 collated in the process itself (a CPU run's path), and through a DataLoader with --workers worker processes (a GPU
@@ -14,19 +14,14 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from nmt import build  # noqa: E402
-from nmt.config import Multi30kConfig  # noqa: E402
-from nmt.data import ParallelDataset, Shipping, StaticShapes  # noqa: E402
+from nmt import build
+from nmt.config import Multi30kConfig
+from nmt.data import ParallelDataset, Shipping, StaticShapes
 
 
 def per_batch(dataset, batches, collate, workers: int) -> float:
@@ -49,14 +44,16 @@ def per_batch(dataset, batches, collate, workers: int) -> float:
     return (time.perf_counter() - started) / count * 1e3
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m nmt.study measure loader_rate", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--data-dir", default=None, help="Multi30k's .gz files (else NMT_DATA_DIR or a download)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=4096, help="padded tokens a batch (the RNNs' default)")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     config = Multi30kConfig(**({"dir": args.data_dir} if args.data_dir else {}))
     splits = build.load_corpus(config)
     dataset = ParallelDataset(splits.train, build.vocabulary(config, splits))
@@ -72,7 +69,3 @@ def main() -> None:
     for round_ in range(1, args.rounds + 1):
         for name, (collate, workers) in ways.items():
             print(f"round {round_}: {name}: {per_batch(dataset, batches, collate, workers):.2f} ms per batch")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,16 +1,16 @@
 """Joey NMT's speed, read from what the peer's measurement wrote, saved beside our benchmark for docs/speed.md.
 
 TRAIN_SECONDS=300 TP_SECONDS=60 RNN_VALID=100000 TF_VALID=100000 bash ../shared/peers/joeynmt/run.sh
-python scripts/joeynmt.py --record [joeynmt|joeynmt_fp32] [--work /tmp/peer-work]
-python scripts/joeynmt.py --record joeynmt_cuda --cuda DIR
+python -m nmt.study measure joeynmt --record [joeynmt|joeynmt_fp32] [--work /tmp/peer-work]
+python -m nmt.study measure joeynmt --record joeynmt_cuda --cuda DIR
 
 `run.sh` (the peer's, not ours) trains Joey NMT's RNN and Transformer on Multi30k for TRAIN_SECONDS each, decodes
 test2016 greedy and with beam 5 with what they learnt, then trains each again for TP_SECONDS; everything lands in
 $WORK/out. This reads from there each model's training speed (the mean of Joey's own "Tokens per Sec" log lines,
 which count target tokens), the peak RSS of its training process (/usr/bin/time) and its decoding speed (Joey's own
 "Generation took" time over the sentences it wrote), and saves them as results/measured/<name>.json; the tables of
-docs/speed.md put them beside `python -m nmt.study measure --record`'s figures of the same session. Run both alone on
-the machine, one after the other; for `joeynmt_fp32`, run.sh with the variables that hold the CPU to AVX2
+docs/speed.md put them beside `python -m nmt.study measure speed --record`'s figures of the same session. Run both
+alone on the machine, one after the other; for `joeynmt_fp32`, run.sh with the variables that hold the CPU to AVX2
 (docs/speed.md).
 
 On a GPU, `bash scripts/device_check.sh` runs the peer's gpu.sh (Joey NMT's RNN and Transformer in fp16 for a
@@ -28,10 +28,8 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from nmt import UserError  # noqa: E402
-from nmt.study import results  # noqa: E402
+from nmt import UserError
+from nmt.study import results
 
 MODELS = {"rnn": "rnn", "transformer": "tf"}  # our name for each of run.sh's models: its file prefix
 COLUMNS = [
@@ -186,7 +184,11 @@ def record(name: str, work: Path, folder: Path = results.RESULTS) -> Path:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m nmt.study measure joeynmt",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument(
         "--record",
         nargs="?",
@@ -209,7 +211,3 @@ def main(argv: list[str] | None = None) -> None:
                 print(" | ".join(row(model, figures)))
     except UserError as error:
         sys.exit(f"error: {error}")
-
-
-if __name__ == "__main__":
-    main()

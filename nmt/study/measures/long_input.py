@@ -1,6 +1,7 @@
 """How decoding time grows with the input: greedy and beam search over random inputs of growing length.
 
-python scripts/long_input.py [--model bahdanau] [--lengths 100,200,400,800] [--beam 5] [--threads 2] [--precision auto]
+python -m nmt.study measure long_input [--model bahdanau] [--lengths 100,200,400,800] [--beam 5] [--threads 2]
+                                       [--precision auto]
 
 An untrained model of the default size decodes to its length limit (1.5 x input + 10 tokens), the worst case; the
 attention of each step reads the whole input, so total time grows at best as input x output. A search that copied
@@ -10,31 +11,30 @@ its history at every step would grow a power faster.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import torch
 
-import torch  # noqa: E402
-
-from nmt import build  # noqa: E402
-from nmt.data import PAD_ID, build_vocabulary  # noqa: E402
-from nmt.device import autocast, resolve  # noqa: E402
-from nmt.sample import generate  # noqa: E402
-from nmt.search import beam_search, greedy  # noqa: E402
-from nmt.study.sweep import composed  # noqa: E402
+from nmt import build
+from nmt.data import PAD_ID, build_vocabulary
+from nmt.device import autocast, resolve
+from nmt.sample import generate
+from nmt.search import beam_search, greedy
+from nmt.study.sweep import composed
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m nmt.study measure long_input",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--model", default="bahdanau")
     parser.add_argument("--lengths", default="100,200,400,800", help="input lengths in subwords")
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--precision", default="auto", help="auto (nmt/device.py), fp32 or bf16")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     cpu = torch.device("cpu")
     dtype = resolve(args.precision, cpu, option="--precision").dtype
     torch.set_num_threads(args.threads)
@@ -53,7 +53,3 @@ def main() -> None:
                 found = greedy(model, source, mask) if beam == 1 else beam_search(model, source, mask, beam)[0]
                 times.append(time.perf_counter() - started)
         print(f"| {length} | {len(found[0].tokens)} | {times[0]:.2f} | {times[1]:.2f} |", flush=True)
-
-
-if __name__ == "__main__":
-    main()
