@@ -145,7 +145,7 @@ def test_every_variant_composes_with_the_lab_size_of_its_family():
     variants are one list, with no lab_* copies of them."""
     from omegaconf import OmegaConf
 
-    from nmt.study.comparison import VARIANTS
+    from nmt.study.variants import VARIANTS
 
     variants = sorted(p.stem for p in (CONFIGS / "variant").glob("*.yaml"))
     assert not [name for name in variants if name.startswith("lab_")]

@@ -7,11 +7,12 @@ import pytest
 from conftest import ROOT
 
 from nmt import UserError
-from nmt.study import parts, results, tables
+from nmt.study import parts, published, tables
+from nmt.study.variants import CLAIM_VARIANTS, FAMILIES, LAB_CLAIM_VARIANTS, VARIANTS
 
 
 def test_every_generated_table_matches_the_committed_results():
-    for document in results.DOCUMENTS:
+    for document in published.DOCUMENTS:
         text = (ROOT / document).read_text(encoding="utf-8")
         found = tables.blocks(text)
         assert found, f"{document} has no generated table"
@@ -164,7 +165,7 @@ def test_a_measurement_is_saved_with_where_and_when_and_rendered_as_its_table(tm
     assert "Not measured yet: `python -m nmt.study measure decode_memory --record`" in tables.render(
         "decode_memory", tmp_path
     )
-    path = results.record_measurement(
+    path = published.record_measurement(
         "decode_memory", ["model", "greedy"], [["bahdanau", "327 MiB, 1.0 s"]], "One line.", folder=tmp_path
     )
     saved = json.loads(path.read_text())
@@ -174,10 +175,10 @@ def test_a_measurement_is_saved_with_where_and_when_and_rendered_as_its_table(tm
     assert table.startswith("| model | greedy |\n|---|---|\n| bahdanau | 327 MiB, 1.0 s |\n\nOne line. `python ")
     assert f"at commit {(saved['commit'] or 'not recorded')[:7]}" in table and "UTC" in table
     with pytest.raises(ValueError, match="not a measurement"):
-        results.record_measurement("speed_of_light", ["a"], [["b"]], folder=tmp_path)
+        published.record_measurement("speed_of_light", ["a"], [["b"]], folder=tmp_path)
     # the command as typed, not the path Python gives `python -m nmt.study`
-    main = str(Path(results.__file__).parent / "__main__.py")
-    assert results.invoked([main, "measure", "speed", "--record"]) == [
+    main = str(Path(published.__file__).parent / "__main__.py")
+    assert published.invoked([main, "measure", "speed", "--record"]) == [
         "-m",
         "nmt.study",
         "measure",
@@ -196,9 +197,9 @@ def test_our_speed_beside_joey_nmts_is_rendered_with_the_ratio_and_where_each_co
         "rnn": {"train_tokens_per_second": 625.0, "peak_rss_gib": 2.5},
         "transformer": {"train_tokens_per_second": 540.0, "decode_beam1_sentences_per_second": 25.0},
     }
-    results.record_measurement("benchmark", ["model"], [["bahdanau"]], "Ours, bf16.", tmp_path, values=ours)
+    published.record_measurement("benchmark", ["model"], [["bahdanau"]], "Ours, bf16.", tmp_path, values=ours)
     assert "Not measured yet: `python -m nmt.study measure joeynmt" in tables.render("versus_joeynmt", tmp_path)
-    results.record_measurement("joeynmt", ["model"], [["rnn"]], "Joey, fp32.", tmp_path, values=theirs)
+    published.record_measurement("joeynmt", ["model"], [["rnn"]], "Joey, fp32.", tmp_path, values=theirs)
     table = tables.render("versus_joeynmt", tmp_path)
     assert "| bahdanau / Joey's rnn, train target tok/s | 2,000 | 625 | 3.20x |" in table
     assert "| bahdanau / Joey's rnn, peak RSS while training | 2.00 GiB | 2.50 GiB | 0.80x |" in table
@@ -297,7 +298,7 @@ def test_the_parts_table_says_which_parts_of_make_results_are_complete(tmp_path)
             (runs / variant / f"seed{seed}").mkdir(parents=True)
             (runs / variant / f"seed{seed}" / "results.json").write_text("{}")
     (runs / "luong" / "seed1234").mkdir(parents=True)  # unfinished: no results.json
-    finished = results.finished(runs)
+    finished = published.finished(runs)
     assert finished == {"bahdanau": [1234, 1235], "luong_dot": [1234], "sutskever": [1234, 1235, 1236]}
     claims = "| claims | 8 variants at 5e14 FLOPs, fp32 |"
     others = "| others | the comparison: 17 variants at 1e14 FLOPs "
@@ -308,9 +309,9 @@ def test_the_parts_table_says_which_parts_of_make_results_are_complete(tmp_path)
     assert "| main | the 4 families' defaults, 5e14 FLOPs each | no runs yet |" in table
     (tmp_path / "main.json").write_text(json.dumps({"finished": {"bahdanau": [1234], "luong": [1234, 1235]}}))
     assert "| main | the 4 families' defaults, 5e14 FLOPs each | 3 of 12 runs |" in tables.render("parts", tmp_path)
-    assert not results.complete({"bahdanau": [1234], "luong": [1234, 1235]}, results.FAMILIES)
-    assert results.complete({family: [1, 2, 3] for family in results.FAMILIES}, results.FAMILIES)
-    every = {variant: [1234, 1235, 1236, 1237] for variant in results.CLAIM_VARIANTS}  # a 4th seed counts as 3
+    assert not published.complete({"bahdanau": [1234], "luong": [1234, 1235]}, FAMILIES)
+    assert published.complete({family: [1, 2, 3] for family in FAMILIES}, FAMILIES)
+    every = {variant: [1234, 1235, 1236, 1237] for variant in CLAIM_VARIANTS}  # a 4th seed counts as 3
     (tmp_path / "claims.json").write_text(json.dumps({"finished": every}))
     assert f"{claims} **complete**: 24 runs |" in tables.render("parts", tmp_path)
     (tmp_path / "claims.json").unlink()  # runs recorded while the part goes on count before its report is made
@@ -329,16 +330,13 @@ def test_the_parts_table_says_which_parts_of_make_results_are_complete(tmp_path)
     (tmp_path / "lab.json").write_text(json.dumps(one_seed))
     shown = "3 of 81 runs; its tables show the 1 seed every variant has so far |"
     assert f"{lab} {shown}" in tables.render("parts", tmp_path)
-    from nmt.study.comparison import VARIANTS
 
     for variant in VARIANTS:
         (runs / "lab" / f"lab_{variant}").mkdir(parents=True, exist_ok=True)
         for seed in (1234, 1235, 1236):
             (runs / "lab" / f"lab_{variant}" / f"seed{seed}.record.json").write_text("{}")
     assert f"{lab} 51 of 81 runs; its tables show the 1 seed" in tables.render("parts", tmp_path)
-    from nmt.study.lab import CLAIM_VARIANTS  # 8 seeds of the variants the lab's claims compare
-
-    for variant in CLAIM_VARIANTS:
+    for variant in LAB_CLAIM_VARIANTS:  # 8 seeds of the variants the lab's claims compare
         for seed in range(1237, 1242):
             (runs / "lab" / f"lab_{variant}" / f"seed{seed}.record.json").write_text("{}")
     assert f"{lab} **complete**: 81 runs; its tables show the 1 seed" in tables.render("parts", tmp_path)
@@ -363,12 +361,12 @@ def test_readme_shows_the_main_runs_figures_once_made_and_the_comparisons_until_
     report.mkdir()
     for name in ("bleu_by_compute.png", "attention.png", "bleu_by_time.png"):
         (report / name).write_bytes(b"png")
-    results.copy_figures(report, "compare", figures)
+    published.copy_figures(report, "compare", figures)
     assert sorted(p.name for p in figures.iterdir()) == ["compare_attention.png", "compare_bleu_by_compute.png"]
     block = tables.figures_block(tmp_path, figures)
     assert "![valid BLEU against training compute](docs/figures/results/compare_bleu_by_compute.png)" in block
     assert "From the comparison's runs" in block and "bleu_by_length" not in block  # only what was made
-    results.copy_figures(report, "main", figures)
+    published.copy_figures(report, "main", figures)
     assert "docs/figures/results/main_attention.png" in tables.figures_block(tmp_path, figures)
     assert "compare_" not in tables.figures_block(tmp_path, figures)
 
@@ -379,7 +377,7 @@ def test_the_lab_tests_each_variant_against_the_one_it_changes_and_the_tables_sh
     family table of docs/attention.md keeps Bahdanau's and the Transformer's rows."""
     import numpy as np
 
-    from nmt.study.lab import contrasts, contrasts_table
+    from nmt.study.lab_plan import contrasts, contrasts_table
     from nmt.study.significance import Evidence
 
     names = {

@@ -23,9 +23,9 @@ from nmt import UserError, checkpoint
 from nmt.device import autocast, resolve
 from nmt.flops import counted
 from nmt.study import comparison as compare
+from nmt.study import published, tables
 from nmt.study import records as run_records
 from nmt.study import report as reports
-from nmt.study import results, tables
 from nmt.study.claims import (
     IMPROVING,
     MIXED,
@@ -45,7 +45,7 @@ from nmt.study.significance import (
     Evidence,
     Interval,
 )
-from nmt.study.variants import Variant
+from nmt.study.variants import FAMILIES, Variant
 
 # The keys (nmt/study/variants.py) of the variants the claims' tests name: the claims pair runs by key, never by name
 KEYS = {
@@ -488,7 +488,7 @@ def test_the_comparison_trains_seeds_tests_significance_and_resumes(tmp_path, ca
         "sutskever/seed1235",
     ]  # one train.py -m, seed by seed
     # make results' export: each run's commit (recorded by train.py), the tables rendered from the JSON
-    monkeypatch.setattr(results, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(published, "RESULTS", tmp_path / "results")
     load_script("results").export(output, "compare")
     exported = json.loads((tmp_path / "results" / "compare.json").read_text())
     run = exported["variants"][luong]["runs"][0]
@@ -826,7 +826,7 @@ def test_make_results_records_each_finished_run_and_reports_from_the_records_alo
     made = run_records.recorded_sweep(["sutskever", "bahdanau"], [1], overrides, later, records, 2)
     assert [p.relative_to(later).as_posix() for p in later.glob("*/*/results.json")] == ["bahdanau/seed1/results.json"]
     assert all(path.is_file() for path in made) and len(made) == 2
-    assert results.finished(records) == {"bahdanau": [1], "sutskever": [1]}
+    assert published.finished(records) == {"bahdanau": [1], "sutskever": [1]}
     assert recorded(records, ["sutskever", "bahdanau"], [1, 2], overrides) == {("sutskever", 1), ("bahdanau", 1)}
     with pytest.raises(UserError, match=r"sutskever seed 1 \(.*seed1.record.json\): model.dropout: 0.3 then, 0.5"):
         recorded(records, ["sutskever"], [1], [*overrides, "model.dropout=0.5"])
@@ -848,7 +848,7 @@ def test_make_results_records_each_finished_run_and_reports_from_the_records_alo
     with pytest.raises(UserError, match="holds the output of beam 2, and the report asks for beam 5"):
         report([records], "other_beam", beam=5)
     report([records], "all")
-    monkeypatch.setattr(results, "RESULTS", tmp_path / "results")  # make results' export, from the records alone
+    monkeypatch.setattr(published, "RESULTS", tmp_path / "results")  # make results' export, from the records alone
     load_script("results").export(tmp_path / "all", "main", records)
     exported = json.loads((tmp_path / "results" / "main.json").read_text())
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
@@ -865,26 +865,26 @@ def test_make_results_only_trains_the_named_share_of_each_part_and_reports_on_ev
     trained, reported = [], []
 
     def sweep(variants, seeds, overrides, folder, records, *args):
-        trained.append((records.name, variants, [o for o in overrides if o in results.PINNED]))
+        trained.append((records.name, variants, [o for o in overrides if o in published.PINNED]))
 
     monkeypatch.setattr(script, "recorded_sweep", sweep)
     monkeypatch.setattr(script, "report_on", lambda part, runs, beam: reported.append(part))
     monkeypatch.setattr(script, "train_comparison", lambda variants, args, runs: trained.append(("compare", variants)))
     monkeypatch.setattr(script, "export", lambda *args: None)
     monkeypatch.setattr(script, "render", lambda: None)
-    monkeypatch.setattr(results, "copy_figures", lambda *args: None)
-    monkeypatch.setattr(results, "complete", lambda *args: False)
+    monkeypatch.setattr(published, "copy_figures", lambda *args: None)
+    monkeypatch.setattr(published, "complete", lambda *args: False)
     script.main(["--parts", "claims,main,others", "--only", "transformer,luong_dot", "--runs", str(tmp_path)])
     assert trained == [
-        ("claims", ["transformer"], results.PINNED),
+        ("claims", ["transformer"], published.PINNED),
         ("main", ["transformer"], []),
         ("compare", ["luong_dot", "transformer"]),
     ]
     assert reported == ["claims", "main"]
     trained.clear()
     script.main(["--parts", "claims,main", "--only", "bahdanau_fixed", "--runs", str(tmp_path)])
-    assert trained == [("claims", ["bahdanau_fixed"], results.PINNED)]  # main has no baseline: it trains nothing
-    assert script.only(None, ["main", "lab"]) == {"main": results.FAMILIES, "lab": []}
+    assert trained == [("claims", ["bahdanau_fixed"], published.PINNED)]  # main has no baseline: it trains nothing
+    assert script.only(None, ["main", "lab"]) == {"main": FAMILIES, "lab": []}
     with pytest.raises(UserError, match="--only: luong_dot unknown; use any of bahdanau, luong, sutskever"):
         script.only("luong_dot", ["main"])
     with pytest.raises(UserError, match="--only: the lab trains and reports on all its variants together"):
@@ -896,10 +896,10 @@ def test_make_results_record_reports_on_what_is_recorded_without_training(tmp_pa
     none skipped), and a variant without seed 1234 is named; the claims' report covers their records so far."""
     from types import SimpleNamespace
 
-    from nmt.study.comparison import VARIANTS as LAB_VARIANTS
+    from nmt.study.variants import VARIANTS as LAB_VARIANTS
 
     script = load_script("results")
-    monkeypatch.setattr(results, "RECORDS", tmp_path / "records")
+    monkeypatch.setattr(published, "RECORDS", tmp_path / "records")
     calls = []
     for program in ("compare", "lab"):
         monkeypatch.setattr(script, program, SimpleNamespace(main=lambda argv: calls.append(argv)))
@@ -925,7 +925,7 @@ def test_make_results_record_reports_on_what_is_recorded_without_training(tmp_pa
     assert script.lab_seeds_recorded() == 3
     extra = ["--extra", "data.dir=/data/multi30k", "trainer.threads=1"]  # the lab writes its own corpus
     script.main(["--parts", "lab", "--record", "--runs", str(tmp_path), *extra])
-    assert calls[-1][calls[-1].index("--extra") :] == ["--extra", *results.PINNED, "trainer.threads=1"]
+    assert calls[-1][calls[-1].index("--extra") :] == ["--extra", *published.PINNED, "trainer.threads=1"]
     monkeypatch.setattr(script, "record_runs", lambda *args: calls.append("recorded"))
     monkeypatch.setattr(script, "export", lambda *args: calls.append("exported"))
     script.main(["--parts", "claims", "--record", "--runs", str(tmp_path)])
@@ -1248,7 +1248,7 @@ def test_attention_kernels_records_the_window_against_global_per_shape_and_path(
     steps = iter([0.40, 0.38, 0.50, 0.55] * 2)  # per shape: explicit global, windowed; fused global, windowed
     monkeypatch.setattr(kernels, "step_seconds", lambda *args: next(steps))
     monkeypatch.setattr(kernels, "kernel_of", lambda *args: "aten::_scaled_dot_product_flash_attention_for_cpu")
-    monkeypatch.setattr(kernels.results, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(kernels.published, "RESULTS", tmp_path / "results")
     kernels.main(["--record", "--device", "cpu", "--precision", "fp32", "--output", str(tmp_path / "bench")])
     saved = json.loads((tmp_path / "results" / "measured" / "attention_kernels.json").read_text())
     assert saved["columns"] == ["shape", "path", "global ms", "window 4 ms", "window / global"]
@@ -1324,7 +1324,7 @@ def test_the_lab_trains_scores_alignment_and_length(small_lab, tmp_path, capfd, 
     )
     assert f"| {local_m} | 1 |" in comparison and "| Δ best |" in comparison
     offset = load_script("alignment_offset")  # docs/alignment.md's table: AER with every link moved by k words
-    monkeypatch.setattr(offset.results, "RESULTS", tmp_path / "measured_here")
+    monkeypatch.setattr(offset.published, "RESULTS", tmp_path / "measured_here")
     offset.main(["--record", "--shifts", "1", str(tmp_path / "lab" / "runs" / "lab_luong_local_m" / "seed1234")])
     saved = json.loads((tmp_path / "measured_here" / "measured" / "alignment_offset.json").read_text())
     assert saved["columns"] == ["run", "-1", "+0", "+1"] and saved["rows"][0][0] == f"{local_m}, seed 1234"
@@ -1353,7 +1353,7 @@ def test_the_lab_resumes_where_it_stopped_and_reports_from_its_records(small_lab
     data = tmp_path / "lab" / "data"
     (data / "long.en").write_text("the set another protocol's lab left here\n")
     (data / "long.json").write_text("{}")
-    monkeypatch.setattr(lab, "CLAIM_VARIANTS", ("luong_local_m", "luong_location"))  # one of them in --variants
+    monkeypatch.setattr(lab, "LAB_CLAIM_VARIANTS", ("luong_local_m", "luong_location"))  # one of them in --variants
     lab.main([*small, "--claim-seeds", "2"])  # more seeds of the variants the claims compare, the others kept
     assert "train.py -m seed=1235 variant=luong_local_m " in capfd.readouterr().out
     assert sorted(p.parent.name for p in records.rglob("seed1235.record.json")) == ["lab_luong_local_m"]

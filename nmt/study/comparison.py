@@ -9,22 +9,12 @@ Runs are described and recorded by nmt/study/records.py and reported on by nmt/s
 from __future__ import annotations
 
 import statistics
-from typing import TYPE_CHECKING
 
 from nmt import UserError
-from nmt.config import CONFIGS, flatten
+from nmt.config import flatten
 from nmt.resume import BUDGET, changes
 from nmt.study.significance import MIN_SEEDS, Evidence, detectable, pooled_sd, seeded_tests
 from nmt.study.sweep import as_trained
-
-# The study's variants: configs/variant/<name>.yaml, each a few train.py overrides, the one list of them. The
-# comparison (`python -m nmt.study compare --train`) and the lab (at the lab's sizes, size=lab) train each, in this
-# order, each family's together.
-VARIANTS = sorted(path.stem for path in (CONFIGS / "variant").glob("*.yaml"))
-
-if TYPE_CHECKING:
-    pass
-
 
 # A finished run's record (RECORD_SUFFIX): what `describe` says of it, with its test output as sufficient statistics
 # per sentence (no text of the corpus), its attention on the figure's sentence and where it was trained. make results

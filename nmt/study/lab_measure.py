@@ -23,7 +23,7 @@ from nmt.evaluate import alignment_map_of, corpus_of
 from nmt.experiment import read_provenance
 from nmt.paths import write_text
 from nmt.sample import generate_aligned, write_aligned
-from nmt.study.lab import BUCKETS
+from nmt.study.lab_plan import BUCKETS
 from nmt.study.records import OnFinishedRun
 from nmt.study.sweep import from_root
 from nmt.validation import read_validations

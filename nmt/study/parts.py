@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nmt.study.results import CLAIM_VARIANTS, FAMILIES, RESULTS, UNFINISHED, finished, load
+from nmt.study.published import RESULTS, UNFINISHED, finished, load
 from nmt.study.significance import MIN_SEEDS
+from nmt.study.variants import CLAIM_VARIANTS, FAMILIES, LAB_CLAIM_VARIANTS, VARIANTS
 
 
 def part_state(wanted: list[str], seeds: dict[str, int], more: dict[str, int] | None = None) -> str:
@@ -26,14 +27,13 @@ def seed_targets(wanted: list[str], more: dict[str, int] | None = None) -> dict[
 
 def lab_targets() -> dict[str, int]:
     """The lab's variants (their run folders' names) that make results trains more seeds of: its claims'."""
-    from nmt.study.lab import CLAIM_SEEDS, CLAIM_VARIANTS
+    from nmt.study.lab_plan import CLAIM_SEEDS
 
-    return {f"lab_{variant}": CLAIM_SEEDS for variant in CLAIM_VARIANTS}
+    return {f"lab_{variant}": CLAIM_SEEDS for variant in LAB_CLAIM_VARIANTS}
 
 
 def parts_table(folder: Path = RESULTS) -> str:
     """Which of make results' parts the committed results hold, and which are still to run."""
-    from nmt.study.comparison import VARIANTS
 
     def seeds(part: str) -> dict[str, int]:  # each variant's runs: recorded (results/runs/<part>) or reported
         found = {variant: len(s) for variant, s in (load(part, folder) or {}).get("finished", {}).items()}
@@ -65,7 +65,7 @@ def parts_table(folder: Path = RESULTS) -> str:
     ]
     lines = ["| part of `make results` | what | state |", "|---|---|---|"]
     lines += [f"| {part} | {what} | {state} |" for part, what, state in rows]
-    from nmt.study.lab import CLAIM_SEEDS
+    from nmt.study.lab_plan import CLAIM_SEEDS
 
     note = f"{MIN_SEEDS} seeds each (the lab's claims: {CLAIM_SEEDS}); a part not complete shows its runs so far."
     return "\n".join([*lines, "", note, ""])

@@ -1,4 +1,4 @@
-"""The tables README.md and docs/ show, rendered from results/*.json alone (nmt/study/results.py reads and writes
+"""The tables README.md and docs/ show, rendered from results/*.json alone (nmt/study/published.py reads and writes
 those files).
 
 A table in a Markdown file sits between `<!-- results:NAME -->` and `<!-- /results:NAME -->`; `render(NAME)` gives its
@@ -17,7 +17,7 @@ from pathlib import Path
 from nmt import UserError
 from nmt.paths import read_json
 from nmt.study.parts import lab_train_words, parts_table
-from nmt.study.results import (
+from nmt.study.published import (
     FIGURE_FILES,
     FIGURES,
     MEASUREMENTS,
@@ -284,7 +284,7 @@ def lab_table(folder: Path = RESULTS) -> str:
     record = load("lab", folder)
     if record is None:
         return missing("lab")
-    from nmt.study.lab import tables
+    from nmt.study.lab_plan import tables
 
     lines = tables(record["results"], record["claims"], record.get("train_words", 20), record.get("contrasts", []))
     return "\n".join([*lines, "", lab_source(record), ""])
@@ -296,7 +296,7 @@ def lab_family_table(folder: Path = RESULTS) -> str:
     record = load("lab", folder)
     if record is None:
         return missing("lab")
-    from nmt.study.lab import alignment_table, contrasts_lines, length_table, seeds_line
+    from nmt.study.lab_plan import alignment_table, contrasts_lines, length_table, seeds_line
 
     family = [r for r in record["results"] if r["name"].split()[0].rstrip(",") in ("bahdanau", "transformer")]
     names = {r["name"] for r in family}

@@ -24,9 +24,9 @@ from omegaconf import DictConfig
 
 from nmt.experiment import loaded_code, read_provenance
 from nmt.paths import write_text
+from nmt.study.variants import FAMILIES
 from nmt.validation import read_validations
 
-FAMILIES = ("sutskever", "bahdanau", "luong", "transformer")
 TRIALS = 8  # proposed trials per family, beside its defaults (trial 0)
 # The protocol of the final runs, tuning's too: a compute cap, patience on valid BLEU, 40 validations over the cap
 CAP = 2e15

@@ -8,6 +8,31 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 
 from nmt import build
+from nmt.config import CONFIGS
+
+# The study's variants: configs/variant/<name>.yaml, each a few train.py overrides, the one list of them. The
+# comparison (`python -m nmt.study compare --train`) and the lab (at the lab's sizes, size=lab) train each, in this
+# order, each family's together.
+VARIANTS = sorted(path.stem for path in (CONFIGS / "variant").glob("*.yaml"))
+# The four families' defaults: make results' main table, and what the tuning tunes
+FAMILIES = ("sutskever", "bahdanau", "luong", "transformer")
+# The variants the claims rest on (nmt/study/claims.py), which make results' claims part trains at the main table's
+# budget: Bahdanau's model with and without attention, Luong's defaults with and without input feeding and with
+# local-m and local-p, Sutskever's model and the Transformer
+CLAIM_VARIANTS = (
+    "sutskever",
+    "bahdanau",
+    "bahdanau_fixed",
+    "luong",
+    "luong_feeding",
+    "luong_local_m",
+    "luong_local_p",
+    "transformer",
+)
+# The variants the lab's two claims compare (Bahdanau's model with and without attention for the length claim;
+# Luong's local-p, local-m and global attention with the general score, and global with the location score, for the
+# alignment claim)
+LAB_CLAIM_VARIANTS = ("bahdanau", "bahdanau_fixed", "luong", "luong_local_m", "luong_local_p", "luong_location")
 
 
 @dataclass(frozen=True)

@@ -28,11 +28,11 @@ from pathlib import Path
 
 from nmt import UserError
 from nmt.paths import not_a_file, output_folder, read_json
-from nmt.study.comparison import VARIANTS
 from nmt.study.records import describe_runs, find_runs, recorded_sweep
 from nmt.study.report import REPORT_FILES, summarise
 from nmt.study.significance import RESAMPLES, check_resamples
 from nmt.study.sweep import chosen, launcher_options, sweep
+from nmt.study.variants import VARIANTS
 
 # 1e14 FLOPs is what Bahdanau's model trained in 8 minutes alone on a 2-core CPU with native bf16 (427 updates of
 # 2.3e11, 2.5 epochs of Multi30k); 12 validations, one about every 36 of its updates. The plateau schedule waits 6

@@ -38,14 +38,13 @@ from nmt.evaluate import corpus_of
 from nmt.paths import output_folder, read_json
 from nmt.plot import legend_beside, lines_figure
 from nmt.study.claims import Claim, gap_grows_with_length, local_aligns_better
-from nmt.study.comparison import VARIANTS
-from nmt.study.lab import BUCKETS, CLAIM_VARIANTS, contrasts, tables
 from nmt.study.lab_measure import LAB_SUFFIX, length_test_set, measure_callback, measure_one, set_digest
+from nmt.study.lab_plan import BUCKETS, contrasts, tables
 from nmt.study.records import describe_runs, recorded_sweep
 from nmt.study.report import REPORT_FILES, summarise
 from nmt.study.significance import RESAMPLES, Evidence, check_resamples
 from nmt.study.sweep import chosen, launcher_options, settings
-from nmt.study.variants import Variant
+from nmt.study.variants import LAB_CLAIM_VARIANTS, VARIANTS, Variant
 
 # Where Bahdanau's lab model's valid loss levels off on training sentences of 1 to 80 words: in a trial at 2e13 with
 # 10 validations (seed 1234, fp32, one thread) its valid loss was 0.117 at 0.8e13, 0.097 at 1.4e13 and 0.101-0.106
@@ -200,7 +199,7 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
         "--claim-seeds",
         type=int,
         default=0,
-        help=f"seeds of the variants the lab's claims compare ({', '.join(CLAIM_VARIANTS)}), where more than --seeds",
+        help=f"seeds of the variants the lab's claims compare ({', '.join(LAB_CLAIM_VARIANTS)}), if more than --seeds",
     )
     parser.add_argument("--extra", nargs="*", default=[], help="more train.py overrides for every variant")
     parser.add_argument(
@@ -260,7 +259,7 @@ def main(argv: list[str] | None = None) -> None:
     overrides = ["experiment=lab", *budget]
     sweep = (output / "runs", records, 1, args.launcher, args.jobs, hydra, PREFIX)
     recorded = recorded_sweep(keys, list(seeds), overrides, *sweep)
-    more = [key for key in keys if key in CLAIM_VARIANTS]
+    more = [key for key in keys if key in LAB_CLAIM_VARIANTS]
     if args.claim_seeds > args.seeds and more:  # measured with the others (measured_seeds); compared on --seeds
         recorded_sweep(more, list(range(seeds.stop, args.seed + args.claim_seeds)), overrides, *sweep)
     for run in sorted((output / "runs").glob("*/seed*/results.json")):  # what a job's callback did not measure

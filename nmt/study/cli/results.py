@@ -10,7 +10,7 @@ python -m nmt.study results --parts main --only luong,transformer   # train only
 The parts, in this order (each resumable: a rerun keeps finished runs with today's settings and continues the rest):
   claims  the variants the papers' claims need (Bahdanau's model with and without attention among them) at the main
           table's budget, trained as `python train.py variant=X` trains them with fp32 and one thread pinned
-          (results.PINNED), then their report and the claims (results/claims.json)
+          (published.PINNED), then their report and the claims (results/claims.json)
   main    the four families' defaults, as `python train.py model=X` trains them (5e14 FLOPs each), greedy and beam 5
           (results/main.json)
   lab     the alignment lab, `python -m nmt.study lab`, with fp32 and one thread pinned, 8 seeds of the variants its
@@ -38,13 +38,13 @@ import torch
 from nmt import UserError
 from nmt.experiment import loaded_code, read_provenance
 from nmt.paths import read_json, write_text
-from nmt.study import results, tables
+from nmt.study import published, tables
 from nmt.study.cli import compare, lab
-from nmt.study.comparison import VARIANTS
-from nmt.study.lab import CLAIM_SEEDS
+from nmt.study.lab_plan import CLAIM_SEEDS
+from nmt.study.published import PARTS, PINNED
 from nmt.study.records import record_runs, recorded_sweep
-from nmt.study.results import CLAIM_VARIANTS, FAMILIES, PARTS, PINNED
 from nmt.study.sweep import ROOT, chosen, from_root, launcher_options
+from nmt.study.variants import CLAIM_VARIANTS, FAMILIES, VARIANTS
 
 MAIN_BEAM = 5  # the main table's beam: its test BLEU beam 5 beside greedy
 COMPARE_BEAM = 5  # the comparison's headline beam (nmt.study compare's default)
@@ -76,7 +76,7 @@ def only(given: str | None, parts: list[str]) -> dict[str, list[str]]:
 def train_comparison(variants: list[str], args: argparse.Namespace, runs: Path) -> None:
     """`variants` trained as `make compare` does, each finished run recorded in results/runs/compare (those with a
     record are not trained again), then the report on every variant recorded so far."""
-    records = str(results.RECORDS / "compare")
+    records = str(published.RECORDS / "compare")
     compare.main(
         [
             "--train",
@@ -102,13 +102,13 @@ def train_comparison(variants: list[str], args: argparse.Namespace, runs: Path) 
 
 def report_on(part: str, runs: Path, beam: int) -> None:
     """A part's report (RUNS/<part>: report.md, compare.json, figures) on every run in its records."""
-    compare.main([str(results.RECORDS / part), "--output", str(runs / part), "--beam", str(beam)])
+    compare.main([str(published.RECORDS / part), "--output", str(runs / part), "--beam", str(beam)])
 
 
 def lab_seeds_recorded() -> int:
     """How many seeds (1234, 1235, ...) every lab variant has recorded: what the lab's report covers without
     training (--record); refuses where a variant has none."""
-    have = results.finished(results.RECORDS / "lab")
+    have = published.finished(published.RECORDS / "lab")
     counts = []
     for variant in VARIANTS:
         seeds = set(have.get(f"lab_{variant}", []))
@@ -116,7 +116,7 @@ def lab_seeds_recorded() -> int:
     if min(counts) == 0:
         lacking = [v for v, n in zip(VARIANTS, counts) if n == 0]
         raise UserError(
-            f"--parts lab --record: {results.RECORDS / 'lab'} has no record of seed 1234 of "
+            f"--parts lab --record: {published.RECORDS / 'lab'} has no record of seed 1234 of "
             f"{', '.join(lacking)}; the lab's report needs every variant: train them first "
             "(without --record)"
         )
@@ -133,7 +133,7 @@ def train_recorded(part: str, variants: list[str], overrides: list[str], args: a
         seeds,
         ["trainer.progress=false", *overrides, *args.extra],
         runs / part / "runs",
-        results.RECORDS / part,
+        published.RECORDS / part,
         MAIN_BEAM,
         args.launcher,
         args.jobs,
@@ -147,16 +147,16 @@ def export(report: Path, name: str, runs: Path | None = None) -> None:
     README's account of what is complete."""
     remedy = "make the report again (python -m nmt.study compare, or this command with --record)"
     record = read_json(report / "compare.json", remedy, {"variants": dict, "command": str})
-    record["finished"] = results.finished(runs or report / "runs")
+    record["finished"] = published.finished(runs or report / "runs")
     commits: set[str] = set()
     for variant in record["variants"].values():
         for run in variant["runs"]:
             run.setdefault("provenance", read_provenance(Path(run["run"])))
             run["run"] = shown(from_root(Path(run["run"])), report)
             commits.update(run["provenance"].get("commits", []))
-    record["command"] = shown(shown(record["command"], report), results.RECORDS)
-    record.update(commits=sorted(commits), training_code_changed=results.training_code_changed(sorted(commits)))
-    record.update(rules=results.rules_commit())  # the claims' rules these verdicts follow
+    record["command"] = shown(shown(record["command"], report), published.RECORDS)
+    record.update(commits=sorted(commits), training_code_changed=published.training_code_changed(sorted(commits)))
+    record.update(rules=published.rules_commit())  # the claims' rules these verdicts follow
     record.update(
         torch=torch.__version__, python=platform.python_version(), analysis=loaded_code()
     )  # the report's code
@@ -171,13 +171,13 @@ def export_lab(folder: Path) -> None:
             provenance = run.get("provenance") or read_provenance(Path(run["run"]))  # a record's, or its folder's
             commits.update(c[:7] for c in provenance["commits"])
             run["run"] = shown(from_root(Path(run["run"])), folder)
-    record["command"] = shown(shown(record["command"], folder), results.RECORDS)
+    record["command"] = shown(shown(record["command"], folder), published.RECORDS)
     record.update(commits=sorted(commits), torch=torch.__version__, analysis=loaded_code())
     write("lab", record)
     # docs/alignment.md's figures: BLEU by length and valid AER (the lab's report), the attention of each model on
     # one test sentence (its comparison's)
-    results.copy_figures(folder, "lab", names=("bleu_by_length.png", "valid_aer.png"))
-    results.copy_figures(folder / "comparison", "lab", names=("attention.png",))
+    published.copy_figures(folder, "lab", names=("bleu_by_length.png", "valid_aer.png"))
+    published.copy_figures(folder / "comparison", "lab", names=("attention.png",))
 
 
 def shown(text: str, folder: Path) -> str:
@@ -187,14 +187,14 @@ def shown(text: str, folder: Path) -> str:
 
 
 def write(name: str, record: dict) -> None:
-    results.RESULTS.mkdir(exist_ok=True)
-    path = results.RESULTS / f"{name}.json"
+    published.RESULTS.mkdir(exist_ok=True)
+    path = published.RESULTS / f"{name}.json"
     write_text(path, json.dumps(record, indent=1, default=float) + "\n")
     print(f"wrote {path}", flush=True)
 
 
 def render() -> None:
-    for document in results.DOCUMENTS:
+    for document in published.DOCUMENTS:
         if tables.update_file(ROOT / document):
             print(f"updated the tables of {document}", flush=True)
 
@@ -240,21 +240,21 @@ def main(argv: list[str] | None = None) -> None:
         print(f"== make results: {part}", flush=True)
         if part in ("claims", "main"):  # trained as train.py trains them; claims with precision and threads pinned
             if args.record:  # no training: the records so far, and the report on them
-                record_runs(runs / part / "runs", results.RECORDS / part, MAIN_BEAM)
+                record_runs(runs / part / "runs", published.RECORDS / part, MAIN_BEAM)
                 report_on(part, runs, MAIN_BEAM)
             else:
                 train_recorded(part, trained[part], PINNED if part == "claims" else [], args, runs)
-            export(runs / part, part, results.RECORDS / part)
-            if part == "main" and results.complete(results.load("main")["finished"], FAMILIES):
-                results.copy_figures(runs / "main", "main")  # README's figures: all seeds or none
+            export(runs / part, part, published.RECORDS / part)
+            if part == "main" and published.complete(published.load("main")["finished"], FAMILIES):
+                published.copy_figures(runs / "main", "main")  # README's figures: all seeds or none
         elif part == "others":
             if args.record:  # no training: the runs finished here recorded, then the report on every record
-                record_runs(runs / "compare" / "runs", results.RECORDS / "compare", COMPARE_BEAM)
+                record_runs(runs / "compare" / "runs", published.RECORDS / "compare", COMPARE_BEAM)
                 report_on("compare", runs, COMPARE_BEAM)
             else:
                 train_comparison(trained[part], args, runs)
-            export(runs / "compare", "compare", results.RECORDS / "compare")
-            results.copy_figures(runs / "compare", "compare")
+            export(runs / "compare", "compare", published.RECORDS / "compare")
+            published.copy_figures(runs / "compare", "compare")
         else:
             train_lab(args, runs)
         render()
@@ -268,6 +268,6 @@ def train_lab(args: argparse.Namespace, runs: Path) -> None:
     lab_extra = [*PINNED, *(e for e in args.extra if not e.startswith(MULTI30K_DIR))]
     lab_options = ["--output", str(runs / "lab"), "--seeds", str(seeds), "--launcher", args.launcher]
     lab_options += ["--claim-seeds", str(0 if args.record else CLAIM_SEEDS)]
-    lab_options += ["--jobs", str(args.jobs), "--records", str(results.RECORDS / "lab")]
+    lab_options += ["--jobs", str(args.jobs), "--records", str(published.RECORDS / "lab")]
     lab.main([*lab_options, *(["--extra", *lab_extra] if lab_extra else [])])
     export_lab(runs / "lab")

@@ -14,6 +14,7 @@ from pathlib import Path
 from nmt import UserError
 from nmt.study import tune
 from nmt.study.sweep import ROOT, TRAIN, chosen, launcher_options, launcher_overrides, waited
+from nmt.study.variants import FAMILIES
 
 RECORDS = ROOT / "results" / "runs" / "tune"
 DOCUMENT = ROOT / "docs" / "tuning.md"
@@ -22,7 +23,7 @@ MARKERS = ("<!-- tune:trials -->", "<!-- /tune:trials -->")
 
 def arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m nmt.study tune", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--families", default=",".join(tune.FAMILIES), help="any of " + ", ".join(tune.FAMILIES))
+    parser.add_argument("--families", default=",".join(FAMILIES), help="any of " + ", ".join(FAMILIES))
     parser.add_argument("--trials", type=int, default=tune.TRIALS, help="trials per family beside its defaults")
     parser.add_argument("--flops", type=float, default=tune.CAP, help="each trial's compute cap")
     parser.add_argument("--records", type=Path, default=RECORDS, help="where each trial's record goes")
@@ -105,7 +106,7 @@ def report(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = arguments(argv)
-    families = chosen("--families", args.families, tune.FAMILIES)
+    families = chosen("--families", args.families, FAMILIES)
     if not args.report:
         for family in families:
             tune_family(family, args)

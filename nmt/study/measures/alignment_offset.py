@@ -18,7 +18,7 @@ from nmt.alignment import alignment_error, choose_map, map_names, parse_key, shi
 from nmt.config import DecodeOptions
 from nmt.decoding import Translator
 from nmt.evaluate import corpus_of
-from nmt.study import results
+from nmt.study import published
 from nmt.study.variants import Variant
 
 
@@ -71,4 +71,5 @@ def main(argv: list[str] | None = None) -> None:
             "Test AER of each run's argmax links moved by k source words (bold: the lowest), on the sample "
             "corpus's gold links."
         )
-        print(f"wrote {results.record_measurement('alignment_offset', columns, rows, note, folder=results.RESULTS)}")
+        path = published.record_measurement("alignment_offset", columns, rows, note, folder=published.RESULTS)
+        print(f"wrote {path}")

@@ -35,7 +35,7 @@ from nmt.device import autocast, resolve
 from nmt.device import device as find_device
 from nmt.loss import linear_cross_entropy
 from nmt.paths import output_folder, write_text
-from nmt.study import results
+from nmt.study import published
 from nmt.study.sweep import composed
 from nmt.transformer import band
 
@@ -199,5 +199,5 @@ def write(folder: Path, kernels: list[dict], timings: list[dict], machine: str, 
             f"{machine}; SDPA dispatched every attention (self and encoder-decoder, global or windowed) to "
             f"{found} (the profiler)."
         )
-        path = results.record_measurement("attention_kernels", columns, rows, note, results.RESULTS, figures)
+        path = published.record_measurement("attention_kernels", columns, rows, note, published.RESULTS, figures)
         print(f"wrote {path}")

@@ -25,7 +25,7 @@ import torch
 from nmt import build
 from nmt.data import EOS_ID
 from nmt.search import beam_search, greedy
-from nmt.study import results
+from nmt.study import published
 from nmt.study.sweep import composed
 
 RECORDED = (("bahdanau", "luong", "transformer"), (1, 5))  # the table's models and beams
@@ -96,7 +96,7 @@ def record(length: int) -> None:
         f"One line of {length:,} subwords decoded to its length limit ({int(length * 1.5 + 10):,} steps), bf16, an "
         "untrained default model; peak RSS of the process, and the search's seconds."
     )
-    path = results.record_measurement("decode_memory", ["model", "before decoding", *beams], rows, note)
+    path = published.record_measurement("decode_memory", ["model", "before decoding", *beams], rows, note)
     print(f"wrote {path}", file=sys.stderr)
 
 

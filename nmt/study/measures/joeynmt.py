@@ -29,7 +29,7 @@ from datetime import datetime
 from pathlib import Path
 
 from nmt import UserError
-from nmt.study import results
+from nmt.study import published
 
 MODELS = {"rnn": "rnn", "transformer": "tf"}  # our name for each of run.sh's models: its file prefix
 COLUMNS = [
@@ -127,9 +127,9 @@ def measure_cuda(out: Path) -> dict[str, dict]:
     return found
 
 
-def record_cuda(out: Path, folder: Path = results.RESULTS) -> Path:
+def record_cuda(out: Path, folder: Path = published.RESULTS) -> Path:
     found = measure_cuda(out)
-    ours = results.load("measured/benchmark_cuda", folder)
+    ours = published.load("measured/benchmark_cuda", folder)
     if ours is None:
         raise UserError("results/measured/benchmark_cuda.json: missing; copy in the one the same GPU call measured")
     precision = "fp16" if all(f["fp16"] for f in found.values()) else "fp32"
@@ -149,7 +149,7 @@ def record_cuda(out: Path, folder: Path = results.RESULTS) -> Path:
         ]
         for m, f in found.items()
     ]
-    return results.record_measurement("joeynmt_cuda", CUDA_COLUMNS, rows, note, folder, found, measured_on=ours)
+    return published.record_measurement("joeynmt_cuda", CUDA_COLUMNS, rows, note, folder, found, measured_on=ours)
 
 
 def row(model: str, figures: dict) -> list[str]:
@@ -165,7 +165,7 @@ def row(model: str, figures: dict) -> list[str]:
     ]
 
 
-def record(name: str, work: Path, folder: Path = results.RESULTS) -> Path:
+def record(name: str, work: Path, folder: Path = published.RESULTS) -> Path:
     found = measure(work)
     versions_file = work / "out" / "versions.txt"
     versions = f": {versions_file.read_text().strip()}" if versions_file.is_file() else ""
@@ -178,9 +178,9 @@ def record(name: str, work: Path, folder: Path = results.RESULTS) -> Path:
         "long run, 64 sentences a batch, Joey NMT's own generation time."
     )
     if name == "joeynmt_fp32":
-        note += f" run.sh ran with {results.HELD_TO_AVX2}."
+        note += f" run.sh ran with {published.HELD_TO_AVX2}."
     rows = [row(m, f) for m, f in found.items()]
-    return results.record_measurement(name, COLUMNS, rows, note, folder, values=found)
+    return published.record_measurement(name, COLUMNS, rows, note, folder, values=found)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -6,7 +6,7 @@ python -m nmt.study measure speed [--models "sutskever;bahdanau;luong;transforme
                             [--record [benchmark|benchmark_fp32|benchmark_cuda]]
 
 --record also saves the table as results/measured/<name>.json, from which docs/speed.md's tables are rendered
-(nmt/study/results.py); run it alone on the machine. `--checkpoints` may name the model's folder with `{model}`:
+(nmt/study/published.py); run it alone on the machine. `--checkpoints` may name the model's folder with `{model}`:
 `--checkpoints 'multirun/results/main/runs/{model}/seed1234'` decodes with `make results`' runs.
 
 A model is a name with optional config overrides: `--models "luong model/attention=dot;luong model.alignment=local_p"`
@@ -49,7 +49,7 @@ from nmt.decoding import Translator
 from nmt.device import cpu_name, resolve
 from nmt.device import device as find_device
 from nmt.paths import output_folder, write_text
-from nmt.study import results as measured
+from nmt.study import published
 from nmt.study.sweep import ROOT, composed
 from nmt.trainer import Trainer
 
@@ -281,7 +281,12 @@ def table(results: list[dict], peak: float, machine: str) -> str:
 
 
 def record(
-    name: str, results: list[dict], peak: float, machine: str, args: argparse.Namespace, folder: Path = measured.RESULTS
+    name: str,
+    results: list[dict],
+    peak: float,
+    machine: str,
+    args: argparse.Namespace,
+    folder: Path = published.RESULTS,
 ) -> Path:
     """results/measured/<name>.json: the table, and each model's figures for the comparison with Joey NMT."""
     decoded = checkpoint(args.checkpoints, "{model}") if any("decoded_with" in r for r in results) else None
@@ -291,7 +296,7 @@ def record(
         "counts the matrix products of an update, forward and backward (nmt/flops.py); peak memory of a process "
         "that only trains." + (f" Decoding test2016 (1,000 sentences) with `{decoded}`." if decoded else "")
     )
-    return measured.record_measurement(
+    return published.record_measurement(
         name, COLUMNS, [row(r, peak) for r in results], note, folder, values={r["model"]: r for r in results}
     )
 

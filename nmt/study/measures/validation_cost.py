@@ -22,7 +22,7 @@ import torch
 from nmt import build, loss, validation
 from nmt.data import ParallelDataset
 from nmt.device import capability, choose
-from nmt.study import results
+from nmt.study import published
 from nmt.study.sweep import composed
 
 
@@ -92,4 +92,4 @@ def main(argv: list[str] | None = None) -> None:
             f"model; medians of {args.repeats}, alternating."
         )
         columns = ["model", "today", "with the gradients formed", "saved per validation"]
-        print(f"wrote {results.record_measurement('validation_cost', columns, rows, note)}", file=sys.stderr)
+        print(f"wrote {published.record_measurement('validation_cost', columns, rows, note)}", file=sys.stderr)

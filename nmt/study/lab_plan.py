@@ -1,4 +1,4 @@
-"""The alignment lab's tables (nmt.study lab writes its report with them, nmt/study/results.py renders them from
+"""The alignment lab's tables (nmt.study lab writes its report with them, nmt/study/published.py renders them from
 results/lab.json): AER of each attention against the sample grammar's gold links, and BLEU by sentence length.
 
 A lab result is one variant over its seeds, as nmt.study lab's `aggregate` makes it: {"name", "variant" (its key,
@@ -29,11 +29,8 @@ CONTRASTS = [
     ("luong_feeding", "luong"),
     ("luong_paper", "luong"),
 ]
-# The variants the lab's two claims compare (nmt.study.claims: Bahdanau's model with and without attention for the
-# length claim; Luong's local-p, local-m and global attention with the general score, and global with the location
-# score, for the alignment claim), and the seeds make results trains of them: runs are cheap there and seeds, not
-# sentences, are the noise of an AER difference (issue 47: at least 8)
-CLAIM_VARIANTS = ("bahdanau", "bahdanau_fixed", "luong", "luong_local_m", "luong_local_p", "luong_location")
+# The seeds make results trains of the variants the lab's claims compare (nmt.study.variants.LAB_CLAIM_VARIANTS):
+# runs are cheap there and seeds, not sentences, are the noise of an AER difference (issue 47: at least 8)
 CLAIM_SEEDS = 8
 BUCKETS = [(1, 10), (11, 20), (21, 30), (31, 40), (41, 60), (61, 80)]  # source words of the length test set
 # Luong et al. 2015, Table 6: AER on the RWTH German-English gold alignments (different data, same measure), by score
@@ -122,7 +119,7 @@ def contrasts_lines(found: list[dict]) -> list[str]:
         return []
     return [
         "Each variant's test AER minus that of the variant it changes (intervals over seeds and sentences, Holm "
-        "over all of the lab's differences; nmt/study/lab.py):",
+        "over all of the lab's differences; nmt/study/lab_plan.py):",
         "",
         *contrasts_table(found),
         "",

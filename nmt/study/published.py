@@ -18,22 +18,9 @@ RESULTS = ROOT / "results"
 # Each finished run of make results as its record (nmt.study.records.save_record):
 # <part>/<variant>/seed<N>.record.json
 RECORDS = RESULTS / "runs"
-# make results' parts, in order, and what the first two train (configs/variant/ names): the variants the claims rest
-# on (nmt/study/claims.py: Bahdanau's model with and without attention, Luong's defaults with and without input
-# feeding and with local-m and local-p, Sutskever's model and the Transformer) at the main table's budget, then the
-# four families' defaults
+# make results' parts, in order; the variants the first two train are nmt.study.variants' CLAIM_VARIANTS and
+# FAMILIES
 PARTS = ("claims", "main", "lab", "others")
-CLAIM_VARIANTS = [
-    "sutskever",
-    "bahdanau",
-    "bahdanau_fixed",
-    "luong",
-    "luong_feeding",
-    "luong_local_m",
-    "luong_local_p",
-    "transformer",
-]
-FAMILIES = ["sutskever", "bahdanau", "luong", "transformer"]
 # What the claims' runs pin, so that a seed gives the same model on any CPU: fp32 (`precision=auto` picks bf16 on
 # CPUs with native bf16 and fp32 on others) and one thread (a reduction over more threads sums in another order).
 # Their records hold both, and the report names the machines; on a GPU, fp32 without TF32 (nmt.device.exact_fp32).
