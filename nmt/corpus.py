@@ -46,7 +46,7 @@ Pairs = list[tuple[str, str]]
 @dataclass
 class Splits:
     """Parallel text of one corpus: lists of (source, target) sentence pairs, and where the corpus knows them (the
-    sample grammar does), the gold word alignment of every pair (`nmt.alignment.Gold`), by split name."""
+    sample grammar does), the gold word alignment of every pair (`nmt.aer.Gold`), by split name."""
 
     train: Pairs
     valid: Pairs

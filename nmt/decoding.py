@@ -16,9 +16,10 @@ import torch
 from tqdm import tqdm
 
 from nmt import UserError, build, checkpoint
+from nmt.batches import TokenBatchSampler
 from nmt.config import DecodeOptions, TrainerConfig
 from nmt.corpus import Pairs
-from nmt.data import BOS_ID, EOS_ID, PAD_ID, ParallelDataset, TokenBatchSampler, Vocabulary, collate
+from nmt.data import BOS_ID, EOS_ID, PAD_ID, ParallelDataset, Vocabulary, collate
 from nmt.device import autocast
 from nmt.device import device as find_device
 from nmt.device import resolve as resolve_precision

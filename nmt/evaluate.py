@@ -9,17 +9,8 @@ from pathlib import Path
 import sacrebleu
 
 from nmt import UserError, build
-from nmt.alignment import (
-    Gold,
-    attention_report,
-    choose_map,
-    format_links,
-    links_of,
-    map_names,
-    parse_key,
-    read_gold,
-    word_attention,
-)
+from nmt.aer import Gold, format_links, read_gold
+from nmt.alignment import attention_report, choose_map, links_of, map_names, parse_key, word_attention
 from nmt.config import DecodeOptions
 from nmt.corpus import Pairs, Splits, read_lines, read_parallel
 from nmt.decoding import Translator

@@ -11,9 +11,9 @@ import time
 import torch
 from tqdm import tqdm
 
-from nmt.checkpoint import Progress
 from nmt.config import TrainerConfig
 from nmt.multirun import SweepStop
+from nmt.state import Progress
 
 
 class StopRequests:

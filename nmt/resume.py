@@ -19,7 +19,7 @@ from pathlib import Path
 from nmt import UserError, checkpoint
 from nmt.build import constructor_defaults
 from nmt.config import FilesConfig, Multi30kConfig, SampleConfig, TrainerConfig, flatten
-from nmt.paths import holds_a_run
+from nmt.run_folder import holds_a_run
 
 log = logging.getLogger(__name__)
 
@@ -287,39 +287,3 @@ def saved_locations(saved: dict, changed: dict[str, tuple], given: list[str]) ->
         if f"data.{key}" in changed and f"data.{key}" not in named and old and Path(str(old)).is_dir():
             kept[key] = old
     return kept
-
-
-def average(paths: list[str | Path]) -> dict:
-    """The element-wise mean of the model weights of `paths` (same model), in the newest one's payload.
-
-    Averaging the last few checkpoints of a run is a cheap gain (Vaswani et al. 2017 average the last 5 or 20; fairseq
-    and OpenNMT ship a script for it). The result holds no optimizer state: it is for decoding, not for resuming.
-    """
-    if not paths:
-        raise UserError("no checkpoints to average")
-    payloads = [checkpoint.load(path) for path in paths]
-    newest = max(payloads, key=lambda payload: payload.get("progress", {}).get("step", 0))
-    first = payloads[0]
-    for path, payload in zip(paths, payloads):
-        if set(payload["model"]) != set(first["model"]) or payload["config"]["model"] != first["config"]["model"]:
-            raise UserError(f"{path}: holds a different model from {paths[0]}; average checkpoints of one run only")
-        _, other = changes(first["config"], payload["config"])  # what no resumed run of one run may change
-        if other:
-            raise UserError(
-                f"{path}: another run's checkpoint than {paths[0]} ({', '.join(other)} differ); "
-                "average the checkpoints of one run only"
-            )
-    averaged = {}
-    for name, tensor in newest["model"].items():
-        if tensor.is_floating_point():
-            total = sum(payload["model"][name].double() for payload in payloads)
-            averaged[name] = (total / len(payloads)).to(tensor.dtype)
-        else:
-            averaged[name] = tensor  # counters and the like: the newest value
-    steps = [payload.get("progress", {}).get("step") for payload in payloads]
-    return {
-        "model": averaged,
-        "config": newest["config"],
-        "vocabulary": newest["vocabulary"],
-        "progress": {**newest.get("progress", {}), "averaged_steps": steps},
-    }

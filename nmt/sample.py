@@ -6,7 +6,7 @@ particle goes to the end of a German main clause, subordinate clauses with the v
 adverb that moves the German verb before its subject. The same seed always gives the same corpus.
 
 The grammar knows which German word each English word translates, so every pair comes with its gold word alignment
-(`nmt.alignment.Gold`): sure links between a word and its translation, possible links where a word has no
+(`nmt.aer.Gold`): sure links between a word and its translation, possible links where a word has no
 counterpart of its own (the German separable particle and the English verb, the article folded into "im" and "the").
 Options make sentences longer (clauses, adjectives, prepositional phrases) and switch the reorderings on and off;
 `python -m nmt.sample FOLDER` writes the corpus as plain parallel files with `.align` files of gold links in Pharaoh
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nmt import UserError
-from nmt.alignment import Gold, format_links
+from nmt.aer import Gold, format_links
 from nmt.config import GrammarOptions
 from nmt.corpus import Splits
 from nmt.paths import output_file, output_folder, write_text

@@ -22,22 +22,15 @@ from pathlib import Path
 import torch
 
 from nmt import NonFiniteLoss, UserError, checkpoint, distributed
-from nmt.checkpoint import Progress
+from nmt.batches import StaticShapes, TokenBatchSampler, UpdateBatches, check_splits
 from nmt.config import TrainerConfig
 from nmt.corpus import Pairs
-from nmt.data import (
-    ParallelDataset,
-    StaticShapes,
-    TokenBatchSampler,
-    UpdateBatches,
-    Vocabulary,
-    check_splits,
-    collate,
-)
+from nmt.data import ParallelDataset, Vocabulary, collate
 from nmt.device import Precision, place
 from nmt.meters import Clock, ProgressBar, StopRequests, Window, stop_reason, validation_due
 from nmt.optim import make_optimizer, make_schedule, steps_on_validation
 from nmt.runlog import RunLog
+from nmt.state import WEIGHTS_ONLY, Progress, restore_training, rng_state, training_state
 from nmt.update import Mode, Update, features_of
 from nmt.validation import Validator, improves, publish, record
 
@@ -146,7 +139,7 @@ class Trainer:
         if not bool(torch.stack([p.detach().isfinite().all() for p in self.model.parameters()]).all()):
             raise NonFiniteLoss(f"the weights became NaN or infinite by step {self.step}")
         parts = self.model, self.optimizer, self.schedule, self.scaler, self.progress, self.last_metrics
-        return checkpoint.training_state(*parts, self.run_config, self.vocabulary, ranks)
+        return training_state(*parts, self.run_config, self.vocabulary, ranks)
 
     def save(self, name: str, best: bool = False, weights: bool = False) -> None:
         """Write a full checkpoint atomically; `best`: it is also best.pt (a second name of the same file). The
@@ -155,13 +148,13 @@ class Trainer:
         for averaging), the newest `keep_checkpoints` kept. Every process calls it: each one's random state goes into
         the checkpoint. On a GPU the files are written on a thread of their own (checkpoint.Writer) from one copy of
         the state on the host."""
-        ranks = distributed.gather(checkpoint.rng_state(self.device)) if self.world > 1 else None
+        ranks = distributed.gather(rng_state(self.device)) if self.world > 1 else None
         if self.rank != 0:
             return
         state = self.writer.own(self.state(ranks))
         if weights and self.config.keep_checkpoints > 0:
             path = self.run_dir / f"step{self.progress.step:08d}.pt"
-            only = {k: v for k, v in state.items() if k in checkpoint.WEIGHTS_ONLY}
+            only = {k: v for k, v in state.items() if k in WEIGHTS_ONLY}
             self.writer.write(partial(checkpoint.write_weights, only, path, self.config.keep_checkpoints))
         self.writer.write(partial(checkpoint.write_run_file, state, self.run_dir / name, best))
 
@@ -171,7 +164,7 @@ class Trainer:
 
     def restore_payload(self, path: Path, payload: dict) -> None:
         try:
-            self.progress, self.last_metrics = checkpoint.restore_training(
+            self.progress, self.last_metrics = restore_training(
                 payload, self.model, self.optimizer, self.schedule, self.scaler, self.rank, self.device, self.seed
             )
         except (KeyError, RuntimeError, ValueError) as error:
@@ -183,7 +176,7 @@ class Trainer:
 
     def updates(self) -> Iterator[tuple]:
         """(this process's batches, target tokens of the update, of this process's part, batches in the update, FLOPs
-        of the update) from where training stands, epoch after epoch (nmt.data.UpdateBatches)."""
+        of the update) from where training stands, epoch after epoch (nmt.batches.UpdateBatches)."""
         self.stream = UpdateBatches(
             self.dataset, self.sampler, self.collate, self.config.accumulate, self.progress, self.device
         )

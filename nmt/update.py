@@ -5,7 +5,7 @@ the schedule's, run eagerly or captured as a CUDA graph per batch shape and repl
 
 - eager (a CPU; or a GPU run a graph cannot hold: several processes under DDP, gradient accumulation, fp16 loss
   scaling, whose skipped steps are decided on the host): the corpus's own batches, the RNN encoders packed;
-- captured (a GPU): batches of a few static shapes (`nmt.data.StaticShapes`: both sides padded to a multiple of 8,
+- captured (a GPU): batches of a few static shapes (`nmt.batches.StaticShapes`: both sides padded to a multiple of 8,
   the rows the token budget allows), the loss over every position with padding weighted 0, the RNN encoders unpacked
   (`nmt.unpacked`), the optimiser fused and capturable with its step count on the device, the learning rate a
   device tensor (the schedule writes it in place), the gradients zeroed in place (every shape's graph shares them)

@@ -13,15 +13,17 @@ import torch
 from tqdm import tqdm
 
 from nmt import UserError
-from nmt.alignment import Gold, attention_report
-from nmt.checkpoint import Progress
+from nmt.aer import Gold
+from nmt.alignment import attention_report
+from nmt.batches import TokenBatchSampler
 from nmt.config import DecodeOptions, TrainerConfig
 from nmt.corpus import Pairs
-from nmt.data import ParallelDataset, TokenBatchSampler, Vocabulary, collate
+from nmt.data import ParallelDataset, Vocabulary, collate
 from nmt.decoding import Search, check_input_lengths, decode_split
 from nmt.loss import batch_loss
 from nmt.paths import write_text
 from nmt.runlog import RunLog
+from nmt.state import Progress
 
 log = logging.getLogger(__name__)
 READABLE = 16  # subwords: up to about this length a heatmap's labels stay legible at TensorBoard's card size

@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from nmt import UserError, checkpoint, resume
+from nmt import UserError, averaging, checkpoint
 from nmt.paths import output_file
 
 
@@ -46,7 +46,7 @@ def main() -> None:
             tuple(paths),
             args.overwrite or (None if args.output is None else False),
         )
-        payload = resume.average(paths)
+        payload = averaging.average(paths)
         checkpoint.save(payload, output)
     except UserError as error:
         sys.exit(f"error: {error}")

@@ -5,19 +5,15 @@ import pytest
 import torch
 
 from nmt import UserError
+from nmt.aer import Gold, alignment_error, format_links, parse_links, read_gold
 from nmt.alignment import (
-    Gold,
-    alignment_error,
     argmax_links,
     attention_report,
     choose_map,
     diagonality,
     entropy,
-    format_links,
     links_of,
-    parse_links,
     piece_words,
-    read_gold,
     shifted_links,
     support,
     word_attention,

@@ -6,9 +6,10 @@ import torch
 from conftest import MULTI30K
 
 from nmt import UserError
+from nmt.batches import TokenBatchSampler
 from nmt.config import FilePair
 from nmt.corpus import fetch, load_files, load_multi30k, read_lines, read_parallel
-from nmt.data import BOS_ID, EOS_ID, PAD_ID, ParallelDataset, TokenBatchSampler, collate
+from nmt.data import BOS_ID, EOS_ID, PAD_ID, ParallelDataset, collate
 from nmt.sample import generate
 
 

@@ -9,7 +9,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from nmt import checkpoint, distributed
+from nmt import distributed, state
 
 
 def test_a_slurm_task_gets_torchruns_variables():
@@ -82,10 +82,10 @@ def gather_and_restore(rank: int, world: int, port: int, results) -> None:
     with gloo(rank, world, port):
         cpu = torch.device("cpu")
         torch.manual_seed(100 + rank)
-        ranks = distributed.gather(checkpoint.rng_state(cpu))
+        ranks = distributed.gather(state.rng_state(cpu))
         expected = torch.rand(3)
         torch.rand(50)  # the run goes on
-        checkpoint.restore_rng({"torch": ranks[0]["torch"], "cuda": [], "ranks": ranks}, rank, cpu, 1, 10)
+        state.restore_rng({"torch": ranks[0]["torch"], "cuda": [], "ranks": ranks}, rank, cpu, 1, 10)
         results[rank] = (len(ranks), torch.equal(torch.rand(3), expected))
 
 
@@ -100,14 +100,14 @@ def test_each_rank_saves_and_restores_its_own_random_state(unused_tcp_port):
 def test_a_rank_or_device_the_saving_job_did_not_have_is_handled():
     cpu = torch.device("cpu")
     torch.manual_seed(3)
-    saved = checkpoint.rng_state(cpu)
+    saved = state.rng_state(cpu)
     expected = torch.rand(2)
-    checkpoint.restore_rng({"torch": saved["torch"], "cuda": [], "ranks": [saved]}, 0, cpu, 1, 10)
+    state.restore_rng({"torch": saved["torch"], "cuda": [], "ranks": [saved]}, 0, cpu, 1, 10)
     assert torch.equal(torch.rand(2), expected)  # rank 0 of one saved process
-    checkpoint.restore_rng({"torch": saved["torch"], "cuda": [], "ranks": [saved]}, 1, cpu, 1, 10)
+    state.restore_rng({"torch": saved["torch"], "cuda": [], "ranks": [saved]}, 1, cpu, 1, 10)
     first = torch.rand(2)  # rank 1 was not in the saving job: a state of its own from seed, rank and step
-    checkpoint.restore_rng({"torch": saved["torch"], "cuda": [], "ranks": [saved]}, 1, cpu, 1, 10)
+    state.restore_rng({"torch": saved["torch"], "cuda": [], "ranks": [saved]}, 1, cpu, 1, 10)
     assert torch.equal(torch.rand(2), first) and not torch.equal(first, expected)
     # a checkpoint of a single process that saw more GPUs than this one: only the states of devices seen are set
-    checkpoint.restore_rng({"torch": saved["torch"], "cuda": [torch.zeros(16, dtype=torch.uint8)] * 8}, 0, cpu, 1, 0)
+    state.restore_rng({"torch": saved["torch"], "cuda": [torch.zeros(16, dtype=torch.uint8)] * 8}, 0, cpu, 1, 0)
     assert torch.equal(torch.rand(2), expected)

@@ -835,7 +835,7 @@ def test_translations_are_reused_only_from_the_checkpoint_and_settings_that_made
 def test_damaged_records_and_reports_are_named_with_what_to_do(tmp_path, monkeypatch):
     """A record cut short stops the study's readers with its path and a remedy, never a JSONDecodeError."""
     from nmt.study import tables
-    from nmt.study.sweep import recorded
+    from nmt.study.records import recorded
 
     damaged = tmp_path / "bahdanau" / "seed1234.record.json"
     damaged.parent.mkdir()

@@ -119,9 +119,9 @@ def test_a_process_loads_every_model_at_once_and_records_the_commit_it_loaded(tm
 
     from conftest import ROOT
 
-    from nmt import experiment
+    from nmt import provenance
 
-    probe = "import sys, nmt.experiment as e; print(sorted(sys.modules), e.loaded_code.cache_info())"
+    probe = "import sys, nmt.experiment, nmt.provenance as p; print(sorted(sys.modules), p.loaded_code.cache_info())"
     loaded = subprocess.run(
         [sys.executable, "-c", probe],
         cwd=ROOT,
@@ -132,22 +132,22 @@ def test_a_process_loads_every_model_at_once_and_records_the_commit_it_loaded(tm
     assert "'nmt.transformer'" in loaded and "'nmt.rnn'" in loaded and "'nmt.attention'" in loaded
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     assert "currsize=0" in loaded  # the commit is not found at import: when a run starts
-    assert experiment.loaded_code()["commit"] == (head or None)
-    monkeypatch.setattr(experiment, "code_version", lambda: {"commit": "checked out later"})
-    experiment.record_provenance(tmp_path, torch.device("cpu"), "bf16")
+    assert provenance.loaded_code()["commit"] == (head or None)
+    monkeypatch.setattr(provenance, "code_version", lambda: {"commit": "checked out later"})
+    provenance.record_provenance(tmp_path, torch.device("cpu"), "bf16")
     assert json.loads((tmp_path / "provenance.json").read_text())[0]["commit"] == (head or None)
-    assert experiment.read_provenance(tmp_path)["machines"] == [f"{experiment.cpu_name()} (bf16)"]  # its precision
-    assert experiment.read_provenance(tmp_path)["kernels"] == [torch.backends.cpu.get_cpu_capability()]  # AVX2...
-    assert "finished" not in experiment.read_provenance(tmp_path)
+    assert provenance.read_provenance(tmp_path)["machines"] == [f"{provenance.cpu_name()} (bf16)"]  # its precision
+    assert provenance.read_provenance(tmp_path)["kernels"] == [torch.backends.cpu.get_cpu_capability()]  # AVX2...
+    assert "finished" not in provenance.read_provenance(tmp_path)
     (tmp_path / "results.json").write_text("{}")
-    finished = experiment.read_provenance(tmp_path)["finished"]  # when the run ended, for the tables' dates
+    finished = provenance.read_provenance(tmp_path)["finished"]  # when the run ended, for the tables' dates
     assert finished >= json.loads((tmp_path / "provenance.json").read_text())[0]["started"]
 
 
 def test_the_code_version_counts_changes_to_code_not_to_results_or_their_markdown(tmp_path):
     import subprocess
 
-    from nmt import experiment
+    from nmt import provenance
 
     def git(*args):
         subprocess.run(
@@ -162,19 +162,19 @@ def test_the_code_version_counts_changes_to_code_not_to_results_or_their_markdow
     git("commit", "-qm", "c")
     for name in ("README.md", "docs/results.md", "results/compare.json"):  # what make results rewrites
         (tmp_path / name).write_text("after\n")
-    version = experiment.code_version(tmp_path)
+    version = provenance.code_version(tmp_path)
     assert len(version["commit"]) == 40 and version["uncommitted_changes"] is False
     (tmp_path / "nmt" / "model.py").write_text("after\n")
-    assert experiment.code_version(tmp_path)["uncommitted_changes"] is True
+    assert provenance.code_version(tmp_path)["uncommitted_changes"] is True
 
 
 def test_a_copy_of_the_tree_without_git_takes_its_commit_from_nmt_commit(tmp_path, monkeypatch):
     """scripts/device_check.sh runs a copy of the tree on a GPU machine, where there may be no .git: the figures it
     records name the commit that `prepare` read here."""
-    from nmt import experiment
+    from nmt import provenance
 
     monkeypatch.delenv("NMT_COMMIT", raising=False)
-    assert experiment.code_version(tmp_path) == {"commit": None, "uncommitted_changes": False}
+    assert provenance.code_version(tmp_path) == {"commit": None, "uncommitted_changes": False}
     monkeypatch.setenv("NMT_COMMIT", "a" * 40)
-    assert experiment.code_version(tmp_path)["commit"] == "a" * 40
-    assert experiment.code_version()["commit"] != "a" * 40  # a checkout's own commit wins
+    assert provenance.code_version(tmp_path)["commit"] == "a" * 40
+    assert provenance.code_version()["commit"] != "a" * 40  # a checkout's own commit wins

@@ -801,7 +801,8 @@ def test_make_results_records_each_finished_run_and_reports_from_the_records_alo
     from omegaconf import OmegaConf
 
     from nmt.build import load_corpus
-    from nmt.study.sweep import recorded, settings
+    from nmt.study.records import recorded
+    from nmt.study.sweep import settings
 
     overrides = [
         "data=sample",

@@ -18,8 +18,8 @@ from conftest import MODELS, ROOT, compose_config, tiny_model_overrides
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 import nmt.decoding
-from nmt import UserError, build, checkpoint, resume
-from nmt.alignment import parse_links
+from nmt import UserError, averaging, build, checkpoint
+from nmt.aer import parse_links
 from nmt.config import DecodeOptions, TrainerConfig
 from nmt.data import PAD_ID
 from nmt.decoding import Search, score, translate
@@ -309,13 +309,13 @@ def test_averaged_checkpoint_holds_the_mean_of_the_weights(tmp_path, sample_voca
         weights = {"w": torch.full((2, 2), value), "count": torch.tensor(step)}
         payload = {"model": weights, "config": config, "vocabulary": vocabulary, "progress": {"step": step}}
         checkpoint.save(payload, tmp_path / f"step{step}.pt")
-    averaged = resume.average(sorted(tmp_path.glob("step*.pt")))
+    averaged = averaging.average(sorted(tmp_path.glob("step*.pt")))
     torch.testing.assert_close(averaged["model"]["w"], torch.full((2, 2), 3.0))
     assert averaged["model"]["count"] == 3 and averaged["progress"]["averaged_steps"] == [1, 2, 3]
     other = {"model": {"v": torch.zeros(1)}, "config": config, "vocabulary": vocabulary, "progress": {"step": 4}}
     checkpoint.save(other, tmp_path / "other.pt")
     with pytest.raises(UserError, match="other.pt: holds a different model"):
-        resume.average([tmp_path / "step1.pt", tmp_path / "other.pt"])
+        averaging.average([tmp_path / "step1.pt", tmp_path / "other.pt"])
 
 
 @pytest.mark.slow
@@ -507,11 +507,12 @@ def test_each_validation_is_a_line_of_the_runs_plain_record(tmp_path, sample_spl
 def test_batches_made_by_worker_processes_as_on_a_gpu_are_the_ones_made_in_process(
     tmp_path, sample_vocabulary, sample_splits
 ):
-    """On a GPU worker processes collate the next batches (nmt.data.loading); they must give the batches, in the order,
-    that the training process makes itself on a CPU: the dataset and collate travel to a worker intact, the static
-    shapes' collate (a captured update's batches, nmt.update) too, and a batch sent as numpy arrays (Shipped) is the
-    same batch again."""
-    from nmt.data import Shipped, Shipping, StaticShapes, collate, loading
+    """On a GPU worker processes collate the next batches (nmt.batches.loading); they must give the batches, in the
+    order, that the training process makes itself on a CPU: the dataset and collate travel to a worker intact, the
+    static shapes' collate (a captured update's batches, nmt.update) too, and a batch sent as numpy arrays (Shipped) is
+    the same batch again."""
+    from nmt.batches import Shipped, Shipping, StaticShapes, loading
+    from nmt.data import collate
 
     trainer = make_trainer(tmp_path, sample_vocabulary, sample_splits.train[:300], "sutskever", max_steps=1)
     assert loading(torch.device("cpu")) == {"num_workers": 0, "pin_memory": False}
@@ -565,7 +566,7 @@ def test_one_loader_serves_every_epoch_its_workers_running_ahead_across_an_epoch
             "num_workers": workers,
             **({"prefetch_factor": 4, "multiprocessing_context": fork} if workers else {}),
         }
-        monkeypatch.setattr("nmt.data.loading", lambda device: options)
+        monkeypatch.setattr("nmt.batches.loading", lambda device: options)
         updates, seen = trainer.updates(), []
         for _ in range(count):
             batches, tokens, _, number, _ = next(updates)
@@ -689,7 +690,7 @@ def test_worker_processes_of_the_gpu_loader_start_inside_a_joblib_job():
     loader's options name their own."""
     import joblib
 
-    from nmt.data import loading
+    from nmt.batches import loading
 
     options = {**loading(torch.device("cuda")), "pin_memory": False}
     made = joblib.Parallel(n_jobs=2, backend="loky")(joblib.delayed(_batches_in_a_job)(options) for _ in range(2))

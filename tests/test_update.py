@@ -12,8 +12,9 @@ import torch
 from test_sync_free import VARIANTS, reads_raise
 from test_train import make_trainer
 
+from nmt.batches import StaticShapes
 from nmt.config import TrainerConfig
-from nmt.data import PAD_ID, StaticShapes, collate
+from nmt.data import PAD_ID, collate
 from nmt.device import capability
 from nmt.loss import batch_loss
 from nmt.optim import load_optimizer, make_optimizer, set_lr

@@ -15,13 +15,14 @@ from pathlib import Path
 
 import sacrebleu
 
-from nmt.alignment import attention_report, read_gold
+from nmt.aer import read_gold
+from nmt.alignment import attention_report
 from nmt.config import DecodeOptions, GrammarOptions
 from nmt.corpus import read_parallel
 from nmt.decoding import Translator
 from nmt.evaluate import alignment_map_of, corpus_of
-from nmt.experiment import read_provenance
 from nmt.paths import write_text
+from nmt.provenance import read_provenance
 from nmt.sample import generate_aligned, write_aligned
 from nmt.study.lab_plan import BUCKETS
 from nmt.study.records import OnFinishedRun

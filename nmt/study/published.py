@@ -143,8 +143,8 @@ def record_measurement(
     import torch
 
     from nmt.device import cpu_name
-    from nmt.experiment import loaded_code
     from nmt.paths import write_text
+    from nmt.provenance import loaded_code
 
     if name not in MEASUREMENTS:
         raise ValueError(f"{name}: not a measurement (results.MEASUREMENTS)")

@@ -22,23 +22,57 @@ from nmt.alignment import attention_report, choose_map, parse_key, word_attentio
 from nmt.config import DecodeOptions
 from nmt.decoding import Translator
 from nmt.evaluate import bleu_by_length
-from nmt.experiment import read_provenance
 from nmt.multirun import skip_job
 from nmt.paths import derived_from, read_json, stamp, write_text
+from nmt.provenance import read_provenance
 from nmt.study.comparison import budget, differences, twice
 from nmt.study.significance import Scored
 from nmt.study.sweep import (
-    RECORD_SUFFIX,
     TEST_SHA256,
     from_root,
-    record_path,
-    recorded,
+    precision_of,
+    refuse_stale,
     run_folder,
     saved_settings,
+    stale,
     sweep,
 )
 from nmt.study.variants import Variant
 from nmt.validation import read_validations
+
+# A finished run's record (save_record): records/<variant>/seed<N>.record.json
+RECORD_SUFFIX = ".record.json"
+
+
+def record_path(records: Path, run_dir: Path) -> Path:
+    """Where the run trained in `run_dir` (<variant>/seed<N>) is recorded under `records`."""
+    return records / run_dir.parent.name / f"{run_dir.name}{RECORD_SUFFIX}"
+
+
+def recorded(
+    records: Path, variants: list[str], seeds: list[int], overrides: list[str], prefix: str = ""
+) -> set[tuple[str, int]]:
+    """The (variant, seed) runs that have a record under `records` (<variant>/seed<N>.record.json, written by
+    `nmt.study.records.save_record` when the run finished, wherever that was); a record of a run trained with
+    other settings than `overrides` give today is refused, as a stale finished run is."""
+
+    found, reasons = set(), []
+    for variant in variants:
+        for seed in seeds:
+            path = record_path(records, run_folder(Path(), prefix, variant, seed))
+            if path.is_file():
+                record = read_json(path, "delete it (or restore it from git) and rerun: its run trains again")
+                reasons.append(
+                    stale(
+                        f"{variant} seed {seed} ({path})",
+                        [f"variant={variant}", *overrides, f"seed={seed}"],
+                        checkpoint.upgrade(record["config"]),
+                        precision_of(record.get("provenance", {})),
+                    )
+                )
+                found.add((variant, seed))
+    refuse_stale([r for r in reasons if r], "Move these records away or delete them, and rerun to train the runs again")
+    return found
 
 
 def find_runs(folders: list[Path]) -> list[Path]:

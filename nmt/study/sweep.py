@@ -26,7 +26,6 @@ from nmt import UserError
 from nmt.checkpoint import upgrade
 from nmt.config import CONFIGS, register
 from nmt.multirun import failure
-from nmt.paths import read_json
 from nmt.resume import another_run, listed, trained_precision
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -151,14 +150,9 @@ def sweep(
     """Train every variant (configs/variant/<name>.yaml) with every seed, seed by seed, as one `train.py -m` into
     folder/<variant>/seed<N>, through Hydra's `launcher`: `basic` (one after another), `joblib` (`jobs` at once on
     this machine, or as many as there are runs, each with cores / that many torch threads) or `slurm`; the (variant,
-    seed) runs of `done` (kept elsewhere: `recorded`) are not trained; `hydra`: more of Hydra's own options (a
-    callback); `prefix`: of the runs' folders (the lab's: lab_<variant>). Returns the run directories trained.
-
-    A `train.py -m` sweeps a rectangle (variants x seeds), and the runs still to train after some were recorded may
-    not be one: each rectangle is then its own `train.py -m`, one after another. With the joblib launcher that would
-    leave cores idle (a rectangle of one run trains alone), so when `done` are the runs recorded in `records` (whose
-    callback `hydra` passes, `record_callback`), one `train.py -m` sweeps the rectangle around every run to train and
-    the job of a run recorded already returns at once (`nmt.study.records.RecordRun` skips it)."""
+    seed) runs of `done` (kept elsewhere: nmt.study.records.recorded) are not trained (`rectangles`); `hydra`: more of
+    Hydra's own options (a callback); `prefix`: of the runs' folders (the lab's: lab_<variant>). Returns the run
+    directories trained."""
     runs = [
         (
             f"{variant} seed {seed}",
@@ -170,15 +164,8 @@ def sweep(
         if (variant, seed) not in done
     ]
     check_finished(runs)
-    grid: dict[tuple[str, ...], list[int]] = {}  # the variants each seed still needs -> those seeds
-    for seed in seeds:
-        if needed := tuple(v for v in variants if (v, seed) not in done):
-            grid.setdefault(needed, []).append(seed)
-    if launcher == "joblib" and records is not None and len(grid) > 1:  # one rectangle: no core waits for another
-        needed = tuple(v for v in variants if any(v in rectangle for rectangle in grid))
-        grid = {needed: sorted(seed for rectangle_seeds in grid.values() for seed in rectangle_seeds)}
     subdir = prefix + "${hydra:runtime.choices.variant}/seed${seed}"  # resolved by Hydra for each job
-    for needed, grid_seeds in grid.items():  # one `train.py -m` per rectangle of the grid
+    for needed, grid_seeds in rectangles(variants, seeds, done, launcher == "joblib" and records is not None).items():
         command = [
             *TRAIN,
             "-m",
@@ -190,12 +177,33 @@ def sweep(
             f"hydra.sweep.dir={folder}",
             f"hydra.sweep.subdir={subdir}",
             *hydra,
+            *launcher_overrides(launcher, min(jobs, len(needed) * len(grid_seeds)), overrides),
         ]
-        command += launcher_overrides(launcher, min(jobs, len(needed) * len(grid_seeds)), overrides)
         print("train.py " + " ".join(command[len(TRAIN) :]), flush=True)
         if (status := waited(command)) != 0:
             raise UserError(failures(runs, folder, status))
     return [run_dir for _, _, run_dir in runs]
+
+
+def rectangles(
+    variants: list[str], seeds: list[int], done: set[tuple[str, int]], around: bool
+) -> dict[tuple[str, ...], list[int]]:
+    """The runs still to train, as rectangles of `train.py -m`: the variants each seed still needs -> those seeds.
+
+    A `train.py -m` sweeps a rectangle (variants x seeds), and the runs still to train after some were recorded may
+    not be one: each rectangle is then its own `train.py -m`, one after another. With the joblib launcher that would
+    leave cores idle (a rectangle of one run trains alone), so when `done` are the runs recorded in a records folder
+    (whose callback the sweep passes to Hydra: nmt.study.records.record_callback), `around` asks for one rectangle
+    around every run to train, and the job of a run recorded already returns at once (nmt.study.records.RecordRun
+    skips it)."""
+    grid: dict[tuple[str, ...], list[int]] = {}
+    for seed in seeds:
+        if needed := tuple(v for v in variants if (v, seed) not in done):
+            grid.setdefault(needed, []).append(seed)
+    if around and len(grid) > 1:  # one rectangle: no core waits for another
+        needed = tuple(v for v in variants if any(v in rectangle for rectangle in grid))
+        grid = {needed: sorted(seed for rectangle_seeds in grid.values() for seed in rectangle_seeds)}
+    return grid
 
 
 def launcher_overrides(launcher: str, workers: int, overrides: list[str]) -> list[str]:
@@ -233,15 +241,6 @@ def waited(command: list[str]) -> int:
             signal.signal(number, handler)
 
 
-# A finished run's record (nmt.study.records.save_record): records/<variant>/seed<N>.record.json
-RECORD_SUFFIX = ".record.json"
-
-
-def record_path(records: Path, run_dir: Path) -> Path:
-    """Where the run trained in `run_dir` (<variant>/seed<N>) is recorded under `records`."""
-    return records / run_dir.parent.name / f"{run_dir.name}{RECORD_SUFFIX}"
-
-
 def from_root(path: Path | str) -> str:
     """`path` as a record keeps it: from the checkout's root where it lies under it (multirun/...), so that a record
     names no machine's folder and reads the same wherever it is re-derived; elsewhere, and a relative path (a
@@ -257,32 +256,6 @@ def run_folder(folder: Path, prefix: str, variant: str, seed: int) -> Path:
     """Where a sweep into `folder` trains `variant` with `seed` (<prefix><variant>/seed<N>), and how its record is
     named in a records folder."""
     return folder / f"{prefix}{variant}" / f"seed{seed}"
-
-
-def recorded(
-    records: Path, variants: list[str], seeds: list[int], overrides: list[str], prefix: str = ""
-) -> set[tuple[str, int]]:
-    """The (variant, seed) runs that have a record under `records` (<variant>/seed<N>.record.json, written by
-    `nmt.study.records.save_record` when the run finished, wherever that was); a record of a run trained with
-    other settings than `overrides` give today is refused, as a stale finished run is."""
-
-    found, reasons = set(), []
-    for variant in variants:
-        for seed in seeds:
-            path = record_path(records, run_folder(Path(), prefix, variant, seed))
-            if path.is_file():
-                record = read_json(path, "delete it (or restore it from git) and rerun: its run trains again")
-                reasons.append(
-                    stale(
-                        f"{variant} seed {seed} ({path})",
-                        [f"variant={variant}", *overrides, f"seed={seed}"],
-                        upgrade(record["config"]),
-                        precision_of(record.get("provenance", {})),
-                    )
-                )
-                found.add((variant, seed))
-    refuse_stale([r for r in reasons if r], "Move these records away or delete them, and rerun to train the runs again")
-    return found
 
 
 def failures(runs: list[tuple[str, list[str], Path]], folder: Path, status: int) -> str:

@@ -22,8 +22,8 @@ from hydra.core.utils import JobReturn
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from nmt.experiment import loaded_code, read_provenance
 from nmt.paths import write_text
+from nmt.provenance import loaded_code, read_provenance
 from nmt.study.variants import FAMILIES
 from nmt.validation import read_validations
 

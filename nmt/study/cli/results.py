@@ -36,8 +36,8 @@ from pathlib import Path
 import torch
 
 from nmt import UserError
-from nmt.experiment import loaded_code, read_provenance
 from nmt.paths import read_json, write_text
+from nmt.provenance import loaded_code, read_provenance
 from nmt.study import published, tables
 from nmt.study.cli import compare, lab
 from nmt.study.lab_plan import CLAIM_SEEDS

@@ -14,7 +14,8 @@ import argparse
 from pathlib import Path
 
 from nmt import UserError
-from nmt.alignment import alignment_error, choose_map, map_names, parse_key, shifted_links, word_attention
+from nmt.aer import alignment_error
+from nmt.alignment import choose_map, map_names, parse_key, shifted_links, word_attention
 from nmt.config import DecodeOptions
 from nmt.decoding import Translator
 from nmt.evaluate import corpus_of

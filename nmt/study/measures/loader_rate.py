@@ -2,10 +2,10 @@
 
 python -m nmt.study measure loader_rate [--data-dir DIR] [--workers 2] [--max-tokens 4096] [--epochs 3] [--rounds 3]
 
-Multi30k's training split in the static shapes of a captured update (nmt.data.StaticShapes), three ways:
+Multi30k's training split in the static shapes of a captured update (nmt.batches.StaticShapes), three ways:
 collated in the process itself (a CPU run's path), and through a DataLoader with --workers worker processes (a GPU
-run's path, nmt.data.loading, without the pinning a CPU cannot do) sending each batch as torch tensors (each goes
-through a shared-memory file of its own) or as numpy arrays (nmt.data.Shipped, pickled through the loader's pipe,
+run's path, nmt.batches.loading, without the pinning a CPU cannot do) sending each batch as torch tensors (each goes
+through a shared-memory file of its own) or as numpy arrays (nmt.batches.Shipped, pickled through the loader's pipe,
 what the trainer sends). Prints milliseconds per batch after 20 batches of warm-up, --rounds times alternating.
 Timings on a shared machine are noisy: read the ratios within one run, taken with the machine to itself.
 """
@@ -20,8 +20,9 @@ import numpy as np
 import torch
 
 from nmt import build
+from nmt.batches import Shipping, StaticShapes
 from nmt.config import Multi30kConfig
-from nmt.data import ParallelDataset, Shipping, StaticShapes
+from nmt.data import ParallelDataset
 
 
 def per_batch(dataset, batches, collate, workers: int) -> float:
