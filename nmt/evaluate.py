@@ -131,16 +131,8 @@ def evaluate(
     )  # what made it
     search = "greedy decoding" if beam == 1 else f"beam {beam}, length penalty alpha {alpha:g}"
     print(f"{name}: {len(pairs)} sentences, {search}; hypotheses in {output_path}")
-    for label, metric, result in zip(["BLEU", "chrF", "TER"], metrics, scores):
-        print(f"{label:5} {result.score:6.2f}  {metric.get_signature()}")
     buckets = bleu_by_length(sources, hypotheses, references)
-    print(
-        "BLEU by source length (words): "
-        + ", ".join(
-            f"{low}-{high if high < 1000 else ''}: {bleu:.1f} ({count})"
-            for (low, high), (bleu, count) in buckets.items()
-        )
-    )
+    print_scores(metrics, scores, buckets)
     results = {
         "bleu": scores[0].score,
         "chrf": scores[1].score,
@@ -182,27 +174,9 @@ def translate_file(
         output_folder(folder, "attention", tuple(f"line{n}.png" for n, line in enumerate(lines, 1) if line.strip()))
     translations, hypotheses = translator.search_lines(lines)
     if folder:
-        drawn = 0
-        for number, (line, translation, hypothesis) in enumerate(zip(lines, translations, hypotheses), 1):
-            if line.strip():
-                figure = translator.alignment_figure(line, translation, hypothesis)
-                figure.savefig(folder / f"line{number}.png")
-                close(figure)
-                drawn += 1
-        print(f"wrote {drawn} attention heatmap{'s' * (drawn != 1)} to {folder}/line<N>.png", file=sys.stderr)
+        draw_heatmaps(translator, folder, lines, translations, hypotheses)
     if links_path:
-        key = parse_key(chosen)
-        matrices = word_attention(
-            translator.model,
-            translator.vocabulary,
-            list(zip(lines, translations)),
-            translator.device,
-            translator.dtype,
-            [key[0]],
-            (key[1],),
-        )[key]
-        write_text(links_path, "".join(format_links(links) + "\n" for links in links_of(matrices)))
-        print(f"wrote the word alignments to {links_path}", file=sys.stderr)
+        write_links(translator, chosen, list(zip(lines, translations)), links_path)
     text = "".join(t + "\n" for t in translations)
     if output_path:
         write_text(output_path, text)
@@ -210,6 +184,40 @@ def translate_file(
     else:
         sys.stdout.write(text)
     return translations
+
+
+def print_scores(metrics: list, scores: list, buckets: dict) -> None:
+    """Each score with its sacrebleu signature, then BLEU by source length."""
+    for label, metric, result in zip(["BLEU", "chrF", "TER"], metrics, scores):
+        print(f"{label:5} {result.score:6.2f}  {metric.get_signature()}")
+    print(
+        "BLEU by source length (words): "
+        + ", ".join(
+            f"{low}-{high if high < 1000 else ''}: {bleu:.1f} ({count})"
+            for (low, high), (bleu, count) in buckets.items()
+        )
+    )
+
+
+def draw_heatmaps(translator: Translator, folder: Path, lines: list[str], translations: list[str], hypotheses) -> None:
+    """The attention heatmap of each line that is not empty, as folder/line<N>.png."""
+    drawn = 0
+    for number, (line, translation, hypothesis) in enumerate(zip(lines, translations, hypotheses), 1):
+        if line.strip():
+            figure = translator.alignment_figure(line, translation, hypothesis)
+            figure.savefig(folder / f"line{number}.png")
+            close(figure)
+            drawn += 1
+    print(f"wrote {drawn} attention heatmap{'s' * (drawn != 1)} to {folder}/line<N>.png", file=sys.stderr)
+
+
+def write_links(translator: Translator, chosen: str, pairs: list[tuple[str, str]], path: Path) -> None:
+    """Each translation's word alignment to its line (the `chosen` attention map's argmax links), in Pharaoh format."""
+    key = parse_key(chosen)
+    model, vocabulary, device, dtype = translator.model, translator.vocabulary, translator.device, translator.dtype
+    matrices = word_attention(model, vocabulary, pairs, device, dtype, [key[0]], (key[1],))[key]
+    write_text(path, "".join(format_links(links) + "\n" for links in links_of(matrices)))
+    print(f"wrote the word alignments to {path}", file=sys.stderr)
 
 
 def read_stdin() -> list[str]:

@@ -69,23 +69,7 @@ def train_in(settings: TrainConfig, resolved: dict, run_dir: Path, where: torch.
     splits, vocabulary = corpus_and_vocabulary(settings, run_dir)
     if settings.trainer.test_at_end:
         check_test_split(splits.test, vocabulary, settings.trainer.decode_max_input_len)
-    model = build.model(resolved["model"], vocabulary)
-    log.info("model %s: %s parameters", resolved["model"]["_target_"], f"{parameter_count(model):,}")
-    gold = splits.alignments["valid"] if splits.alignments else None
-    trainer = Trainer(
-        model,
-        vocabulary,
-        splits.train,
-        splits.valid,
-        run_dir,
-        settings.trainer,
-        max_tokens=settings.data.max_tokens,
-        max_len=settings.data.max_len,
-        seed=settings.seed,
-        run_config=resolved,
-        valid_alignments=gold,
-        placed=(where, precision),
-    )
+    trainer = make_trainer(settings, resolved, run_dir, splits, vocabulary, (where, precision))
     if decided.checkpoint:
         trainer.restore_payload(*decided.checkpoint)
         if "trainer.lr" in decided.changes:
@@ -104,20 +88,48 @@ def train_in(settings: TrainConfig, resolved: dict, run_dir: Path, where: torch.
         return {}
     results = summary(trainer)
     if settings.trainer.test_at_end:
-        try:
-            results.update(evaluate_best(trainer, splits.test, run_dir))
-        except KeyboardInterrupt:
-            raise Interrupted(
-                f"interrupted while decoding the test split; training is done and saved. Score the best "
-                f"checkpoint with: python evaluate.py checkpoint={run_dir / 'best.pt'}",
-                2,
-            ) from None
-        trainer.log.results(results, trainer.step)
+        score_test_split(trainer, splits.test, run_dir, results)
     trainer.log.close()
     if distributed.is_main() and not in_sweep():
         print(written(run_dir, settings.trainer))
     distributed.barrier()
     return results
+
+
+def make_trainer(
+    settings: TrainConfig, resolved: dict, run_dir: Path, splits: Splits, vocabulary: Vocabulary, placed: tuple
+) -> Trainer:
+    """The model of the resolved config and its trainer, on the device and in the precision decided (`placed`)."""
+    model = build.model(resolved["model"], vocabulary)
+    log.info("model %s: %s parameters", resolved["model"]["_target_"], f"{parameter_count(model):,}")
+    return Trainer(
+        model,
+        vocabulary,
+        splits.train,
+        splits.valid,
+        run_dir,
+        settings.trainer,
+        max_tokens=settings.data.max_tokens,
+        max_len=settings.data.max_len,
+        seed=settings.seed,
+        run_config=resolved,
+        valid_alignments=splits.alignments["valid"] if splits.alignments else None,
+        placed=placed,
+    )
+
+
+def score_test_split(trainer: Trainer, test_pairs, run_dir: Path, results: dict[str, float]) -> None:
+    """The best checkpoint's scores on the test split added to the run's `results`, and logged with them; Ctrl-C
+    while decoding says that training is done and how to score it."""
+    try:
+        results.update(evaluate_best(trainer, test_pairs, run_dir))
+    except KeyboardInterrupt:
+        raise Interrupted(
+            f"interrupted while decoding the test split; training is done and saved. Score the best "
+            f"checkpoint with: python evaluate.py checkpoint={run_dir / 'best.pt'}",
+            2,
+        ) from None
+    trainer.log.results(results, trainer.step)
 
 
 def open_records(trainer: Trainer, resolved: dict, run_dir: Path, where: torch.device) -> None:

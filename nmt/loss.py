@@ -23,6 +23,27 @@ from nmt.device import autocast
 CHUNK_ELEMENTS = {"cpu": 1 << 21, "cuda": 1 << 26}
 
 
+def add_chunk_gradients(grads, chunk: slice, p, x_chunk, w, y, smoothing: float, weights) -> None:
+    """One chunk's share of the gradients (grad_x, grad_w, grad_b) of the fused loss, from its probabilities `p`.
+
+    d/dz = p - (1 - eps) 1[y] - eps/V: the products take p alone; the two sparse or constant terms are added after
+    them in fp32, which keeps them exact and saves two passes over the (n, V) block. A row's weight (`weights`, or
+    None) scales its row of d/dz: its row of grad_x, and its features in grad_w and grad_b."""
+    grad_x, grad_w, grad_b = grads
+    grad_x[chunk] = torch.mm(p, w).float() - (1.0 - smoothing) * w[y].float()
+    if weights is not None:
+        grad_x[chunk] *= weights[:, None]
+        x_chunk = x_chunk * weights[:, None].to(x_chunk.dtype)
+    grad_w += (p.t() @ x_chunk).float()
+    grad_w.index_add_(0, y, x_chunk.float(), alpha=smoothing - 1.0)
+    if weights is None:
+        grad_b += p.sum(dim=0, dtype=torch.float32)
+        grad_b.index_add_(0, y, torch.full((len(x_chunk),), smoothing - 1.0, device=x_chunk.device))
+    else:
+        grad_b += (p.t() @ weights.to(p.dtype)).float()
+        grad_b.index_add_(0, y, weights, alpha=smoothing - 1.0)
+
+
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, features, weight, bias, target, smoothing, dtype, row_weights):
@@ -47,29 +68,15 @@ class _LinearCrossEntropy(torch.autograd.Function):
             log_p = torch.log_softmax(z.float(), dim=1)  # (n, V) fp32; faster than dtype=float32 on CPU
             target_log_p = log_p.gather(1, y)  # (n, 1)
             token_loss[chunk] = -target_log_p[:, 0]
-            if row_weights is None:
+            weights = None if row_weights is None else row_weights[chunk]
+            if weights is None:
                 total -= (1.0 - smoothing) * target_log_p.sum() + smoothing * log_p.mean(dim=1).sum()
             else:
-                weights = row_weights[chunk]
                 total -= weights @ ((1.0 - smoothing) * target_log_p[:, 0] + smoothing * log_p.mean(dim=1))
             if not needs_grad:
                 continue
-            # d/dz = p - (1 - eps) 1[y] - eps/V: the products take p alone; the two sparse or constant terms are
-            # added after them in fp32, which keeps them exact and saves two passes over the (n, V) block. A row's
-            # weight scales its row of d/dz: its row of grad_x, and its features in grad_w and grad_b.
             p = torch.exp(log_p, out=probabilities[: len(x_chunk)])  # (n, V) in the matmul dtype
-            grad_x[chunk] = torch.mm(p, w).float() - (1.0 - smoothing) * w[y[:, 0]].float()
-            if row_weights is not None:
-                grad_x[chunk] *= weights[:, None]
-                x_chunk = x_chunk * weights[:, None].to(x_chunk.dtype)
-            grad_w += (p.t() @ x_chunk).float()
-            grad_w.index_add_(0, y[:, 0], x_chunk.float(), alpha=smoothing - 1.0)
-            if row_weights is None:
-                grad_b += p.sum(dim=0, dtype=torch.float32)
-                grad_b.index_add_(0, y[:, 0], torch.full((len(x_chunk),), smoothing - 1.0, device=x.device))
-            else:
-                grad_b += (p.t() @ weights.to(p.dtype)).float()
-                grad_b.index_add_(0, y[:, 0], weights, alpha=smoothing - 1.0)
+            add_chunk_gradients((grad_x, grad_w, grad_b), chunk, p, x_chunk, w, y[:, 0], smoothing, weights)
         if needs_grad and smoothing:
             smooth(grad_x, grad_w, grad_b, w, x, smoothing / vocab, row_weights)
         if not needs_grad:

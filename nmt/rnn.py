@@ -358,12 +358,7 @@ class LuongSeq2Seq(AlignmentMaps, nn.Module, Seq2Seq):
         bidirectional: bool,
     ):
         super().__init__()
-        if alignment not in ("global", "local_m", "local_p"):
-            raise ValueError(f"model.alignment={alignment!r}: use global, local_m or local_p")
-        if bidirectional and hidden_size % 2:
-            raise ValueError(
-                f"model.bidirectional=true splits model.hidden_size={hidden_size} between two directions: make it even"
-            )
+        self.check(alignment, bidirectional, hidden_size)
         self.input_feeding, self.feed_dropout, self.reverse_source = input_feeding, feed_dropout, reverse_source
         self.bidirectional = bidirectional
         self.encoder = Encoder(
@@ -389,6 +384,15 @@ class LuongSeq2Seq(AlignmentMaps, nn.Module, Seq2Seq):
         self.dropout = Dropout(dropout)
         self.output = nn.Linear(hidden_size, target_vocab_size)  # W_s
         uniform_init(self, init_range, embeddings=uniform_embeddings)
+
+    @staticmethod
+    def check(alignment: str, bidirectional: bool, hidden_size: int) -> None:
+        if alignment not in ("global", "local_m", "local_p"):
+            raise ValueError(f"model.alignment={alignment!r}: use global, local_m or local_p")
+        if bidirectional and hidden_size % 2:
+            raise ValueError(
+                f"model.bidirectional=true splits model.hidden_size={hidden_size} between two directions: make it even"
+            )
 
     def encode(
         self,

@@ -1,4 +1,13 @@
-"""Decoding over the one model interface (encode, decode_step); the search never asks which model it holds."""
+"""Decoding over the one model interface (encode, decode_step); the search never asks which model it holds.
+
+Beam search (`beam_search`): a finished hypothesis keeps its score and stops growing (it can only be followed by eos
+at no cost); hypotheses are ranked by log-probability / lp(length) at the end. The state of any model is reordered
+with index_select, so RNN states and Transformer caches are handled alike. The per-step work stays small: only the
+`beam_size` best tokens of each hypothesis are scored (`best_continuations`), a sentence whose hypotheses have all
+ended leaves the batch, and each step stores only its tokens, attention and back-pointers (`Steps`), so no history
+is copied and the cost of a step does not grow with the output. Sentences that have ended are collected every
+`every` steps (`stop_check_interval`).
+"""
 
 from __future__ import annotations
 
@@ -102,26 +111,14 @@ def beam_search(
     n_best: int = 1,
     every: int | None = None,
 ) -> list[list[Hypothesis]]:
-    """Batched beam search: every sentence keeps `beam_size` hypotheses, all advanced in one decode_step call.
-
-    A finished hypothesis keeps its score and stops growing (it can only be followed by eos at no cost); hypotheses
-    are ranked by log-probability / lp(length) at the end. The state of any model is reordered with index_select, so
-    RNN states and Transformer caches are handled alike. The per-step work stays small: only the `beam_size` best
-    tokens of each hypothesis are scored (`best_continuations`), a sentence whose hypotheses have all ended leaves the
-    batch, and each step stores only its tokens, attention and back-pointers (`Steps`), so no history is copied and
-    the cost of a step does not grow with the output. Sentences that have ended are collected every `every` steps
-    (`stop_check_interval`). Returns the n best hypotheses of each sentence, best first.
-    """
+    """Batched beam search: every sentence keeps `beam_size` hypotheses, all advanced in one decode_step call
+    (the module's docstring says how). Returns the n best hypotheses of each sentence, best first."""
     batch, device = source.shape[0], source.device
     every = every or stop_check_interval(device)
     limit = max_output_length(source_mask, ratio, extra)
     state = model.encode(source, source_mask, limit)
     state = {k: v.repeat_interleave(beam_size, 0) for k, v in state.items()}  # (B * K, ...)
-    scores = torch.full((batch, beam_size), float("-inf"), device=device)
-    scores[:, 0] = 0.0  # all beams start as the same empty hypothesis; only one may expand at first
-    previous = torch.full((batch * beam_size,), BOS_ID, dtype=torch.long, device=device)
-    finished = torch.zeros(batch * beam_size, dtype=torch.bool, device=device)
-    lengths = torch.zeros(batch * beam_size, dtype=torch.long, device=device)
+    scores, previous, finished, lengths = empty_beams(batch, beam_size, device)
     alive = torch.arange(batch, device=device)  # the sentences still in the batch
     steps, results = Steps(), {}
     source_lengths = source_mask.sum(1)
@@ -150,6 +147,16 @@ def beam_search(
         everything = torch.ones(alive.shape[0], dtype=torch.bool, device=device)
         results.update(collect(everything, alive, source_lengths, scores, lengths, finished, steps, alpha, n_best))
     return [results[sentence] for sentence in range(batch)]
+
+
+def empty_beams(batch: int, beam_size: int, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """The beams before the first step: scores (B, K), and each row's last token, whether it ended, its length."""
+    scores = torch.full((batch, beam_size), float("-inf"), device=device)
+    scores[:, 0] = 0.0  # all beams start as the same empty hypothesis; only one may expand at first
+    previous = torch.full((batch * beam_size,), BOS_ID, dtype=torch.long, device=device)
+    finished = torch.zeros(batch * beam_size, dtype=torch.bool, device=device)
+    lengths = torch.zeros(batch * beam_size, dtype=torch.long, device=device)
+    return scores, previous, finished, lengths
 
 
 class Steps:

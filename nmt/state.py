@@ -25,6 +25,13 @@ class Progress:
     flops: int = 0  # training compute so far: the FLOPs of every update's products (nmt/flops.py)
     static_batches: bool = False  # the epochs cut in static shapes (nmt.batches.StaticShapes: a captured run's)
 
+    def counted(self, batches: int, tokens: int, flops: int) -> None:
+        """One update more, of `batches` batches, `tokens` target tokens and `flops` FLOPs (every process's)."""
+        self.step += 1
+        self.batch_in_epoch += batches
+        self.tokens_trained += tokens
+        self.flops += flops
+
     def batches_of(self, static: bool) -> bool:
         """Continue with batches static or not: an epoch saved part-way with the other kind (a captured run resumed
         eagerly, or the other way round) ends there, since its position means nothing in the new batches. Whether

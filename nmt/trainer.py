@@ -67,15 +67,21 @@ class Trainer:
         self.config = config = config or TrainerConfig()
         config.check()
         self.vocabulary, self.run_dir, self.seed = vocabulary, Path(run_dir), seed
-        if config.select == "aer" and valid_alignments is None:
-            raise UserError(
-                "trainer.select=aer: the valid split has no gold links to measure AER against (the "
-                "sample corpus has them); select on bleu or loss"
-            )
         self.run_config = run_config or {"trainer": asdict(config)}
         self.place(model, seed, placed)
         self.mode = mode or Mode.decide(config.cuda_graphs, self.device, self.world, config.accumulate, self.dtype)
         self.prepare_data(train_pairs, valid_pairs, max_tokens, max_len, valid_alignments)
+        self.optimisation(config)
+        self.progress = Progress(static_batches=self.mode.static)
+        self.stream: UpdateBatches | None = None  # the batches of every update, from training's start
+        self.last_metrics: dict[str, float] = {}
+        self.log = RunLog(None)  # opened on the run directory when training starts (rank 0)
+        self.stop_signal = 0  # the signal that interrupted training, if one did
+        self.writer = checkpoint.Writer(background=self.device.type == "cuda")  # checkpoints: on a GPU, on a thread
+
+    def optimisation(self, config: TrainerConfig) -> None:
+        """The optimiser, its schedule, the gradient scaler (fp16 only) and the update that steps them
+        (nmt.update: eager or captured, as `self.mode` decided)."""
         self.optimizer = make_optimizer(self.model, config, captured=self.mode.capturable(self.device))
         self.schedule = make_schedule(self.optimizer, config)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.dtype == torch.float16)
@@ -92,16 +98,15 @@ class Trainer:
             world=self.world,
             mode=self.mode,
         )
-        self.progress = Progress(static_batches=self.mode.static)
-        self.stream: UpdateBatches | None = None  # the batches of every update, from training's start
-        self.last_metrics: dict[str, float] = {}
-        self.log = RunLog(None)  # opened on the run directory when training starts (rank 0)
-        self.stop_signal = 0  # the signal that interrupted training, if one did
-        self.writer = checkpoint.Writer(background=self.device.type == "cuda")  # checkpoints: on a GPU, on a thread
 
     def prepare_data(self, train_pairs: Pairs, valid_pairs: Pairs, max_tokens: int, max_len: int, gold) -> None:
         """The training batches (of static shapes where updates are captured), the valid split and its search,
         each checked: a split too small to train or validate on, or too long to decode, is refused by name."""
+        if self.config.select == "aer" and gold is None:
+            raise UserError(
+                "trainer.select=aer: the valid split has no gold links to measure AER against (the "
+                "sample corpus has them); select on bleu or loss"
+            )
         static = StaticShapes(max_tokens) if self.mode.static else None
         self.collate = static.collate if static else collate
         self.dataset = ParallelDataset(train_pairs, self.vocabulary)
@@ -199,10 +204,7 @@ class Trainer:
             with StopRequests() as stop:
                 for batches, tokens, local_tokens, count, flops in self.updates() if reason is None else ():
                     loss_sum, norm = self.update(batches, tokens)  # nmt.update: eager or captured
-                    self.progress.step += 1
-                    self.progress.batch_in_epoch += count
-                    self.progress.tokens_trained += tokens
-                    self.progress.flops += flops
+                    self.progress.counted(count, tokens, flops)
                     window.add(loss_sum, local_tokens)
                     if self.progress.step % self.config.log_every == 0:
                         self.log_train(window, norm, bar)
@@ -212,9 +214,8 @@ class Trainer:
                             self.validate_and_save()
                         window.restart()
                         bar.valid_bleu = self.last_metrics["bleu"]
-                    reason = (
-                        stop_reason(self.config, self.progress, clock) if self.rank == 0 else None
-                    )  # rank 0's clock and patience decide
+                    # rank 0's clock and patience decide
+                    reason = stop_reason(self.config, self.progress, clock) if self.rank == 0 else None
                     signal_number, done = distributed.agree([stop.requested or 0, reason is not None], self.device)
                     if signal_number:  # Ctrl-C or SIGTERM on any process: every process stops at this update
                         self.stop_signal = signal_number

@@ -15,13 +15,14 @@ from pathlib import Path
 
 import sacrebleu
 
+from nmt import UserError
 from nmt.aer import read_gold
 from nmt.alignment import attention_report
 from nmt.config import DecodeOptions, GrammarOptions
 from nmt.corpus import read_parallel
 from nmt.decoding import Translator
 from nmt.evaluate import alignment_map_of, corpus_of
-from nmt.paths import write_text
+from nmt.paths import read_json, write_text
 from nmt.provenance import read_provenance
 from nmt.sample import generate_aligned, write_aligned
 from nmt.study.lab_plan import BUCKETS
@@ -30,6 +31,7 @@ from nmt.study.sweep import from_root
 from nmt.validation import read_validations
 
 LAB_SUFFIX = ".lab.json"
+REMEDY = "delete it and rerun: the run is measured again from its checkpoint, or trained again"
 
 
 def length_test_set(folder: Path, per_bucket: int, train: set[str], seed: int) -> tuple[Path, Path, Path]:
@@ -151,3 +153,40 @@ def measure_callback(records: Path, long_set: tuple[Path, Path, Path]) -> list[s
         f"+hydra.callbacks.measure.records='{records.resolve()}'",
         f"+hydra.callbacks.measure.long_set=[{paths}]",
     ]
+
+
+def measured_seeds(folder: Path, seeds: range) -> range:
+    """The seeds of a variant the report covers: those trained now (`seeds`) and the ones after them that are
+    measured too, without a gap (the alignment claim's variants have more seeds than the others: where seeds are the
+    noise, a verdict needs them)."""
+    last = seeds.stop
+    while (folder / f"seed{last}{LAB_SUFFIX}").is_file():
+        last += 1
+    return range(seeds.start, last)
+
+
+def read_measured(
+    records: Path, variants: dict[str, tuple[str, str]], seeds: range, long_set: tuple[Path, Path, Path], output: Path
+) -> dict[str, list[dict]]:
+    """Each variant's lab records (`variants`: key -> its records folder's name and its readable name), for the
+    seeds every variant has; a record measured on another length test set than today's is refused by name."""
+    measured = {
+        key: [
+            {**read_json(records / folder / f"seed{seed}{LAB_SUFFIX}", REMEDY), "name": name}
+            for seed in measured_seeds(records / folder, seeds)
+        ]
+        for key, (folder, name) in variants.items()
+    }
+    digest = set_digest(long_set)
+    other_set = [
+        f"{variants[key][0]}/seed{run['seed']}{LAB_SUFFIX}"
+        for key, runs in measured.items()
+        for run in runs
+        if run.get("long_set") != digest
+    ]
+    if other_set:  # its BLEU by length would be read against other sentences' references
+        raise UserError(
+            f"{records}: {', '.join(other_set)} measured on another length test set than {output / 'data'}'s (drawn "
+            f"for today's training sentences), or before records named theirs: {REMEDY}"
+        )
+    return measured

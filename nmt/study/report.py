@@ -65,6 +65,22 @@ def line_figure(lines: dict[str, tuple[list, list]], xlabel: str, ylabel: str, t
     return figure
 
 
+# The learning curves' figures, valid BLEU (greedy) at equal...: (name, curves or compute, the x of a curve's point,
+# x label, title); those of compute are drawn where the runs recorded it
+CURVE_FIGURES = (
+    (
+        "bleu_by_time",
+        "curves",
+        0,
+        "wall-clock minutes (training and validation)",
+        "Equal time: valid BLEU against minutes",
+    ),
+    ("bleu_by_updates", "curves", 1, "updates", "Equal updates: valid BLEU against updates"),
+    ("bleu_by_compute", "compute", 0, "training compute (petaFLOPs)", "Equal compute: valid BLEU against FLOPs"),
+    ("bleu_by_epochs", "compute", 1, "epochs", "Equal epochs: valid BLEU against epochs"),
+)
+
+
 def figures(groups: dict[str, list[dict]], curves: dict, compute: dict, pairs: list, output: Path) -> dict:
     labels = [f"{low}-{high}" for low, high in LENGTH_BUCKETS]
     by_length = {}
@@ -81,38 +97,14 @@ def figures(groups: dict[str, list[dict]], curves: dict, compute: dict, pairs: l
             "test BLEU (headline output)",
             "BLEU by source length",
             output / "bleu_by_length.png",
-        ),
-        "bleu_by_time": line_figure(
-            {n: ([p[0] for p in c], [p[2] for p in c]) for n, c in curves.items() if c},
-            "wall-clock minutes (training and validation)",
-            "valid BLEU (greedy)",
-            "Equal time: valid BLEU against minutes",
-            output / "bleu_by_time.png",
-        ),
-        "bleu_by_updates": line_figure(
-            {n: ([p[1] for p in c], [p[2] for p in c]) for n, c in curves.items() if c},
-            "updates",
-            "valid BLEU (greedy)",
-            "Equal updates: valid BLEU against updates",
-            output / "bleu_by_updates.png",
-        ),
+        )
     }
-    if any(compute.values()):
-        made["bleu_by_compute"] = line_figure(
-            {n: ([p[0] for p in c], [p[2] for p in c]) for n, c in compute.items() if c},
-            "training compute (petaFLOPs)",
-            "valid BLEU (greedy)",
-            "Equal compute: valid BLEU against FLOPs",
-            output / "bleu_by_compute.png",
-        )
-        made["bleu_by_epochs"] = line_figure(
-            {n: ([p[1] for p in c], [p[2] for p in c]) for n, c in compute.items() if c},
-            "epochs",
-            "valid BLEU (greedy)",
-            "Equal epochs: valid BLEU against epochs",
-            output / "bleu_by_epochs.png",
-        )
-
+    series = {"curves": curves, "compute": compute}
+    for name, source, x, xlabel, title in CURVE_FIGURES:
+        if source == "compute" and not any(compute.values()):
+            continue
+        points = {n: ([p[x] for p in c], [p[2] for p in c]) for n, c in series[source].items() if c}
+        made[name] = line_figure(points, xlabel, "valid BLEU (greedy)", title, output / f"{name}.png")
     attention = heatmaps(groups)
     if attention is not None:
         attention.savefig(output / "attention.png")
@@ -362,9 +354,7 @@ def summarise(
     }
     tests = {"intervals": against}
     tests["best"], signatures = significance(groups, references, best, samples, trials)
-    for name, metric in (("BLEU", sacrebleu.BLEU()), ("chrF", sacrebleu.CHRF())):  # the scores' own signatures
-        metric.corpus_score(references, [references])  # a signature describes the metric, not the output
-        signatures[name] = str(metric.get_signature())
+    signatures |= metric_signatures(references)
     gains = {name: mean_gain(g) for name, g in groups.items()}
     improving = {name for name, gain in gains.items() if gain >= IMPROVING_GAIN}
     variants = {name: Variant.of(g[0]["config"]["model"]) for name, g in groups.items()}
@@ -373,9 +363,36 @@ def summarise(
     compute = {name: mean_compute_curve(g) for name, g in groups.items()}
     made = figures(groups, curves, compute, pairs, output)
     text = report(groups, tests, claims, curves, compute, signatures, output, beam, command, best)
-    record = {"command": command, "signatures": signatures, "resamples": samples, "power": power_text(groups)}
-    record |= {"claims": [vars(c) for c in claims], "variants": variants_record(groups, improving)}
-    record |= {
+    record = comparison_record(
+        groups, tests, claims, improving, best, {"command": command, "signatures": signatures, "resamples": samples}
+    )
+    write_text(output / "compare.json", json.dumps(record, indent=1, default=float))
+    with SummaryWriter(str(output / "tensorboard")) as writer:  # the same figures and text in TensorBoard
+        for key, figure in made.items():  # the pixels savefig drew, not drawn again
+            writer.add_image(f"compare/{key}", np.asarray(figure.canvas.buffer_rgba())[..., :3], dataformats="HWC")
+        writer.add_text("compare/report", text)
+    return text
+
+
+def metric_signatures(references: list[str]) -> dict[str, str]:
+    """The scores' own sacrebleu signatures, BLEU's and chrF's (a signature describes the metric, not the output)."""
+    signatures = {}
+    for name, metric in (("BLEU", sacrebleu.BLEU()), ("chrF", sacrebleu.CHRF())):
+        metric.corpus_score(references, [references])
+        signatures[name] = str(metric.get_signature())
+    return signatures
+
+
+def comparison_record(
+    groups: dict[str, list[dict]], tests: dict, claims: list, improving: set[str], best: str, head: dict
+) -> dict:
+    """compare.json: `head` (the command, the scores' signatures, the resamples), power, claims, variants, intervals
+    against the baseline and the best variant, the per-seed tests against the best, and which it is."""
+    return {
+        **head,
+        "power": power_text(groups),
+        "claims": [vars(c) for c in claims],
+        "variants": variants_record(groups, improving),
         "intervals": {
             against: {name: {m: vars(i) for m, i in by_metric.items()} for name, by_metric in t.items()}
             for against, t in tests["intervals"].items()
@@ -385,12 +402,6 @@ def summarise(
         },
         "best": best,
     }
-    write_text(output / "compare.json", json.dumps(record, indent=1, default=float))
-    with SummaryWriter(str(output / "tensorboard")) as writer:  # the same figures and text in TensorBoard
-        for key, figure in made.items():  # the pixels savefig drew, not drawn again
-            writer.add_image(f"compare/{key}", np.asarray(figure.canvas.buffer_rgba())[..., :3], dataformats="HWC")
-        writer.add_text("compare/report", text)
-    return text
 
 
 def variants_record(groups: dict[str, list[dict]], improving: set[str]) -> dict:

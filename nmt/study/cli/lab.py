@@ -35,10 +35,10 @@ from torch.utils.tensorboard import SummaryWriter
 from nmt import UserError
 from nmt.corpus import read_parallel
 from nmt.evaluate import corpus_of
-from nmt.paths import output_folder, read_json
+from nmt.paths import output_folder
 from nmt.plot import legend_beside, lines_figure
 from nmt.study.claims import Claim, gap_grows_with_length, local_aligns_better
-from nmt.study.lab_measure import LAB_SUFFIX, length_test_set, measure_callback, measure_one, set_digest
+from nmt.study.lab_measure import length_test_set, measure_callback, measure_one, read_measured
 from nmt.study.lab_plan import BUCKETS, contrasts, tables
 from nmt.study.records import describe_runs, recorded_sweep
 from nmt.study.report import REPORT_FILES, summarise
@@ -50,7 +50,6 @@ from nmt.study.variants import LAB_CLAIM_VARIANTS, VARIANTS, Variant
 # 10 validations (seed 1234, fp32, one thread) its valid loss was 0.117 at 0.8e13, 0.097 at 1.4e13 and 0.101-0.106
 # after, valid BLEU 96 at the end; about 10 minutes a run on one core (the 20-word lab of before: 9e12)
 FLOPS = 2e13
-REMEDY = "delete it and rerun: the run is measured again from its checkpoint, or trained again"
 # The length test set's own seed, whatever --seed is: the runs of a later --seed (more seeds of some variants) are
 # measured on the same sentences as the first ones (1235: what the first --seed's 1234 + 1 drew before it was fixed)
 LONG_SET_SEED = 1235
@@ -111,16 +110,6 @@ def report(
     }
     (output / "lab.json").write_text(json.dumps(record, indent=1), encoding="utf-8")
     return text
-
-
-def measured_seeds(folder: Path, seeds: range) -> range:
-    """The seeds of a variant the report covers: those trained now (`seeds`) and the ones after them that are
-    measured too, without a gap (the alignment claim's variants have more seeds than the others: where seeds are the
-    noise, a verdict needs them)."""
-    last = seeds.stop
-    while (folder / f"seed{last}{LAB_SUFFIX}").is_file():
-        last += 1
-    return range(seeds.start, last)
 
 
 def lab_tests(
@@ -264,25 +253,7 @@ def main(argv: list[str] | None = None) -> None:
         recorded_sweep(more, list(range(seeds.stop, args.seed + args.claim_seeds)), overrides, *sweep)
     for run in sorted((output / "runs").glob("*/seed*/results.json")):  # what a job's callback did not measure
         measure_one(run.parent, records, long_set)
-    measured = {
-        key: [
-            {**read_json(records / folders[key] / f"seed{seed}{LAB_SUFFIX}", REMEDY), "name": names[key]}
-            for seed in measured_seeds(records / folders[key], seeds)
-        ]
-        for key in keys
-    }
-    digest = set_digest(long_set)
-    other_set = [
-        f"{folders[key]}/seed{run['seed']}{LAB_SUFFIX}"
-        for key, runs in measured.items()
-        for run in runs
-        if run.get("long_set") != digest
-    ]
-    if other_set:  # its BLEU by length would be read against other sentences' references
-        raise UserError(
-            f"{records}: {', '.join(other_set)} measured on another length test set than {output / 'data'}'s (drawn "
-            f"for today's training sentences), or before records named theirs: {REMEDY}"
-        )
+    measured = read_measured(records, {key: (folders[key], names[key]) for key in keys}, seeds, long_set, output)
     max_words = config["data"]["grammar"]["max_words"]
     claims, differences = lab_tests(measured, variants, long_set, max_words, args.samples)
     results = [aggregate(variants[key], measured[key]) for key in keys]

@@ -102,6 +102,29 @@ def step_seconds(model, batch: int, length: int, reps: int, device, dtype) -> fl
     return statistics.median(times)
 
 
+def timed(name: str, batch: int, length: int, models: dict, reps: int, device, dtype) -> list[dict]:
+    """One training step's time of each model (window -> model) at one shape, by the explicit product and by SDPA."""
+    timings = []
+    for fused in (False, True):
+        MultiHeadAttention.fused_on_cpu = fused  # on a GPU the fused kernel runs either way
+        for window, model in models.items():
+            seconds = step_seconds(model, batch, length, reps, device, dtype)
+            path = "fused" if fused or device.type == "cuda" else "explicit"
+            timings.append(
+                {
+                    "shape": name,
+                    "batch": batch,
+                    "length": length,
+                    "window": window,
+                    "path": path,
+                    "seconds": seconds,
+                    "tokens_per_second": batch * length / seconds,
+                }
+            )
+            print(f"{name:26} {path:8} window {window}: {seconds * 1000:.1f} ms", flush=True)
+    return timings
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m nmt.study measure attention_kernels",
@@ -136,22 +159,7 @@ def main(argv: list[str] | None = None) -> None:
                 found = kernel_of(kind, batch, length, window, heads, head_size, device, dtype)
                 kernels.append({"shape": name, "attention": kind, "window": window, "kernel": found})
                 print(f"{name:26} {kind:16} window {window}: {found}", flush=True)
-        for fused in (False, True):
-            MultiHeadAttention.fused_on_cpu = fused  # on a GPU the fused kernel runs either way
-            for window, model in models.items():
-                seconds = step_seconds(model, batch, length, args.reps, device, dtype)
-                timings.append(
-                    {
-                        "shape": name,
-                        "batch": batch,
-                        "length": length,
-                        "window": window,
-                        "path": "fused" if fused or device.type == "cuda" else "explicit",
-                        "seconds": seconds,
-                        "tokens_per_second": batch * length / seconds,
-                    }
-                )
-                print(f"{name:26} {timings[-1]['path']:8} window {window}: {seconds * 1000:.1f} ms", flush=True)
+        timings += timed(name, batch, length, models, args.reps, device, dtype)
     machine = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {args.threads} threads"
     write(args.output, kernels, timings, machine, dtype, args)
 
