@@ -1,1 +1,13 @@
 """The study's measurements, one module each, run as `python -m nmt.study measure NAME` (nmt/study/cli/measure.py)."""
+
+import argparse
+
+
+def options(module: str, doc: str) -> argparse.ArgumentParser:
+    """The option parser of the measurement `module` (its __name__): its command as the usage line's name and its
+    docstring, as written, as the help."""
+    return argparse.ArgumentParser(
+        prog=f"python -m nmt.study measure {module.rsplit('.', 1)[-1]}",
+        description=doc,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )

@@ -10,7 +10,6 @@ at shift +1. A model that aligns where the words are is lowest at shift 0.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 from nmt import UserError
@@ -20,6 +19,7 @@ from nmt.config import DecodeOptions
 from nmt.decoding import Translator
 from nmt.evaluate import corpus_of
 from nmt.study import published
+from nmt.study.measures import options
 from nmt.study.variants import Variant
 
 
@@ -47,9 +47,7 @@ def offsets(run: Path, shifts: int) -> tuple[str, dict[int, float]]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m nmt.study measure alignment_offset", description=__doc__.splitlines()[0]
-    )
+    parser = options(__name__, __doc__)
     parser.add_argument("runs", nargs="+", type=Path)
     parser.add_argument("--shifts", type=int, default=3)
     parser.add_argument(

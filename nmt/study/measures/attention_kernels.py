@@ -19,7 +19,6 @@ the ratios within one run, taken with the machine to itself.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import time
@@ -36,6 +35,7 @@ from nmt.device import device as find_device
 from nmt.loss import linear_cross_entropy
 from nmt.paths import output_folder, write_text
 from nmt.study import published
+from nmt.study.measures import options
 from nmt.study.sweep import composed
 from nmt.transformer import band
 
@@ -126,11 +126,7 @@ def timed(name: str, batch: int, length: int, models: dict, reps: int, device, d
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m nmt.study measure attention_kernels",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = options(__name__, __doc__)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--precision", default="auto", help="auto (nmt/device.py), fp32, bf16 or fp16")
     parser.add_argument("--window", type=int, default=4, help="the sliding window W to compare with global")

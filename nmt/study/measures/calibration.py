@@ -10,13 +10,13 @@ per sentence, the score a mean over sentences, 200 shared resamples; the regimes
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import sys
 from pathlib import Path
 
 import numpy as np
 
+from nmt.study.measures import options
 from nmt.study.significance import Resampler, Runs, contrast
 
 REGIMES = {
@@ -39,9 +39,7 @@ def study(rng, counts, seeds: int, seed_sd: float, noise_sd: float, effect_sd: f
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m nmt.study measure calibration", description=__doc__.splitlines()[0]
-    )
+    parser = options(__name__, __doc__)
     parser.add_argument("--studies", type=int, default=2000)
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--old", type=Path, default=None, help="the old significance.py, to test beside")

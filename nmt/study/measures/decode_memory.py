@@ -26,6 +26,7 @@ from nmt import build
 from nmt.data import EOS_ID
 from nmt.search import beam_search, greedy
 from nmt.study import published
+from nmt.study.measures import options
 from nmt.study.sweep import composed
 
 RECORDED = (("bahdanau", "luong", "transformer"), (1, 5))  # the table's models and beams
@@ -101,9 +102,7 @@ def record(length: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m nmt.study measure decode_memory", description=__doc__.splitlines()[0]
-    )
+    parser = options(__name__, __doc__)
     parser.add_argument("--model", default="bahdanau")
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--length", type=int, default=1000)

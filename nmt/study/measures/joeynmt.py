@@ -21,7 +21,6 @@ of results/measured/benchmark_cuda.json, which the same call measured.
 
 from __future__ import annotations
 
-import argparse
 import re
 import statistics
 import sys
@@ -30,6 +29,7 @@ from pathlib import Path
 
 from nmt import UserError
 from nmt.study import published
+from nmt.study.measures import options
 
 MODELS = {"rnn": "rnn", "transformer": "tf"}  # our name for each of run.sh's models: its file prefix
 COLUMNS = [
@@ -184,11 +184,7 @@ def record(name: str, work: Path, folder: Path = published.RESULTS) -> Path:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m nmt.study measure joeynmt",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = options(__name__, __doc__)
     parser.add_argument(
         "--record",
         nargs="?",

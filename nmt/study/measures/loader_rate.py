@@ -12,7 +12,6 @@ Timings on a shared machine are noisy: read the ratios within one run, taken wit
 
 from __future__ import annotations
 
-import argparse
 import multiprocessing
 import time
 
@@ -23,6 +22,7 @@ from nmt import build
 from nmt.batches import Shipping, StaticShapes
 from nmt.config import Multi30kConfig
 from nmt.data import ParallelDataset
+from nmt.study.measures import options
 
 
 def per_batch(dataset, batches, collate, workers: int) -> float:
@@ -46,9 +46,7 @@ def per_batch(dataset, batches, collate, workers: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m nmt.study measure loader_rate", description=__doc__.split("\n\n")[0]
-    )
+    parser = options(__name__, __doc__)
     parser.add_argument("--data-dir", default=None, help="Multi30k's .gz files (else NMT_DATA_DIR or a download)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=4096, help="padded tokens a batch (the RNNs' default)")

@@ -10,7 +10,6 @@ its history at every step would grow a power faster.
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import torch
@@ -20,15 +19,12 @@ from nmt.data import PAD_ID, build_vocabulary
 from nmt.device import autocast, resolve
 from nmt.sample import generate
 from nmt.search import beam_search, greedy
+from nmt.study.measures import options
 from nmt.study.sweep import composed
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m nmt.study measure long_input",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = options(__name__, __doc__)
     parser.add_argument("--model", default="bahdanau")
     parser.add_argument("--lengths", default="100,200,400,800", help="input lengths in subwords")
     parser.add_argument("--beam", type=int, default=5)

@@ -43,6 +43,7 @@ from nmt.device import cpu_name, resolve
 from nmt.device import device as find_device
 from nmt.paths import output_folder, write_text
 from nmt.study import published
+from nmt.study.measures import options
 from nmt.study.measures.timing import checkpoint, matmul_peak, measure
 from nmt.study.sweep import ROOT
 
@@ -119,11 +120,7 @@ def record(
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m nmt.study measure speed",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = options(__name__, __doc__)
     parser.add_argument("--models", default="sutskever;bahdanau;luong;transformer", help="';'-separated")
     parser.add_argument("--train-only", action="store_true", help="skip decoding")
     parser.add_argument("--checkpoints", default="outputs/runs", help="folder of <model>/best.pt, for decoding")

@@ -12,7 +12,6 @@ the machine: a busy machine gives noise, not figures.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
@@ -23,6 +22,7 @@ from nmt import build, loss, validation
 from nmt.data import ParallelDataset
 from nmt.device import capability, choose
 from nmt.study import published
+from nmt.study.measures import options
 from nmt.study.sweep import composed
 
 
@@ -63,9 +63,7 @@ def timed(model_name: str, repeats: int, data_dir: str | None) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m nmt.study measure validation_cost", description=__doc__.splitlines()[0]
-    )
+    parser = options(__name__, __doc__)
     parser.add_argument("--model", default="bahdanau")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--data-dir", default=None)
