@@ -207,16 +207,23 @@ def check_score(config: DictConfig) -> None:
         raise UserError(f"model/attention={name}: {model} {takes}")
 
 
+def checked_model(plain: Mapping) -> DictConfig:
+    """A model config as plain containers, checked as a build checks it (nmt's own classes, each option's type and
+    range, a score the model's paper defines) and typed by its schema; a checkpoint's is checked at its load."""
+    check_targets(plain)
+    config = typed(plain)
+    check_score(config)
+    schemas.check(config)
+    return config
+
+
 def model(model_config, vocab: Vocabulary) -> torch.nn.Module:
     """The model a config describes (a composed one, or one a checkpoint saved), built only from nmt's own classes
     (`check_targets`) after its options are checked."""
     if dataclasses.is_dataclass(model_config):  # a schema's object (OmegaConf.to_object of a composed config)
         model_config = OmegaConf.structured(model_config)
     plain = OmegaConf.to_container(model_config, resolve=True) if isinstance(model_config, DictConfig) else model_config
-    check_targets(plain)
-    config = typed(plain)
-    check_score(config)
-    schemas.check(config)
+    config = checked_model(plain)
     try:
         return instantiate(
             config, source_vocab_size=vocab.source_size, target_vocab_size=vocab.target_size, pad_id=PAD_ID

@@ -238,13 +238,13 @@ def check_contents(payload: dict, path: Path) -> None:
 
 def check_config(config: dict, path: Path) -> None:
     """Every part of a checkpoint's config that a command reads (those it has), checked before anything is built
-    from it: the model names only nmt's own classes (`build.check_targets`), the data and trainer options have their
-    schema's types, no value is an interpolation. Refused naming the file and the key: a checkpoint is data anyone
-    may have written."""
+    from it: the model names only nmt's own classes, with options of their schemas' types and ranges
+    (`build.checked_model`), the data and trainer options have their schema's types, no value is an interpolation.
+    Refused naming the file and the key: a checkpoint is data anyone may have written."""
     try:
         build.check_plain(config, "config")
         if "model" in config:  # a Trainer used from Python without a run config saves none
-            build.check_targets(config["model"])
+            build.checked_model(config["model"])
         if "data" in config:
             build.saved_data_config(config["data"])
         build.saved_options(config.get("trainer"), TrainerConfig, "trainer")

@@ -21,12 +21,18 @@ os.umask(UMASK)  # the process's umask, read once (reading it means setting it)
 
 
 def output_file(
-    path: str | Path, option: str, inputs: tuple = (), overwrite: bool | None = False, also_written: tuple = ()
+    path: str | Path,
+    option: str,
+    inputs: tuple = (),
+    overwrite: bool | None = False,
+    also_written: tuple = (),
+    checkpoint: bool = False,
 ) -> Path:
     """`path` as a file that can be written: its folder exists and is writable, it is not a folder, it is none of
     the command's `inputs` (a source, a reference, a checkpoint) nor of the other files it writes (`also_written`),
-    it is no file of a training run, and it does not exist unless `overwrite` (the user's overwrite option: True;
-    None for a command's own default path, which it may replace)."""
+    it is no file of a training run, no trained model (a checkpoint, wherever it lies and whatever its name) unless
+    the command writes one (`checkpoint`), and it does not exist unless `overwrite` (the user's overwrite option:
+    True; None for a command's own default path, which it may replace)."""
     path = Path(path).expanduser()
     if path.is_dir():
         raise UserError(f"{option}={path}: is a folder; give a file name")
@@ -46,12 +52,29 @@ def output_file(
         raise UserError(f"{option}={path}: is {owner}, which this command must not replace; write elsewhere")
     if path.exists() and not path.is_file():
         raise UserError(f"{option}={path}: is not a regular file; give the path of a file")
+    if not checkpoint and holds_a_model(path):
+        raise UserError(
+            f"{option}={path}: is a checkpoint (a trained model), which this command must not replace; write elsewhere"
+        )
     if path.exists() and overwrite is False:
         raise UserError(
             f"{option}={path}: exists, and this command would replace it; choose another path, or say "
             "so with the overwrite option (overwrite=true, --overwrite)"
         )
     return path
+
+
+def holds_a_model(path: Path) -> bool:
+    """Whether `path` is a file torch.save wrote (a zip archive with a data.pkl): a checkpoint, whatever its name."""
+    import zipfile
+
+    try:
+        if not path.is_file() or not zipfile.is_zipfile(path):
+            return False
+        with zipfile.ZipFile(path) as archive:
+            return any(name.endswith("/data.pkl") or name == "data.pkl" for name in archive.namelist())
+    except (OSError, zipfile.BadZipFile):
+        return False
 
 
 def write_text(path: Path, text: str | bytes) -> None:

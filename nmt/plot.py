@@ -28,6 +28,25 @@ def pyplot():
     return plt
 
 
+def image_format(path, option: str) -> None:
+    """Refuse, naming `option`, an image path whose suffix matplotlib cannot write (checked before the work that
+    draws it): `a.txt` names no image format."""
+    from pathlib import Path
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from nmt import UserError
+
+    formats = FigureCanvasAgg.get_supported_filetypes()
+    suffix = Path(path).suffix.lower().lstrip(".")
+    if suffix not in formats:
+        reason = f".{suffix} is no image format that can be written" if suffix else "a name without a suffix"
+        raise UserError(
+            f"{option}={path}: {reason}; end the name with one of {', '.join('.' + f for f in sorted(formats))} "
+            "(.png, say)"
+        )
+
+
 def close(figure: plt.Figure) -> None:
     pyplot().close(figure)
 

@@ -156,9 +156,7 @@ class Update:
         """The update's arithmetic, the one copy both paths run. `scale`: world / tokens (DDP averages the replicas'
         gradients: the world undoes its 1/world); a device tensor where the update is captured."""
         self.model.train()
-        self.optimizer.zero_grad(
-            set_to_none=not self.mode.captured
-        )  # in place: every graph reads these tensors  # in place: every graph reads these tensors
+        self.optimizer.zero_grad(set_to_none=not self.mode.captured)  # captured: in place, every graph reads them
         loss_total = torch.zeros((), device=self.device)
         with static_shapes(self.model, self.mode.static):
             for i, batch in enumerate(batches):

@@ -45,6 +45,7 @@ def main() -> None:
             "--output",
             tuple(paths),
             args.overwrite or (None if args.output is None else False),
+            checkpoint=True,  # an averaged.pt of an earlier call is its own; a run's checkpoints stay refused
         )
         payload = averaging.average(paths)
         checkpoint.save(payload, output)

@@ -11,6 +11,7 @@ from nmt import UserError
 from nmt.config import DecodeOptions
 from nmt.decoding import Translator
 from nmt.paths import output_file
+from nmt.plot import image_format
 
 OPTIONS = {"checkpoint": None, "text": None, "output": "attention.png", "device": "auto"}
 
@@ -30,12 +31,13 @@ def parse(arguments: list[str]) -> dict[str, str]:
 
 def main(arguments: list[str]) -> None:
     options = parse(arguments)
+    image_format(options["output"], "output")
     output = output_file(options["output"], "output", (options["checkpoint"],))
     translator = Translator.load(options["checkpoint"], DecodeOptions(device=options["device"], precision="fp32"))
+    if not translator.has_attention():  # before decoding, as every refusal
+        raise UserError(f"{options['checkpoint']}: this model has no attention to plot")
     translations, hypotheses = translator.search_lines([options["text"]])
     figure = translator.alignment_figure(options["text"], translations[0], hypotheses[0])
-    if figure is None:
-        raise UserError(f"{options['checkpoint']}: this model has no attention to plot")
     figure.savefig(output)
     print(f"{translations[0]}\nattention heatmap written to {options['output']}")
 

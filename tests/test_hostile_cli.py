@@ -220,6 +220,41 @@ def test_decoding_output_paths_are_checked_before_decoding(trained, tmp_path):
         "is a folder",
     )
     refused(run("scripts/average_checkpoints.py", trained[0], "--output", "/missing/averaged.pt"), "does not exist")
+    for name, message in (("a.txt", ".txt is no image format"), ("a", "a name without a suffix")):
+        refused(
+            run("scripts/plot_attention.py", f"checkpoint={best}", "text=Der Hund.", f"output={tmp_path / name}"),
+            f"output={tmp_path / name}: {message}",
+        )
+        assert not (tmp_path / name).exists()
+
+
+def test_no_command_replaces_a_trained_model_whatever_its_name(trained, tmp_path):
+    """A checkpoint is known by its contents, not its name or folder: evaluate's and translate's outputs never
+    replace one, overwrite=true or not; the averaging tool replaces its own averaged.pt when told to."""
+    best = trained[0] / "best.pt"
+    mine = tmp_path / "averaged.pt"
+    shutil.copyfile(best, mine)
+    message = f"output={mine}: is a checkpoint (a trained model), which this command must not replace"
+    refused(run("evaluate.py", f"checkpoint={best}", "split=valid", f"output={mine}", "overwrite=true"), message)
+    refused(
+        run("translate.py", f"checkpoint={best}", f"output={mine}", "overwrite=true", stdin=b"Der Hund.\n"), message
+    )
+    assert mine.read_bytes() == best.read_bytes()
+    done = run("scripts/average_checkpoints.py", trained[0], "--last", "2", "--output", mine, "--overwrite")
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert mine.read_bytes() != best.read_bytes()
+
+
+def test_hydras_saved_config_of_another_shape_is_refused_naming_it(tmp_path):
+    from nmt.study.sweep import saved_settings
+
+    saved = tmp_path / ".hydra" / "2026-11-28_10-00-00" / "config.yaml"
+    saved.parent.mkdir(parents=True)
+    for data in (b"- a\n- list\n", b"model: [1\n", b"\xff\xfe\x00 not text", b"model: 3\ntrainer: {}\n"):
+        saved.write_bytes(data)
+        with pytest.raises(UserError, match="not the config Hydra saved for a train.py run") as refusal:
+            saved_settings(tmp_path)
+        assert str(saved) in str(refusal.value)
 
 
 @pytest.mark.parametrize(
@@ -1026,6 +1061,8 @@ def test_a_folder_with_an_older_runs_validations_holds_a_run_and_a_continued_one
         (lambda p: p.update(model=list(p["model"].values())), "not a mapping of names to tensors"),
         (lambda p: p["vocabulary"].update(source=b"\x00\xff garbage"), "source vocabulary is not a sentencepiece"),
         (lambda p: p["vocabulary"].update(target="text"), "target vocabulary is not a sentencepiece"),
+        (lambda p: p["config"]["model"].update(bogus_option=1), "model.bogus_option"),
+        (lambda p: p["config"]["model"].update(hidden_size=-3), "model.hidden_size=-3: must be at least 1"),
     ],
 )
 def test_a_checkpoint_of_another_shape_is_refused_naming_it_before_it_is_used(trained, tmp_path, spoil, message):

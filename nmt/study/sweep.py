@@ -20,7 +20,9 @@ import sys
 import threading
 from pathlib import Path
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from nmt import UserError
 from nmt.checkpoint import upgrade
@@ -80,9 +82,21 @@ def composed_settings(overrides: tuple[str, ...]) -> dict:
 
 
 def saved_settings(run_dir: Path) -> dict | None:
-    """The config the run in `run_dir` was last started with (Hydra's record of its latest invocation), or None."""
+    """The config the run in `run_dir` was last started with (Hydra's record of its latest invocation), or None.
+    A record that is not a train.py config (YAML of another shape, not text) is refused, naming it."""
     records = sorted(run_dir.glob(".hydra/**/config.yaml"), key=lambda path: path.stat().st_mtime)
-    return upgrade(OmegaConf.to_container(OmegaConf.load(records[-1]))) if records else None
+    if not records:
+        return None
+    try:
+        saved = OmegaConf.to_container(OmegaConf.load(records[-1]))
+    except (OSError, ValueError, yaml.YAMLError, OmegaConfBaseException) as error:
+        saved = error
+    if not isinstance(saved, dict) or not all(isinstance(saved.get(key), dict) for key in ("model", "trainer")):
+        raise UserError(
+            f"{records[-1]}: not the config Hydra saved for a train.py run (a mapping with model, data and trainer); "
+            "restore it, or delete it (the run's checkpoints keep their config)"
+        )
+    return upgrade(saved)
 
 
 TEST_SHA256 = "test_sha256"  # a record's checksum of the test split it was scored on (nmt.study.records.portable)
