@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -52,6 +53,20 @@ def pairs_to_score(
         return read_parallel(source, reference), None
     splits = corpus_of(config, data_dir)
     return splits.split(split), splits.alignments[split] if splits.alignments else None
+
+
+def scored_from(config: dict, split: str, source: str | None, reference: str | None, data_dir: str | None) -> str:
+    """Which text is scored, in words: the user's files, or where the checkpoint's corpus is read from."""
+    if source:
+        return f"{source} against {reference}"
+    data = build.saved_data_config(config["data"])
+    if data.corpus == "files":
+        pair = data[split]
+        return f"the run's data.{split} files, {pair.src} against {pair.tgt}"
+    if data.corpus == "multi30k":
+        folder = data_dir or data.dir or os.environ.get("NMT_DATA_DIR") or "the download cache"
+        return f"Multi30k's {split} split ({data.src_lang} -> {data.tgt_lang}) from {folder}"
+    return f"the sample corpus's {split} split (data.sample_seed={data.sample_seed})"
 
 
 def alignment_map_of(translator: Translator, requested: str | None, data_dir: str | None) -> str | None:
@@ -130,7 +145,8 @@ def evaluate(
         output_path, Path(checkpoint_path), f"beam={beam} alpha={alpha} precision={decoding.precision}"
     )  # what made it
     search = "greedy decoding" if beam == 1 else f"beam {beam}, length penalty alpha {alpha:g}"
-    print(f"{name}: {len(pairs)} sentences, {search}; hypotheses in {output_path}")
+    scored = scored_from(translator.config, split, source, reference, data_dir)
+    print(f"{name}: {len(pairs)} sentences of {scored}, {search}; hypotheses in {output_path}")
     buckets = bleu_by_length(sources, hypotheses, references)
     print_scores(metrics, scores, buckets)
     results = {

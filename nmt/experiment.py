@@ -26,7 +26,7 @@ from nmt.corpus import Splits
 from nmt.data import Vocabulary
 from nmt.decoding import check_input_lengths, decode_split
 from nmt.device import Precision, place
-from nmt.multirun import in_sweep
+from nmt.multirun import in_sweep, rerun_advice
 from nmt.optim import set_lr
 from nmt.provenance import loaded_code, record_provenance
 from nmt.resume import LOCATIONS, plan, same_run_options, saved_locations
@@ -78,9 +78,9 @@ def train_in(settings: TrainConfig, resolved: dict, run_dir: Path, where: torch.
         open_records(trainer, resolved, run_dir, where)
     if trainer.train() == "interrupted":
         trainer.log.close()
-        how = "the sweep's command again" if in_sweep() else resume_command(run_dir)
+        how = rerun_advice(settings.trainer.resume) if in_sweep() else f"run {resume_command(run_dir)}"
         raise Interrupted(
-            f"interrupted at step {trainer.step}; {run_dir / 'last.pt'} holds the run. Continue it with {how}",
+            f"interrupted at step {trainer.step}; {run_dir / 'last.pt'} holds the run. To continue, {how}",
             trainer.stop_signal,
         )
     if not replicas_agree(trainer):

@@ -103,8 +103,8 @@ class FailedJobs(Callback):
         if SweepStop.signal_number:
             print(
                 f"stopped by {signal.Signals(SweepStop.signal_number).name}: the jobs that were running saved their "
-                f"runs, the others did not start:\n{reasons}Rerun the same command with trainer.resume=auto to "
-                "continue: finished jobs are kept, interrupted ones resume.",
+                f"runs, the others did not start:\n{reasons}To continue, {rerun_advice(sweep_resume(config))}: "
+                "finished jobs are kept, interrupted ones continue.",
                 file=sys.stderr,
             )
             raise SystemExit(128 + SweepStop.signal_number)
@@ -113,8 +113,7 @@ class FailedJobs(Callback):
         jobs = "1 job" if len(failed) == 1 else f"{len(failed)} jobs"
         raise SystemExit(
             f"error: {jobs} of this sweep failed (the reason stays in each folder's {FAILED}):\n{reasons}"
-            "Fix the cause and rerun the same command with trainer.resume=auto: the finished jobs are "
-            "kept, the others train."
+            f"Fix the cause, then {rerun_advice(sweep_resume(config))}: finished jobs are kept, the others train."
         )
 
 
@@ -131,6 +130,19 @@ def descendants(pid: int) -> list[int]:
         found.append(child)
         stack.extend(parents.get(child, []))
     return found
+
+
+def rerun_advice(resume) -> str:
+    """How to continue a sweep that was stopped or had jobs fail, the one advice each part of it gives (the job, the
+    sweep's end): its command again, with trainer.resume=auto where it did not have it (finished jobs are then kept,
+    interrupted ones continue, failed ones train again). `resume`: the sweep's trainer.resume."""
+    return "rerun the sweep's command" + ("" if str(resume) == "auto" else " with trainer.resume=auto")
+
+
+def sweep_resume(config: DictConfig) -> str | None:
+    """The trainer.resume that a sweep's command line gives its jobs (Hydra's record of its overrides)."""
+    task = config.hydra.overrides.get("task", []) if "overrides" in config.hydra else []
+    return next((o.split("=", 1)[1] for o in task if o.lstrip("+").startswith("trainer.resume=")), None)
 
 
 def in_sweep() -> bool:

@@ -142,7 +142,8 @@ def finished_run(run_dir: Path, new: dict, precision_now: str | None = None) -> 
             str(error).splitlines()[0] if str(error) else type(error).__name__,
         )
         return None
-    changed, other = another_run(checkpoint.load(last)["config"], new, trained_precision(run_dir), precision_now)
+    saved = latest_good(run_dir, "reading the run's settings from")[1]["config"]  # as resume=true would continue
+    changed, other = another_run(saved, new, trained_precision(run_dir), precision_now)
     if other:
         raise UserError(
             f"{run_dir} holds a finished run trained with other settings than asked for "
@@ -203,14 +204,15 @@ def another_run(
     return changed, other
 
 
-def latest_good(run_dir: Path) -> tuple[Path, dict]:
-    """`last.pt`, or `previous.pt` (one validation older) when `last.pt` is missing or unreadable."""
+def latest_good(run_dir: Path, doing: str = "resuming from") -> tuple[Path, dict]:
+    """`last.pt`, or `previous.pt` (one validation older) when `last.pt` is missing or unreadable (said, with what
+    is `doing` with it)."""
     try:
         return run_dir / "last.pt", training_checkpoint(run_dir / "last.pt")
     except UserError as error:
         if not (run_dir / "previous.pt").is_file():
             raise
-        log.warning("%s; resuming from %s instead", error, run_dir / "previous.pt")
+        log.warning("%s; %s %s instead", error, doing, run_dir / "previous.pt")
         return run_dir / "previous.pt", training_checkpoint(run_dir / "previous.pt")
 
 

@@ -409,6 +409,22 @@ def test_gold_alignments_of_your_own_files_are_scored(trained, tmp_path):
     )
     assert result.returncode == 0, result.stderr.decode()[-2000:]
     assert "alignment (argmax" in result.stdout.decode() and " <" in result.stdout.decode()
+    said = f"my.de: 2 sentences of {tmp_path / 'my.de'} against {tmp_path / 'my.en'}, greedy decoding"
+    assert said in result.stdout.decode()  # which text was scored, named
+
+
+def test_a_checkpoint_of_your_own_files_is_scored_on_them_and_says_which(trained, tmp_path):
+    """A data=files run's checkpoint scores the files its config names: evaluate prints which they are."""
+    (tmp_path / "my.de").write_text("Der Hund läuft.\nDie Katze schläft.\nEin Mann liest.\n")
+    (tmp_path / "my.en").write_text("The dog runs.\nThe cat sleeps.\nA man reads.\n")
+    payload = torch.load(trained[0] / "best.pt", weights_only=True)
+    pair = {"src": str(tmp_path / "my.de"), "tgt": str(tmp_path / "my.en")}
+    payload["config"]["data"].update(corpus="files", train=pair, valid=pair, test=pair)
+    torch.save(payload, tmp_path / "files.pt")
+    result = run("evaluate.py", f"checkpoint={tmp_path / 'files.pt'}", "split=test")
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+    said = f"test: 3 sentences of the run's data.test files, {tmp_path / 'my.de'} against {tmp_path / 'my.en'}"
+    assert said in result.stdout.decode()
 
 
 def test_invalid_utf8_on_stdin_names_the_line(trained):
@@ -684,6 +700,20 @@ def test_a_damaged_results_file_leaves_the_run_unfinished_not_broken(trained, tm
         output = result.stdout.decode() + result.stderr.decode()
         assert "results.json is damaged" in output and "Traceback" not in output
         assert "test/bleu" in json.loads((copy / "results.json").read_text())
+
+
+def test_a_finished_run_with_a_damaged_last_checkpoint_is_judged_by_the_one_resume_would_take(trained, tmp_path):
+    """resume=auto reads a finished run's settings from the checkpoint resume=true would continue: previous.pt where
+    last.pt is damaged (named), not a refusal."""
+    result, _, copy = rerun_auto(trained, tmp_path, "--help")  # only the copy
+    last = copy / "last.pt"
+    last.write_bytes(last.read_bytes()[: last.stat().st_size // 2])
+    result, before, copy = rerun_auto(trained, tmp_path)
+    output = result.stdout.decode() + result.stderr.decode()
+    assert result.returncode == 0 and "Traceback" not in output, output[-2000:]
+    assert f"reading the run's settings from {copy / 'previous.pt'} instead" in output
+    assert "finished with these settings: kept" in output
+    assert unchanged(before, snapshot(copy))
 
 
 # --- every file nmt reads has a shape it checks -----------------------------------------------------------------
@@ -969,6 +999,7 @@ def test_an_unexpected_exception_in_a_sweep_job_is_a_named_failure_not_a_traceba
     )
     stderr = result.stderr.decode()
     assert result.returncode == 1 and "error: 2 jobs of this sweep failed" in stderr, stderr[-2000:]
+    assert "Fix the cause, then rerun the sweep's command with trainer.resume=auto: finished jobs are kept" in stderr
     assert "failed with RuntimeError: boom at 2" in stderr and "Traceback" not in stderr
     assert "RuntimeError: boom at 1" in (sweep / "seed1" / "failed.txt").read_text()
     assert "Traceback" in (sweep / "seed1" / "train.log").read_text()

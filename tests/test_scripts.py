@@ -687,7 +687,10 @@ def test_ctrl_c_stops_a_joblib_sweep_and_every_running_job_saves_its_last_update
     assert f"{name}: the running jobs save their runs and stop, no other job starts" in stderr  # said at once
     assert f"stopped by {name}: the jobs that were running saved their runs" in stderr, stderr
     assert returncode == 1 and "3 of 3 runs of the sweep did not finish" in stderr
+    # one advice from the jobs and the sweep: its command again (the study's sweeps give trainer.resume=auto)
+    assert "To continue, rerun the sweep's command: finished jobs are kept, interrupted ones continue" in stderr
     for log in logs:
+        assert "holds the run. To continue, rerun the sweep's command" in log.read_text()
         step = int(re.search(r"interrupted at step (\d+);", log.read_text()).group(1))
         assert checkpoint.load(log.parent / "last.pt")["progress"]["step"] == step  # its last update, saved
         assert not list(log.parent.glob(".*.tmp"))

@@ -242,6 +242,7 @@ def test_train_and_evaluate_command_lines_end_to_end(tmp_path, monkeypatch):
     evaluate = run("evaluate.py", f"checkpoint={run_dir / 'best.pt'}", "split=valid")
     assert evaluate.returncode == 0, evaluate.stderr
     assert "BLEU" in evaluate.stdout and "nrefs:1|case:mixed" in evaluate.stdout
+    assert "valid: 20 sentences of the sample corpus's valid split (data.sample_seed=" in evaluate.stdout
     assert "TER" in evaluate.stdout and "BLEU by source length (words): 1-10:" in evaluate.stdout
     assert len((run_dir / "best.valid.beam1.hyp").read_text().splitlines()) == 20
     assert "alignment (argmax" in evaluate.stdout and "alignment " in evaluate.stdout  # the sample corpus's own gold
