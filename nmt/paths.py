@@ -109,10 +109,15 @@ def written_by(record: Path, command: str) -> bool:
 MANIFEST = ".written-by-nmt"  # in an output folder: the files nmt's commands wrote there, which they may replace
 
 
-def not_a_file(path: Path, option: str) -> None:
-    """Refuse, naming `option`, a folder option that names a file (checked before anything is made or run)."""
+def folder_option(path: Path, option: str) -> None:
+    """Refuse, naming `option`, a folder option that names a file, or a folder this process cannot write in (or
+    cannot make: the nearest folder above it that exists is read-only), checked before anything is made or run."""
     if path.exists() and not path.is_dir():
         raise UserError(f"{option}={path}: is a file; give a folder (made if it does not exist)")
+    existing = next((folder for folder in (path, *path.absolute().parents) if folder.exists()), None)
+    if existing is not None and not os.access(existing, os.W_OK | os.X_OK):
+        made = "" if existing == path else f" (it would be made in {existing})"
+        raise UserError(f"{option}={path}: cannot write there{made}: permission denied; give a folder you can write")
 
 
 def output_folder(

@@ -245,6 +245,22 @@ def test_no_command_replaces_a_trained_model_whatever_its_name(trained, tmp_path
     assert mine.read_bytes() != best.read_bytes()
 
 
+def test_a_folder_option_where_nothing_can_be_written_is_refused_naming_it(tmp_path, monkeypatch):
+    """hydra.run.dir, hydra.sweep.dir, compare's --records and --output: a read-only folder, or one that would be made
+    under one, is refused by name before anything is made (os.access as a user sees it: the suite may run as root,
+    which writes anywhere)."""
+    from nmt import paths
+
+    read_only = tmp_path / "read-only"
+    read_only.mkdir()
+    monkeypatch.setattr(paths.os, "access", lambda path, mode: Path(path) != read_only)
+    with pytest.raises(UserError, match=f"hydra.run.dir={read_only}: cannot write there: permission denied"):
+        paths.folder_option(read_only, "hydra.run.dir")
+    with pytest.raises(UserError, match=f"cannot write there \\(it would be made in {read_only}\\)"):
+        paths.folder_option(read_only / "runs" / "a", "hydra.sweep.dir")
+    paths.folder_option(tmp_path / "mine", "hydra.run.dir")  # a folder that can be made
+
+
 def test_hydras_saved_config_of_another_shape_is_refused_naming_it(tmp_path):
     from nmt.study.sweep import saved_settings
 

@@ -18,7 +18,7 @@ from nmt.cli import said
 from nmt.config import CONFIGS, register
 from nmt.experiment import check_options, train
 from nmt.multirun import FAILED, SweepStop, job_skipped
-from nmt.paths import not_a_file, write_text
+from nmt.paths import folder_option, write_text
 
 log = logging.getLogger("nmt")
 register()  # the dataclasses of nmt/config.py, which configs/*.yaml fill in
@@ -38,7 +38,7 @@ class OptionsFirst(Callback):
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
         try:
-            not_a_file(Path(config.hydra.run.dir), "hydra.run.dir")
+            folder_option(Path(config.hydra.run.dir), "hydra.run.dir")
             options = OmegaConf.to_object(OmegaConf.masked_copy(config, ["trainer", "seed"]))
             check_options(options["trainer"], options["seed"])
         except (UserError, OmegaConfBaseException) as error:
@@ -48,7 +48,7 @@ class OptionsFirst(Callback):
         try:
             if config.hydra.launcher.get("n_jobs") == 0:  # joblib: -1 means every core, 0 nothing
                 raise UserError("hydra.launcher.n_jobs=0: runs no job; give 1 or more (or -1 for one per core)")
-            not_a_file(Path(config.hydra.sweep.dir), "hydra.sweep.dir")
+            folder_option(Path(config.hydra.sweep.dir), "hydra.sweep.dir")
         except UserError as error:
             sys.exit(f"error: {error}")
 

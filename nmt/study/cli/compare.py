@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 
 from nmt import UserError
-from nmt.paths import not_a_file, output_folder, read_json
+from nmt.paths import folder_option, output_folder, read_json
 from nmt.study.records import describe_runs, find_runs, recorded_sweep
 from nmt.study.report import REPORT_FILES, summarise
 from nmt.study.significance import RESAMPLES, check_resamples
@@ -127,7 +127,7 @@ def checked(args: argparse.Namespace) -> argparse.Namespace:
             raise UserError(f"{folder}: {what}; give the folders of finished runs (each holding <variant>/seed<N>)")
     for option, folder in (("--records", args.records), ("--output", args.output)):
         if folder is not None:
-            not_a_file(folder, option)
+            folder_option(folder, option)
     if args.lab is not None and not args.lab.is_file():
         raise UserError(f"--lab {args.lab}: no such file; `make lab` writes multirun/lab/lab.json")
     return args
