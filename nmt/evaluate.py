@@ -141,9 +141,7 @@ def evaluate(
     metrics = [sacrebleu.metrics.BLEU(), sacrebleu.metrics.CHRF(), sacrebleu.metrics.TER()]
     scores = [metric.corpus_score(hypotheses, [references]) for metric in metrics]
     write_text(output_path, "".join(h + "\n" for h in hypotheses))
-    stamp(
-        output_path, Path(checkpoint_path), f"beam={beam} alpha={alpha} precision={decoding.precision}"
-    )  # what made it
+    stamp(output_path, Path(checkpoint_path), f"beam={beam} alpha={alpha} precision={decoding.precision}")
     search = "greedy decoding" if beam == 1 else f"beam {beam}, length penalty alpha {alpha:g}"
     scored = scored_from(translator.config, split, source, reference, data_dir)
     print(f"{name}: {len(pairs)} sentences of {scored}, {search}; hypotheses in {output_path}")
