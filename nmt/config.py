@@ -352,6 +352,14 @@ class TranslateConfig(SearchOptions):
     overwrite: bool = False  # true: output= and alignments= may replace existing files (never a training run's)
 
 
+def check_options(trainer: TrainerConfig, seed: int) -> None:
+    """The options a run can be refused for before it reads any data: the trainer's and the seed. train.py checks
+    them before Hydra makes the run folder (nmt.cli.train.OptionsFirst); `train` again, for a call from Python."""
+    trainer.check()
+    if not 0 <= seed < 2**32:  # what numpy's generator takes; torch's too
+        raise UserError(f"seed={seed}: must be a whole number from 0 to {2**32 - 1}")
+
+
 def flatten(tree: dict, prefix: str = "") -> dict:
     """A resolved config as dotted keys: {'model': {'hidden_size': 512}} -> {'model.hidden_size': 512}."""
     flat = {}

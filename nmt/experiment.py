@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 import nmt.rnn  # noqa: F401
 import nmt.transformer  # noqa: F401
 from nmt import Interrupted, UserError, build, checkpoint, distributed
-from nmt.config import TrainConfig, TrainerConfig
+from nmt.config import TrainConfig, check_options
 from nmt.corpus import Splits
 from nmt.data import Vocabulary
 from nmt.decoding import check_input_lengths, decode_split
@@ -252,14 +252,6 @@ def evaluate_best(trainer: Trainer, test_pairs, run_dir: Path) -> dict[str, floa
     )
     print(f"test BLEU {scores.bleu:.2f} chrF {scores.chrf:.2f} (best checkpoint, greedy; {scores.bleu_signature})")
     return results
-
-
-def check_options(trainer: TrainerConfig, seed: int) -> None:
-    """The options a run can be refused for before it reads any data: the trainer's and the seed. train.py checks
-    them before Hydra makes the run folder (nmt.cli.train.OptionsFirst); `train` again, for a call from Python."""
-    trainer.check()
-    if not 0 <= seed < 2**32:  # what numpy's generator takes; torch's too
-        raise UserError(f"seed={seed}: must be a whole number from 0 to {2**32 - 1}")
 
 
 def set_seed(seed: int) -> None:

@@ -34,6 +34,7 @@ PRELOADED = (
     "torch._inductor",
     "PIL.Image",
     "nmt.cli.train",
+    "nmt.experiment",  # nmt.cli.train loads it when a run starts
     "nmt.cli.evaluate",
     "nmt.cli.translate",
     "nmt.study.cli",

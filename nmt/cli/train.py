@@ -13,10 +13,9 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from nmt import Interrupted, UserError, distributed
+from nmt import Interrupted, UserError
 from nmt.cli import said
-from nmt.config import CONFIGS, register
-from nmt.experiment import check_options, train
+from nmt.config import CONFIGS, check_options, register
 from nmt.multirun import FAILED, SweepStop, job_skipped
 from nmt.paths import folder_option, write_text
 
@@ -63,6 +62,11 @@ def main(cfg: DictConfig) -> float:
     if sweep and (reason := job_skipped()):  # a callback of the sweep's config said so (the study: recorded already)
         log.info("%s: %s; not trained again", output_dir, reason)
         return float("nan")
+    # The toolkit loads when a run starts, not at import: a sweep's own process (its jobs in joblib workers) and a
+    # refused command never wait for torch
+    from nmt import distributed
+    from nmt.experiment import train
+
     try:
         results = train(cfg, output_dir)
     except (UserError, OmegaConfBaseException) as error:
