@@ -11,3 +11,15 @@ def options(module: str, doc: str) -> argparse.ArgumentParser:
         description=doc,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+
+
+def record_option(parser: argparse.ArgumentParser, names: tuple[str, ...], doing: str) -> None:
+    """--record [NAME]: also save the figures as results/measured/<NAME>.json (`names`, the first the default: the
+    records a machine of another kind writes), from which docs/ render their tables."""
+    parser.add_argument(
+        "--record",
+        nargs="?",
+        const=names[0],
+        choices=names,
+        help=f"{doing} results/measured/<name>.json (one of {', '.join(names)}; default {names[0]})",
+    )

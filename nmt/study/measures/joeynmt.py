@@ -29,7 +29,7 @@ from pathlib import Path
 
 from nmt import UserError
 from nmt.study import published
-from nmt.study.measures import options
+from nmt.study.measures import options, record_option
 
 MODELS = {"rnn": "rnn", "transformer": "tf"}  # our name for each of run.sh's models: its file prefix
 COLUMNS = [
@@ -185,13 +185,7 @@ def record(name: str, work: Path, folder: Path = published.RESULTS) -> Path:
 
 def main(argv: list[str] | None = None) -> None:
     parser = options(__name__, __doc__)
-    parser.add_argument(
-        "--record",
-        nargs="?",
-        const="joeynmt",
-        choices=("joeynmt", "joeynmt_fp32", "joeynmt_cuda"),
-        help="save results/measured/<name>.json (without it: print the figures)",
-    )
+    record_option(parser, ("joeynmt", "joeynmt_fp32", "joeynmt_cuda"), "save the figures (without it: print them) as")
     parser.add_argument("--work", default="/tmp/peer-work", help="run.sh's $WORK")
     parser.add_argument("--cuda", metavar="DIR", help="the logs of gpu.sh's run on a GPU machine (joeynmt_cuda)")
     args = parser.parse_args(argv)

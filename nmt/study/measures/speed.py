@@ -43,7 +43,7 @@ from nmt.device import cpu_name, resolve
 from nmt.device import device as find_device
 from nmt.paths import output_folder, write_text
 from nmt.study import published
-from nmt.study.measures import options
+from nmt.study.measures import options, record_option
 from nmt.study.measures.timing import checkpoint, matmul_peak, measure
 from nmt.study.sweep import ROOT
 
@@ -138,13 +138,7 @@ def main(argv: list[str] | None = None) -> None:
         help="also profile N training updates: <output>/profile_<model>.txt",
     )
     parser.add_argument("--output", default="bench", help="folder for benchmark.md and benchmark.json")
-    parser.add_argument(
-        "--record",
-        nargs="?",
-        const="benchmark",
-        choices=("benchmark", "benchmark_fp32", "benchmark_cuda"),
-        help="also save the table as results/measured/<name>.json for docs/speed.md",
-    )
+    record_option(parser, ("benchmark", "benchmark_fp32", "benchmark_cuda"), "also save the table for docs/speed.md as")
     parser.add_argument(
         "--model-timeout", type=float, default=0, metavar="S", help="give up on a model after S seconds (0: never)"
     )
