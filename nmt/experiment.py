@@ -15,9 +15,10 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 # The models are built from names in the config (Hydra's _target_), which would import their modules at the first
-# build. They are loaded with the rest instead: a process that trains many runs (a sweep's joblib worker) then runs
-# one version of the code from its start, the version whose commit it records (`loaded_code`), whatever is edited in
-# the checkout meanwhile. (Loaded lazily, a worker once mixed an older attention.py with a newer transformer.py.)
+# build. They are loaded with the rest instead (train.py loads this module as its first run starts): a process that
+# trains many runs (a sweep's joblib worker) then runs one version of the code from its first run on, the version
+# whose commit it records (`loaded_code`), whatever is edited in the checkout meanwhile. (Loaded lazily, a worker once
+# mixed an older attention.py with a newer transformer.py.)
 import nmt.rnn  # noqa: F401
 import nmt.transformer  # noqa: F401
 from nmt import Interrupted, UserError, build, checkpoint, distributed
