@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 FAILED = "failed.txt"  # in a sweep job's folder: why it stopped (FailedJobs and nmt.study.sweep list them)
 
@@ -100,10 +100,11 @@ class FailedJobs(Callback):
         written = failures_written(Path(config.hydra.sweep.dir))
         failed = sorted(path for path, stamp in written.items() if self.before.get(path) != stamp)
         reasons = "".join(f"  {path.parent}: {failure(path.parent)}\n" for path in failed)
+        rerun = rerun_advice(OmegaConf.select(config, "trainer.resume"))  # the sweep's own resume option
         if SweepStop.signal_number:
             print(
                 f"stopped by {signal.Signals(SweepStop.signal_number).name}: the jobs that were running saved their "
-                f"runs, the others did not start:\n{reasons}To continue, {rerun_advice(sweep_resume(config))}: "
+                f"runs, the others did not start:\n{reasons}To continue, {rerun}: "
                 "finished jobs are kept, interrupted ones continue.",
                 file=sys.stderr,
             )
@@ -113,7 +114,7 @@ class FailedJobs(Callback):
         jobs = "1 job" if len(failed) == 1 else f"{len(failed)} jobs"
         raise SystemExit(
             f"error: {jobs} of this sweep failed (the reason stays in each folder's {FAILED}):\n{reasons}"
-            f"Fix the cause, then {rerun_advice(sweep_resume(config))}: finished jobs are kept, the others train."
+            f"Fix the cause, then {rerun}: finished jobs are kept, the others train."
         )
 
 
@@ -137,12 +138,6 @@ def rerun_advice(resume) -> str:
     sweep's end): its command again, with trainer.resume=auto where it did not have it (finished jobs are then kept,
     interrupted ones continue, failed ones train again). `resume`: the sweep's trainer.resume."""
     return "rerun the sweep's command" + ("" if str(resume) == "auto" else " with trainer.resume=auto")
-
-
-def sweep_resume(config: DictConfig) -> str | None:
-    """The trainer.resume that a sweep's command line gives its jobs (Hydra's record of its overrides)."""
-    task = config.hydra.overrides.get("task", []) if "overrides" in config.hydra else []
-    return next((o.split("=", 1)[1] for o in task if o.lstrip("+").startswith("trainer.resume=")), None)
 
 
 def in_sweep() -> bool:
