@@ -1,4 +1,5 @@
-"""Checkpoint averaging: the element-wise mean of a run's last checkpoints' weights, for decoding."""
+"""Checkpoint averaging: the element-wise mean of a run's last checkpoints' weights, for decoding; and which of a
+run's checkpoints it reports (`reported_model`: best.pt, or the average of its last k validations)."""
 
 from __future__ import annotations
 
@@ -42,3 +43,32 @@ def average(paths: list[str | Path]) -> dict:
         "vocabulary": newest["vocabulary"],
         "progress": {**newest.get("progress", {}), "averaged_steps": steps},
     }
+
+
+def averaged_name(count: int) -> str:
+    """The file of the average of a run's last `count` validations' weights (trainer.average_last=count); the
+    averaging tool's own output, averaged.pt by default, is another file."""
+    return f"averaged_last{count}.pt"
+
+
+def reported_model(run_dir: Path, trainer: dict) -> Path:
+    """The checkpoint a run reports (its test output, the study's records), as its trainer config (`trainer`, the
+    checkpoint's resolved one) says: best.pt, or with trainer.average_last=k > 1 the average of its last k
+    validations' weights."""
+    count = trainer.get("average_last", 1) if isinstance(trainer, dict) else 1
+    return run_dir / (averaged_name(count) if isinstance(count, int) and count > 1 else "best.pt")
+
+
+def average_last(run_dir: Path, count: int) -> tuple[Path, dict]:
+    """The average of the weights of `run_dir`'s last `count` validations (its newest `step<N>.pt`; fewer where it
+    validated fewer times), written atomically as `averaged_last<count>.pt`: (its path, its payload)."""
+    paths = sorted(run_dir.glob("step*.pt"))[-count:]
+    if not paths:
+        raise UserError(
+            f"{run_dir}: no step<N>.pt to average (trainer.keep_checkpoints was 0?); set trainer.average_last=1 to "
+            "report best.pt"
+        )
+    payload = average(paths)
+    path = run_dir / averaged_name(count)
+    checkpoint.save(payload, path)
+    return path, payload

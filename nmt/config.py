@@ -195,6 +195,7 @@ TRAINER_AT_LEAST = {
     "threads": 0,
     "patience": 0,
     "keep_checkpoints": 0,
+    "average_last": 1,
     "num_samples": 0,
     "num_plots": 0,
     "warmup_steps": 0,
@@ -264,8 +265,12 @@ class TrainerConfig:
     num_plots: int = field(default=3, metadata=SAME_RUN)  # validation sentences whose attention is plotted each time
     progress: bool = field(default=True, metadata=SAME_RUN)  # the progress bar
     test_at_end: bool = True  # decode the test split with the best checkpoint when training ends
-    # weights of the last N validations, as step<N>.pt, for scripts/average_checkpoints.py
+    # weights of the last N validations, as step<N>.pt, for scripts/average_checkpoints.py and average_last
     keep_checkpoints: int = field(default=5, metadata=SAME_RUN)
+    # The model a run reports (tests, and the study reads): 1, its best checkpoint (best.pt); k > 1, the average of
+    # the weights of its last k validations (averaged_last<k>.pt, scored on valid when training ends): a choice each
+    # family's tuning makes on valid (nmt/study/tune.py)
+    average_last: int = 1
     accumulate: int = 1  # batches whose gradients are summed into one update
 
     def check(self) -> None:
@@ -293,6 +298,12 @@ class TrainerConfig:
             raise UserError(
                 "trainer.max_steps, max_epochs, max_minutes, max_flops and patience are all 0, so nothing would stop "
                 "training: set at least one (e.g. trainer.max_flops=8e13)"
+            )
+        if self.average_last > 1 and self.keep_checkpoints < self.average_last:
+            raise UserError(
+                f"trainer.average_last={self.average_last} averages the weights of the last {self.average_last} "
+                f"validations, but trainer.keep_checkpoints={self.keep_checkpoints} keeps {self.keep_checkpoints}: "
+                f"set trainer.keep_checkpoints={self.average_last} or more"
             )
         if self.validations and not self.max_flops:
             raise UserError(
@@ -373,13 +384,14 @@ def flatten(tree: dict, prefix: str = "") -> dict:
 
 def option_groups() -> str:
     """The option groups a user picks from, one line each ("model: bahdanau, luong, ..."), for `train.py --help`:
-    the folders of configs/, without Hydra's own and family_size (what `size=` picks for each family); the schemas,
+    the folders of configs/, without Hydra's own, family_size (what `size=` picks for each family) and tuned (what
+    `model=` picks: a family's tuned recipe); the schemas,
     in Hydra's ConfigStore, are not folders."""
     lines = []
     for folder in sorted(p for p in CONFIGS.rglob("*") if p.is_dir()):
         group = folder.relative_to(CONFIGS).as_posix()
         names = sorted(f.stem for f in folder.glob("*.yaml"))
-        if names and group.split("/")[0] not in ("hydra", "family_size"):
+        if names and group.split("/")[0] not in ("hydra", "family_size", "tuned"):
             lines.append(f"{group}: {', '.join(names)}")
     return "\n".join(lines)
 

@@ -1,4 +1,4 @@
-"""One training run from the command line's config: build, resume, train, test the best checkpoint, write results.
+"""One training run from the command line's config: build, resume, train, test the reported checkpoint, write results.
 
 `train(cfg, run_dir)` is what `python train.py` calls; each stage is a short function of its own.
 """
@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 # mixed an older attention.py with a newer transformer.py.)
 import nmt.rnn  # noqa: F401
 import nmt.transformer  # noqa: F401
-from nmt import Interrupted, UserError, build, checkpoint, distributed
+from nmt import Interrupted, UserError, averaging, build, checkpoint, distributed
 from nmt.config import TrainConfig, check_options
 from nmt.corpus import Splits
 from nmt.data import Vocabulary
@@ -40,7 +40,8 @@ log = logging.getLogger(__name__)
 
 
 def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
-    """Build everything from the composed config, train, and report test BLEU of the best checkpoint."""
+    """Build everything from the composed config, train, and report test BLEU of the reported checkpoint (best.pt,
+    or an average: trainer.average_last)."""
     loaded_code()  # the commit of the code this process runs, found as its first run starts
     settings: TrainConfig = OmegaConf.to_object(cfg)  # typed dataclasses, validated by Hydra already
     resolved = OmegaConf.to_container(cfg, resolve=True)  # what checkpoints store
@@ -88,8 +89,9 @@ def train_in(settings: TrainConfig, resolved: dict, run_dir: Path, where: torch.
         distributed.barrier()  # the other processes end with rank 0, after its test: none leaves the group early
         return {}
     results = summary(trainer)
+    reported = reported_model(trainer, run_dir, results)
     if settings.trainer.test_at_end:
-        score_test_split(trainer, splits.test, run_dir, results)
+        score_test_split(trainer, splits.test, reported, results)
     trainer.log.close()
     if distributed.is_main() and not in_sweep():
         print(written(run_dir, settings.trainer))
@@ -119,15 +121,40 @@ def make_trainer(
     )
 
 
-def score_test_split(trainer: Trainer, test_pairs, run_dir: Path, results: dict[str, float]) -> None:
-    """The best checkpoint's scores on the test split added to the run's `results`, and logged with them; Ctrl-C
+def reported_model(trainer: Trainer, run_dir: Path, results: dict[str, float]) -> Path:
+    """The checkpoint the run reports: best.pt, or with trainer.average_last=k > 1 the average of its last k
+    validations' weights (`averaging.average_last`), decoded greedily on the valid split as validations are, its BLEU
+    in `results` as valid/averaged_bleu."""
+    count = trainer.config.average_last
+    if count <= 1:
+        return run_dir / "best.pt"
+    trainer.writer.wait()  # the newest step<N>.pt is on disk
+    path, payload = averaging.average_last(run_dir, count)
+    trainer.model.load_state_dict(payload["model"])
+    progress = "validating the averaged weights" if trainer.config.progress else ""
+    model, valid, where = trainer.model, trainer.validator.pairs, (trainer.device, trainer.dtype)
+    _, _, scores = decode_split(model, trainer.vocabulary, valid, trainer.search, *where, progress)
+    results["valid/averaged_bleu"] = scores.bleu
+    steps = payload["progress"]["averaged_steps"]
+    log.info(
+        "%s: the average of the weights at steps %s: valid BLEU %.2f (the best checkpoint's %.2f)",
+        path.name,
+        ", ".join(map(str, steps)),
+        scores.bleu,
+        trainer.progress.best_bleu,
+    )
+    return path
+
+
+def score_test_split(trainer: Trainer, test_pairs, reported: Path, results: dict[str, float]) -> None:
+    """The reported checkpoint's scores on the test split added to the run's `results`, and logged with them; Ctrl-C
     while decoding says that training is done and how to score it."""
     try:
-        results.update(evaluate_best(trainer, test_pairs, run_dir))
+        results.update(evaluate_best(trainer, test_pairs, reported, results))
     except KeyboardInterrupt:
         raise Interrupted(
-            f"interrupted while decoding the test split; training is done and saved. Score the best "
-            f"checkpoint with: python evaluate.py checkpoint={run_dir / 'best.pt'}",
+            f"interrupted while decoding the test split; training is done and saved. Score the reported "
+            f"checkpoint with: python evaluate.py checkpoint={reported}",
             2,
         ) from None
     trainer.log.results(results, trainer.step)
@@ -145,6 +172,7 @@ def open_records(trainer: Trainer, resolved: dict, run_dir: Path, where: torch.d
 def written(run_dir: Path, config) -> str:
     """What a finished run left in its folder, for the console's last line."""
     files = [f"best.pt (best valid {config.select})", "last.pt"]
+    files += [f"{averaging.averaged_name(config.average_last)} (the run's model)"] if config.average_last > 1 else []
     files += ["best.test.hyp", "results.json"] if config.test_at_end else []
     files += ["validations.jsonl", "train.log", "TensorBoard's events"]
     runs = run_dir.parent.parent if run_dir.parent.parent.name == "outputs" else run_dir.parent  # every model's runs
@@ -230,28 +258,30 @@ def summary(trainer: Trainer) -> dict[str, float]:
     }
 
 
-def evaluate_best(trainer: Trainer, test_pairs, run_dir: Path) -> dict[str, float]:
-    """Greedy test BLEU and chrF of the best checkpoint: `best.test.hyp` and `results.json` in the run directory."""
-    best = checkpoint.load(run_dir / "best.pt")
-    trainer.model.load_state_dict(best["model"])
-    progress = "testing the best checkpoint" if trainer.config.progress else ""
+def evaluate_best(trainer: Trainer, test_pairs, reported: Path, before: dict[str, float]) -> dict[str, float]:
+    """Greedy test BLEU and chrF of the reported checkpoint (best.pt, or the average of the last validations':
+    `reported_model`): `best.test.hyp`, and `results.json` in the run directory with the figures `before` it."""
+    run_dir, tested = reported.parent, checkpoint.load(reported)
+    best = checkpoint.load(run_dir / "best.pt") if reported.name != "best.pt" else tested
+    trainer.model.load_state_dict(tested["model"])
+    what = "best checkpoint" if tested is best else f"average of the last {trainer.config.average_last} validations"
+    progress = f"testing the {what}" if trainer.config.progress else ""
     texts, _, scores = decode_split(
         trainer.model, trainer.vocabulary, test_pairs, trainer.search, trainer.device, trainer.dtype, progress
     )
     (run_dir / "best.test.hyp").write_text("".join(h + "\n" for h in texts), encoding="utf-8")
     results = {"test/bleu": scores.bleu, "test/chrf": scores.chrf, "best/step": best["progress"]["step"]}
     report = {
-        **summary(trainer),
+        **before,
         **results,
         "model": trainer.run_config["model"]["_target_"],
+        "tested": reported.name,
         "precision": trainer.precision.name,
         "signature": scores.bleu_signature,
     }
     (run_dir / "results.json").write_text(json.dumps(report, indent=2) + "\n")
-    log.info(
-        "test (best checkpoint, greedy): BLEU %.2f chrF %.2f  [%s]", scores.bleu, scores.chrf, scores.bleu_signature
-    )
-    print(f"test BLEU {scores.bleu:.2f} chrF {scores.chrf:.2f} (best checkpoint, greedy; {scores.bleu_signature})")
+    log.info("test (%s, greedy): BLEU %.2f chrF %.2f  [%s]", what, scores.bleu, scores.chrf, scores.bleu_signature)
+    print(f"test BLEU {scores.bleu:.2f} chrF {scores.chrf:.2f} ({what}, greedy; {scores.bleu_signature})")
     return results
 
 

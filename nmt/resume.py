@@ -51,6 +51,7 @@ SAFE = {
     "trainer.progress",
     "trainer.test_at_end",
     "trainer.keep_checkpoints",
+    "trainer.average_last",
     "trainer.num_samples",
     "trainer.num_plots",
     "trainer.valid_max_tokens",

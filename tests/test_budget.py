@@ -49,6 +49,14 @@ def test_validations_need_a_compute_budget():
     TrainerConfig(max_minutes=0, max_flops=1e12, validations=10).check()
 
 
+def test_an_average_needs_the_checkpoints_it_averages():
+    with pytest.raises(UserError, match="trainer.average_last=5 .* trainer.keep_checkpoints=3 keeps 3: set trainer"):
+        TrainerConfig(average_last=5, keep_checkpoints=3).check()
+    with pytest.raises(UserError, match="trainer.average_last=0: must be at least 1"):
+        TrainerConfig(average_last=0).check()
+    TrainerConfig(average_last=5, keep_checkpoints=5).check()
+
+
 BURN = "import torch\nx = torch.randn(1500, 1500)\nwhile True:\n    x = torch.tanh(x @ x)\n"
 
 

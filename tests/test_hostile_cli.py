@@ -906,9 +906,9 @@ def test_translations_are_reused_only_from_the_checkpoint_and_settings_that_made
     assert derived_from(hyp, copy / "best.pt", "beam=2 alpha=0.6 precision=auto")
     hyp.write_text("stale\n" * 10)  # as if from another best.pt, or other settings
     sources = ["Der Hund läuft.", "Die Katze schläft."]
-    fresh = beam_hypotheses(copy, sources, 2)
+    fresh = beam_hypotheses(copy, sources, 2, copy / "best.pt")
     assert "stale" not in fresh and derived_from(hyp, copy / "best.pt", "beam=2 precision=trained")
-    assert beam_hypotheses(copy, sources, 2) == fresh  # its own, reused
+    assert beam_hypotheses(copy, sources, 2, copy / "best.pt") == fresh  # its own, reused
     shutil.copy(sorted(copy.glob("step*.pt"))[0], copy / "best.pt")  # the run resumed: another best.pt
     assert not derived_from(hyp, copy / "best.pt", "beam=2 precision=trained")
 

@@ -20,6 +20,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 import nmt.decoding
 from nmt import UserError, averaging, build, checkpoint
 from nmt.aer import parse_links
+from nmt.averaging import reported_model
 from nmt.config import DecodeOptions, TrainerConfig
 from nmt.data import PAD_ID
 from nmt.decoding import Search, score, translate
@@ -27,6 +28,7 @@ from nmt.device import cpu_capability
 from nmt.evaluate import evaluate as evaluate_checkpoint
 from nmt.resume import latest_good
 from nmt.search import beam_search
+from nmt.study import tune
 from nmt.trainer import Trainer
 
 
@@ -288,17 +290,30 @@ def test_train_and_evaluate_command_lines_end_to_end(tmp_path, monkeypatch):
         f"output={tmp_path / 'a.png'}",
     )
     assert plotted.returncode == 0 and (tmp_path / "a.png").stat().st_size > 1000, plotted.stderr
+    # resumed, it reports the average of its last 2 validations (a safe change): scored on valid, then tested
+    resumed = run("train.py", *small_demo, "trainer.max_steps=9", "trainer.resume=true", "trainer.average_last=2")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "(average of the last 2 validations, greedy;" in resumed.stdout and "averaged_last2.pt" in resumed.stdout
+    last = checkpoint.load(run_dir / "last.pt")
+    assert last["progress"]["step"] == 9
+    assert [p.name for p in sorted(run_dir.glob("step*.pt"))] == ["step00000006.pt", "step00000009.pt"]
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["tested"] == "averaged_last2.pt" and 0 <= results["valid/averaged_bleu"] <= 100
+    assert reported_model(run_dir, last["config"]["trainer"]) == run_dir / "averaged_last2.pt"
+    assert tune.averaged_valid_bleu(run_dir, (2,)) == {"2": results["valid/averaged_bleu"]}  # tuning measures the same
     compare = run("-m", "nmt.study", "compare", str(run_dir), "--output", str(tmp_path / "report"))
     assert compare.returncode == 0, compare.stderr
     assert "| bahdanau (additive) |" in (tmp_path / "report" / "report.md").read_text()
     assert (tmp_path / "report" / "bleu_by_length.png").is_file()
-    resumed = run("train.py", *small_demo, "trainer.max_steps=9", "trainer.resume=true")
-    assert resumed.returncode == 0, resumed.stderr
-    assert checkpoint.load(run_dir / "last.pt")["progress"]["step"] == 9
-    assert [p.name for p in sorted(run_dir.glob("step*.pt"))] == ["step00000006.pt", "step00000009.pt"]
+    (described,) = json.loads((tmp_path / "report" / "compare.json").read_text())["variants"]["bahdanau (additive)"][
+        "runs"
+    ]
+    assert described["reported"] == "averaged_last2.pt" and described["valid_bleu"] == results["valid/averaged_bleu"]
     average = run("scripts/average_checkpoints.py", str(run_dir), "--last", "2")
     assert average.returncode == 0, average.stderr
     assert checkpoint.load(run_dir / "averaged.pt")["progress"]["averaged_steps"] == [6, 9]
+    ours, tools = (checkpoint.load(run_dir / name)["model"] for name in ("averaged_last2.pt", "averaged.pt"))
+    assert all(torch.equal(ours[name], tools[name]) for name in tools)  # the run's average is the tool's
     scored = run("evaluate.py", f"checkpoint={run_dir / 'averaged.pt'}", "split=valid", "beam=2")
     assert scored.returncode == 0 and "TER" in scored.stdout, scored.stderr
 

@@ -5,6 +5,7 @@ import json
 from types import SimpleNamespace
 
 import pytest
+from conftest import compose_config
 from omegaconf import OmegaConf
 
 from nmt import UserError
@@ -60,6 +61,50 @@ def test_a_trial_is_recorded_as_its_job_ends_and_the_best_on_valid_is_chosen(tmp
     assert saved["options"] == {"model.dropout": "0.25"} and saved["valid_bleu"] == 31.5
     assert saved["stopped_by"] == "cap" and "commit" in saved["code"] and saved["number"] == 5
     trials = [{"number": 0, "valid_bleu": 31.5}, saved, {"number": 7, "valid_bleu": 29.0}]
-    assert tune.chosen(trials)["number"] == 0  # a tie goes to the defaults
+    assert tune.chosen(trials)[0]["number"] == 0  # a tie goes to the defaults
     table = tune.table(tmp_path / "records")
     assert "chosen trial 5" in table and "| 5 **chosen** | 0.25 |" in table and "no trials recorded yet" in table
+
+
+def test_averaging_the_last_checkpoints_is_one_more_choice_made_on_valid():
+    trials = [
+        {"number": 0, "options": {}, "valid_bleu": 30.0, "averaging": {"2": 30.5, "3": 31.0, "5": 31.0}},
+        {"number": 1, "options": {"model.dropout": "0.3"}, "valid_bleu": 30.9, "averaging": {"2": 30.0}},
+        {"number": 2, "options": {"model.dropout": "0.4"}, "valid_bleu": 31.0},  # recorded before averaging was
+    ]
+    trials = [t | {"petaflops": 2.0, "stopped_by": "cap"} for t in trials]
+    best, count = tune.chosen(trials)
+    assert (best["number"], count) == (0, 3)  # of equals: the earliest trial, then the fewest checkpoints
+    assert tune.chosen(trials[1:2]) == (trials[1], 1)  # its best checkpoint beats its average
+    rows = "\n".join(tune.trial_rows(trials, best))
+    assert "| 0 **chosen** | default | 30.00 | 30.50 | 31.00 | 31.00 |" in rows
+    assert "| 2 | 0.4 | 31.00 | - | - | - |" in rows
+
+
+def test_the_choice_becomes_the_familys_defaults_on_multi30k_and_only_there(tmp_path):
+    (tmp_path / "records" / "luong").mkdir(parents=True)
+    tried = [(0, 30.0, {}, {"2": 29.0}), (1, 32.0, {"trainer.lr": "0.0007", "model.dropout": "0.4"}, {"5": 32.5})]
+    for number, bleu, options, averaging in tried:
+        trial = {"number": number, "options": options, "valid_bleu": bleu, "petaflops": 1.0, "stopped_by": "cap"}
+        path = tmp_path / "records" / "luong" / f"trial{number:03d}.json"
+        path.write_text(json.dumps(trial | {"averaging": averaging}))
+    folder = tmp_path / "configs" / "tuned"
+    folder.mkdir(parents=True)
+    (folder / "multi30k_luong.yaml").write_text("trainer:\n  warmup_steps: 800\n  lr: 0.002\n  average_last: 3\n")
+    records = ["--records", str(tmp_path / "records"), "--tuned", str(folder), "--families", "luong,bahdanau"]
+    program.main(["--report", "--apply", *records])
+    text = (folder / "multi30k_luong.yaml").read_text()
+    assert text.startswith("# @package _global_\n") and "trial 1 of 2, valid BLEU 32.50" in text
+    assert not (folder / "multi30k_bahdanau.yaml").exists()  # no trials: its defaults stay
+    searchpath = f"hydra.searchpath=[file://{tmp_path / 'configs'}]"
+    config = compose_config("model=luong", searchpath)
+    # the chosen trial's options over those its trial 0 ran with (warm-up), and the average it was chosen with
+    assert (config.trainer.lr, config.model.dropout, config.trainer.warmup_steps) == (0.0007, 0.4, 800)
+    assert config.trainer.average_last == 5
+    assert compose_config("variant=luong_feeding", "trainer.lr=0.003", searchpath).trainer.lr == 0.003  # yours win
+    for other in ("model=luong data=sample", "experiment=lab", "experiment=demo", "model=bahdanau"):
+        assert compose_config(*other.split(), searchpath).trainer.average_last == 1, other  # not tuned there
+    (tmp_path / "records" / "luong" / "trial001.json").unlink()  # now the defaults, unaveraged, are the choice
+    program.main(["--report", "--apply", *records])
+    config = compose_config("model=luong", searchpath)  # trial 0 ran with the tuned file: it stays, unaveraged
+    assert (config.trainer.lr, config.model.dropout, config.trainer.average_last) == (0.0007, 0.4, 1)

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import sacrebleu
 
-from nmt import UserError
+from nmt import UserError, checkpoint
 from nmt.aer import read_gold
 from nmt.alignment import attention_report
+from nmt.averaging import reported_model
 from nmt.config import DecodeOptions, GrammarOptions
 from nmt.corpus import read_parallel
 from nmt.decoding import Translator
@@ -79,7 +80,8 @@ def valid_aer_curve(run_dir: Path) -> list[tuple[int, float]]:
 
 def measure(run_dir: Path, long_set: tuple[Path, Path, Path]) -> dict:
     """BLEU by length on the length test set, AER on the sample test split and on the length test set."""
-    translator = Translator.load(run_dir / "best.pt", DecodeOptions(device="cpu", precision="trained"))
+    trainer = checkpoint.load(run_dir / "last.pt")["config"].get("trainer", {})  # as the run ended
+    translator = Translator.load(reported_model(run_dir, trainer), DecodeOptions(device="cpu", precision="trained"))
     splits = corpus_of(translator.config, None)
     pairs = read_parallel(long_set[0], long_set[1])
     gold = read_gold(long_set[2], pairs)

@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from nmt import UserError, build, checkpoint
 from nmt.alignment import attention_report, choose_map, parse_key, word_attention
+from nmt.averaging import reported_model
 from nmt.config import DecodeOptions
 from nmt.decoding import Translator
 from nmt.evaluate import bleu_by_length
@@ -94,11 +95,12 @@ def find_runs(folders: list[Path]) -> list[Path]:
     return runs
 
 
-def beam_hypotheses(run: Path, sources: list[str], beam: int) -> list[str]:
-    """The best checkpoint's beam-search test output, `best.test.beam<N>.hyp`, in the precision the run trained in:
-    decoded here unless the file there was made from this very best.pt with these settings (its `.source` note says
-    so; one that evaluate.py wrote with its own settings, or for an earlier best.pt, is decoded again)."""
-    path, best = run / f"best.test.beam{beam}.hyp", run / "best.pt"
+def beam_hypotheses(run: Path, sources: list[str], beam: int, best: Path) -> list[str]:
+    """The reported checkpoint's (`best`: best.pt, or an average, `reported_model`) beam-search test output,
+    `best.test.beam<N>.hyp`, in the precision the run trained in: decoded here unless the file there was made from
+    this very checkpoint with these settings (its `.source` note says so; one that evaluate.py wrote with its own
+    settings, or for an earlier best.pt, is decoded again)."""
+    path = run / f"best.test.beam{beam}.hyp"
     settings = f"beam={beam} precision=trained"
     if not derived_from(path, best, settings):
         translator = Translator.load(best, DecodeOptions(beam=beam, precision="trained"))
@@ -155,17 +157,27 @@ def test_pairs(data: dict, cache: dict, origin: Path | str = "the run") -> list[
     return cache[key]
 
 
+def reported_valid_bleu(run: Path, reported: Path, best: dict) -> float:
+    """The valid BLEU of the model a run reports: its best checkpoint's, or the average's (results.json's
+    valid/averaged_bleu, scored as training ended)."""
+    if reported.name == "best.pt":
+        return best["progress"]["best_bleu"]
+    remedy = "a run with trainer.average_last > 1 writes it as its training ends, with the average's valid BLEU"
+    return read_json(run / "results.json", remedy, {"valid/averaged_bleu": float})["valid/averaged_bleu"]
+
+
 def describe(run: Path, test_cache: dict, beam: int) -> dict:
     best, last = checkpoint.load(run / "best.pt"), checkpoint.load(run / "last.pt")
     config = best["config"]
+    reported = reported_model(run, last["config"].get("trainer", {}))  # best.pt, or an average; as the run ended
     pairs = test_pairs(config["data"], test_cache)
     hypotheses = (run / "best.test.hyp").read_text(encoding="utf-8").split("\n")[: len(pairs)]
     references = [t for _, t in pairs]
     progress = last["progress"]
     sources = [s for s, _ in pairs]
-    beam_output = beam_hypotheses(run, sources, beam) if beam > 1 else None
+    beam_output = beam_hypotheses(run, sources, beam, reported) if beam > 1 else None
     scored = beam_output or hypotheses  # the headline's output: BLEU, chrF, lengths and the tests all read it
-    translator = Translator.load(run / "best.pt", DecodeOptions(precision="trained"))
+    translator = Translator.load(reported, DecodeOptions(precision="trained"))
     shape, variant = attention_shape(translator, pairs), Variant.of(config["model"])
     return {
         "run": from_root(run),
@@ -182,7 +194,8 @@ def describe(run: Path, test_cache: dict, beam: int) -> dict:
         "petaflops": progress.get("flops", 0) / 1e15,
         "budget": budget(config.get("trainer", {})),
         "tokens_per_second": progress["tokens_trained"] / max(progress["train_seconds"], 1e-9),
-        "valid_bleu": best["progress"]["best_bleu"],
+        "reported": reported.name,
+        "valid_bleu": reported_valid_bleu(run, reported, best),
         "best_validation": validation_at(run, best["progress"]["step"]),
         "test_bleu": sacrebleu.corpus_bleu(hypotheses, [references]).score,
         "test_chrf": sacrebleu.corpus_chrf(scored, [references]).score,

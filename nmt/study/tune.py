@@ -8,20 +8,29 @@ trial is recorded as it ends (results/runs/tune/<family>/trial<N>.json: its opti
 stopped it), so an interrupted tuning continues with the trials still to run, on this machine or another (the sampler
 itself starts afresh then: optuna 2.10, which hydra-optuna-sweeper 1.2 runs, cannot open its sqlite storage under
 SQLAlchemy 2). Equal effort is equal trials under one compute cap; the FLOPs each family spent are recorded and shown.
-The choice is the trial with the best valid BLEU; `python -m nmt.study tune --report` renders every trial, the choice
-and what it gained over the defaults (docs/tuning.md).
+Averaging the last k checkpoints is one more choice made on valid, at no training cost: as a trial ends, the averages
+of its last 2, 3 and 5 validations' weights (`AVERAGES`) are decoded on valid as its validations are, and recorded
+beside its best checkpoint's BLEU. The choice is the trial and the k (1: the best checkpoint) with the best valid
+BLEU; `python -m nmt.study tune --report` renders every trial, the choice and what it gained over the defaults
+(docs/tuning.md), and `--apply` makes the choice the family's defaults on Multi30k
+(configs/tuned/multi30k_<family>.yaml, which train.py composes after the family's model: `tuned_config`; the demo,
+the lab and other corpora keep their own).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from hydra.core.utils import JobReturn
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
+from nmt import averaging
+from nmt.config import DecodeOptions
+from nmt.decoding import Translator, decode_split
+from nmt.evaluate import corpus_of
 from nmt.paths import write_text
 from nmt.provenance import loaded_code, read_provenance
 from nmt.study.variants import FAMILIES
@@ -32,6 +41,7 @@ TRIALS = 8  # proposed trials per family, beside its defaults (trial 0)
 CAP = 2e15
 PROTOCOL = ("trainer.patience=5", "trainer.validations=40", "trainer.select=bleu", "trainer.test_at_end=false")
 SEED = 1234
+AVERAGES = (2, 3, 5)  # trainer.average_last's choices beside 1 (the best checkpoint); 5: the trials' keep_checkpoints
 # The same kinds of knobs for every family (Optuna's sweep syntax): the peak learning rate and its warm-up, label
 # smoothing, the token batch, and dropout wherever the family has it (the Transformer also on attention weights and
 # inside its feed-forward layers, as small-data recipes do)
@@ -71,6 +81,7 @@ class Trial:
     stopped_by: str
     curve: list[dict]
     provenance: dict
+    averaging: dict[str, float] = field(default_factory=dict)  # {k: valid BLEU of the last k validations' average}
 
     @classmethod
     def of(cls, run: Path, family: str, number: int, options: dict[str, str], cap: float) -> Trial:
@@ -101,7 +112,25 @@ class RecordTrial(Callback):
         run = Path(config.hydra.runtime.output_dir)
         overrides = dict(o.split("=", 1) for o in config.hydra.overrides.task if "=" in o)
         options = {key: overrides[key] for key in self.tuned if key in overrides}
-        record(Trial.of(run, self.family, self.first + config.hydra.job.num, options, self.cap), self.records)
+        trial = Trial.of(run, self.family, self.first + config.hydra.job.num, options, self.cap)
+        trial.averaging = averaged_valid_bleu(run, AVERAGES) if any(run.glob("step*.pt")) else {}
+        record(trial, self.records)
+
+
+def averaged_valid_bleu(run: Path, counts: tuple[int, ...]) -> dict[str, float]:
+    """{k: valid BLEU} of the average of the run's last k validations' weights for each k of `counts`, each written
+    as the run would write it with trainer.average_last=k and decoded on the valid split as its validations were
+    (greedy, its trained precision, its trainer's length limits)."""
+    scores = {}
+    for count in counts:
+        path, payload = averaging.average_last(run, count)
+        trainer = payload["config"]["trainer"]  # validations' batches: the same sums, the same BLEU
+        options = DecodeOptions(max_tokens=trainer["valid_max_tokens"], precision="trained")
+        translator = Translator.load(path, options)
+        valid = corpus_of(translator.config, None).valid
+        model, where = translator.model, (translator.device, translator.dtype)
+        scores[str(count)] = decode_split(model, translator.vocabulary, valid, translator.search, *where)[2].bleu
+    return scores
 
 
 def shown(value: str) -> str:
@@ -112,9 +141,19 @@ def shown(value: str) -> str:
         return value
 
 
-def chosen(trials: list[dict]) -> dict | None:
-    """The trial with the best valid BLEU (the earliest of equals: the defaults win a tie)."""
-    return max(trials, key=lambda t: (t["valid_bleu"], -t["number"])) if trials else None
+def candidates(trial: dict) -> dict[int, float]:
+    """{k: valid BLEU} of a trial's models: k=1 its best checkpoint, k>1 the average of its last k validations."""
+    return {1: trial["valid_bleu"]} | {int(k): bleu for k, bleu in trial.get("averaging", {}).items()}
+
+
+def chosen(trials: list[dict]) -> tuple[dict, int] | None:
+    """The trial and the trainer.average_last (1: the best checkpoint) with the best valid BLEU; the earliest trial
+    and the fewest checkpoints of equals (the defaults, unaveraged, win a tie)."""
+    ranked = [(bleu, -t["number"], -k, i) for i, t in enumerate(trials) for k, bleu in candidates(t).items()]
+    if not ranked:
+        return None
+    _, _, count, index = max(ranked)
+    return trials[index], -count
 
 
 def table(records: Path) -> str:
@@ -125,22 +164,50 @@ def table(records: Path) -> str:
         if not trials:
             lines.append(f"**{family}**: no trials recorded yet (`python -m nmt.study tune --families {family}`)\n")
             continue
-        best, defaults = chosen(trials), next((t for t in trials if t["number"] == 0), None)
-        gain = f"{best['valid_bleu'] - defaults['valid_bleu']:+.2f}" if defaults else "-"
+        (best, count), defaults = chosen(trials), next((t for t in trials if t["number"] == 0), None)
+        bleu = candidates(best)[count]
+        gain = f"{bleu - defaults['valid_bleu']:+.2f}" if defaults else "-"
         spent = sum(t["petaflops"] for t in trials)
+        averaged = f", the average of its last {count} validations" if count > 1 else ", its best checkpoint"
         lines.append(
-            f"**{family}**: {len(trials)} trials, {spent:.2f} PFLOP; chosen trial {best['number']} "
-            f"(valid BLEU {best['valid_bleu']:.2f}, {gain} over the defaults)\n"
+            f"**{family}**: {len(trials)} trials, {spent:.2f} PFLOP; chosen trial {best['number']}{averaged} "
+            f"(valid BLEU {bleu:.2f}, {gain} over the defaults)\n"
         )
-        keys = sorted({k for t in trials for k in t["options"]})
-        lines.append("| trial | " + " | ".join(keys) + " | valid BLEU | PFLOP | stopped by |")
-        lines.append("|---" * (len(keys) + 4) + "|")
-        for t in trials:
-            mark = " **chosen**" if t is best else ""
-            cells = [shown(t["options"].get(k, "default")) for k in keys]
-            lines.append(
-                f"| {t['number']}{mark} | " + " | ".join(cells) + f" | {t['valid_bleu']:.2f} | {t['petaflops']:.2f} | "
-                f"{t['stopped_by']} |"
-            )
-        lines.append("")
+        lines += trial_rows(trials, best)
     return "\n".join(lines)
+
+
+def trial_rows(trials: list[dict], best: dict) -> list[str]:
+    """A family's table: each trial's options, the valid BLEU of its best checkpoint and of its averages, its compute
+    and what stopped it."""
+    keys = sorted({k for t in trials for k in t["options"]})
+    averages = [f"last {k} averaged" for k in AVERAGES]
+    lines = ["| trial | " + " | ".join(keys + ["valid BLEU", *averages, "PFLOP", "stopped by"]) + " |"]
+    lines.append("|---" * (len(keys) + len(averages) + 4) + "|")
+    for t in trials:
+        mark = " **chosen**" if t is best else ""
+        cells = [shown(t["options"].get(k, "default")) for k in keys] + [f"{t['valid_bleu']:.2f}"]
+        cells += [f"{t['averaging'][str(k)]:.2f}" if str(k) in t.get("averaging", {}) else "-" for k in AVERAGES]
+        lines.append(f"| {t['number']}{mark} | " + " | ".join(cells) + f" | {t['petaflops']:.2f} | {t['stopped_by']} |")
+    return lines + [""]
+
+
+def tuned_config(trials: list[dict], family: str, current: dict[str, str]) -> str | None:
+    """configs/tuned/multi30k_<family>.yaml of the family's choice: the chosen trial's options over those of the
+    `current` tuned file (flattened: what trial 0, the defaults, ran with), and its trainer.average_last. train.py
+    composes it after the family's model and before a variant, a recipe (the demo's, the lab's) and the command line,
+    which keep their say. None when nothing is left to set (no file). `trials`: at least one."""
+    best, count = chosen(trials)
+    options = current | best["options"]
+    options.pop("trainer.average_last", None)
+    if count > 1:
+        options["trainer.average_last"] = str(count)
+    if not options:
+        return None
+    tuned = OmegaConf.to_yaml(OmegaConf.from_dotlist([f"{key}={value}" for key, value in sorted(options.items())]))
+    source = f"trial {best['number']} of {len(trials)}, valid BLEU {candidates(best)[count]:.2f}"
+    return (
+        f"# @package _global_\n# {family}'s recipe as tuned on valid BLEU (docs/tuning.md): {source}.\n"
+        f"# Written by `python -m nmt.study tune --apply` from results/runs/tune/{family}/: rerun it, do not edit.\n"
+        + tuned
+    )

@@ -4,6 +4,7 @@ protocol (a compute cap, patience on valid). Rerun to continue: trials recorded 
 
   python -m nmt.study tune --families transformer --trials 8        # about 9 runs of up to 2e15 FLOPs
   python -m nmt.study tune --report                                  # docs/tuning.md's tables from the records
+  python -m nmt.study tune --report --apply                          # and the choices as the families' defaults
 """
 
 from __future__ import annotations
@@ -11,12 +12,17 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from omegaconf import OmegaConf
+
 from nmt import UserError
+from nmt.config import flatten
+from nmt.paths import write_text
 from nmt.study import tune
 from nmt.study.sweep import ROOT, TRAIN, chosen, launcher_options, launcher_overrides, waited
 from nmt.study.variants import FAMILIES
 
 RECORDS = ROOT / "results" / "runs" / "tune"
+TUNED = ROOT / "configs" / "tuned"  # train.yaml composes tuned/<data>_<model>.yaml after the model, where there is one
 DOCUMENT = ROOT / "docs" / "tuning.md"
 MARKERS = ("<!-- tune:trials -->", "<!-- /tune:trials -->")
 
@@ -30,6 +36,12 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--runs", type=Path, default=ROOT / "multirun" / "tune", help="where the runs go")
     parser.add_argument("--extra", nargs="*", default=[], help="more train.py overrides (data.dir=...)")
     parser.add_argument("--report", action="store_true", help="no training: docs/tuning.md's tables from the records")
+    parser.add_argument(
+        "--apply",
+        action="store_true",
+        help="each family's choice as its defaults (configs/tuned/multi30k_<family>.yaml)",
+    )
+    parser.add_argument("--tuned", type=Path, default=TUNED, help="where --apply writes the families' tuned defaults")
     launcher_options(parser)
     args = parser.parse_args(argv)
     if args.trials < 1:
@@ -104,6 +116,30 @@ def report(args: argparse.Namespace) -> None:
     print(f"updated {DOCUMENT}", flush=True)
 
 
+def apply(families: list[str], args: argparse.Namespace) -> None:
+    """Each tuned family's choice written as its defaults (`tune.tuned_config`), over the tuned file its trial 0 ran
+    with; a family whose choice is the schema's own defaults has no file."""
+    for family in families:
+        trials = tune.trials_of(args.records, family)
+        if not trials:
+            print(f"{family}: no trials recorded in {args.records}; its defaults stay", flush=True)
+            continue
+        path = args.tuned / f"multi30k_{family}.yaml"  # train.yaml: tuned/${data}_${model}
+        current = (
+            {k: str(v) for k, v in flatten(OmegaConf.to_container(OmegaConf.load(path))).items()}
+            if path.is_file()
+            else {}
+        )
+        text = tune.tuned_config(trials, family, current)
+        if text is None:
+            path.unlink(missing_ok=True)
+            print(f"{family}: the schema's defaults chosen; no {path}", flush=True)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_text(path, text)
+            print(f"{family}: its choice written to {path}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = arguments(argv)
     families = chosen("--families", args.families, FAMILIES)
@@ -114,3 +150,5 @@ def main(argv: list[str] | None = None) -> None:
         report(args)
     else:
         print(tune.table(args.records))
+    if args.apply:
+        apply(families, args)
