@@ -20,7 +20,9 @@
 #                                          and runs per hour of each ($OUT/jobs.txt, the logs in $OUT/jobs.tgz), for
 #                                          how many jobs `make results` should run on a GPU
 #   bash scripts/device_check.sh study PART VARIANTS JOBS SECONDS [SEEDS]
-#                                          there: `make results`' PART (claims, main, or lab: `python -m nmt.study
+#                                          there: `make results`' PART (tune first, as it sets the defaults:
+#                                          `python -m nmt.study tune` of the families VARIANTS, SEEDS trials each (8),
+#                                          continuing the records it has; claims, main, or lab: `python -m nmt.study
 #                                          lab`'s variants) for VARIANTS (comma-separated), SEEDS each (3),
 #                                          JOBS runs at once on the one GPU, for at most SECONDS; every run that
 #                                          finishes is recorded by its own job, and the records come back as
@@ -102,13 +104,18 @@ if [[ "${1:-}" == "jobs" ]]; then  # runs per hour with 1, 2 and 4 runs at once 
 fi
 if [[ "${1:-}" == "study" ]]; then
     part="${2:?PART}" variants="${3:?VARIANTS}" jobs="${4:-8}" seconds="${5:-420}" seeds="${6:-3}"
-    # Only what this machine trains comes back; the lab keeps the records it has, so that it trains only the others
-    [[ "$part" == "lab" ]] || rm -rf "results/runs/$part"
+    # Only what this machine trains comes back; the lab and the tuning keep the records they have, so that they
+    # train only the others (a tuning continues with its trials still to run)
+    [[ "$part" == "lab" || "$part" == "tune" ]] || rm -rf "results/runs/$part"
     # The jobs record their runs as they finish; at the time limit the sweep is stopped, and what finished is kept
     ( while sleep 20; do nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader; done ) \
         > "$OUT/gpu_use.csv" 2>&1 &
     start=$(date +%s)
-    if [[ "$part" == "lab" ]]; then  # the lab's own program, pinned as the CPU's lab runs are, eager as they are
+    if [[ "$part" == "tune" ]]; then  # VARIANTS: the families, in the order they are tuned; SEEDS: trials each
+        timeout --kill-after=20 "$seconds" "$PYTHON" -m nmt.study tune --families "$variants" --trials "${6:-8}" \
+            --launcher joblib --jobs "$jobs" --runs /tmp/results/tune/runs \
+            --extra "data.dir=$NMT_DATA_DIR" "data.spm_cache=$PWD/$GPU/spm" > "$OUT/study.log" 2>&1 || true
+    elif [[ "$part" == "lab" ]]; then  # the lab's own program, pinned as the CPU's lab runs are, eager as they are
         timeout --kill-after=20 "$seconds" "$PYTHON" -m nmt.study lab --output /tmp/results/lab --variants "$variants" \
             --seeds "$seeds" --launcher joblib --jobs "$jobs" --records results/runs/lab \
             --extra trainer.precision=fp32 trainer.threads=1 trainer.cuda_graphs=false > "$OUT/study.log" 2>&1 || true
@@ -122,7 +129,7 @@ if [[ "${1:-}" == "study" ]]; then
     # Records of runs whose job could not record them (stopped by the time limit after finishing; the lab's are
     # measured on its length test set too), then one archive each for the records and the logs: the device tool
     # brings back a limited number of files
-    "$PYTHON" -c "from pathlib import Path; from nmt.study.records import record_runs; \
+    [[ "$part" == "tune" ]] || "$PYTHON" -c "from pathlib import Path; from nmt.study.records import record_runs; \
 record_runs(Path('/tmp/results/$part/runs'), Path('results/runs/$part'), 5)" >> "$OUT/study.log" 2>&1 || true
     if [[ "$part" == "lab" ]]; then
         "$PYTHON" -c "from pathlib import Path; from nmt.study.lab_measure import measure_one; \
