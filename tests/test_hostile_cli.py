@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from functools import partial
 from pathlib import Path
 
@@ -259,6 +260,39 @@ def test_a_folder_option_where_nothing_can_be_written_is_refused_naming_it(tmp_p
     with pytest.raises(UserError, match=f"cannot write there \\(it would be made in {read_only}\\)"):
         paths.folder_option(read_only / "runs" / "a", "hydra.sweep.dir")
     paths.folder_option(tmp_path / "mine", "hydra.run.dir")  # a folder that can be made
+
+
+def another_user() -> list[str]:
+    """The prefix that runs a command as a user who cannot write everywhere: this one where it is not root; where it
+    is, nobody (setpriv, util-linux); [] where neither is there."""
+    if os.geteuid() != 0:
+        return []
+    return ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if shutil.which("setpriv") else None
+
+
+@pytest.mark.skipif(another_user() is None, reason="root without setpriv: no other user to run as")
+def test_a_read_only_run_folder_is_refused_through_the_real_command_as_a_user_meets_it():
+    """As a user without root's right to write anywhere: train.py into a read-only folder, or one to be made under
+    it, is refused by name before anything is made, without a traceback."""
+    base = Path(tempfile.mkdtemp(prefix="nmt-read-only-"))  # under /tmp, which the other user can enter
+    folder = base / "runs"
+    folder.mkdir()
+    base.chmod(0o755)
+    folder.chmod(0o555)
+    environment = {**os.environ, "HOME": str(base), "HYDRA_FULL_ERROR": "0"}
+    try:
+        if subprocess.run([*another_user(), sys.executable, "-c", "import nmt"], cwd=ROOT, env=environment).returncode:
+            pytest.skip("the other user cannot read this checkout")
+        for target, said in [
+            (folder, f"hydra.run.dir={folder}: cannot write there: permission denied"),
+            (folder / "run", f"hydra.run.dir={folder / 'run'}: cannot write there (it would be made in {folder})"),
+        ]:
+            command = [*another_user(), sys.executable, "train.py", "data=sample", f"hydra.run.dir={target}"]
+            refused(subprocess.run(command, cwd=ROOT, env=environment, capture_output=True), said)
+        assert not list(folder.iterdir())  # nothing made there
+    finally:
+        folder.chmod(0o755)
+        shutil.rmtree(base)
 
 
 def test_hydras_saved_config_of_another_shape_is_refused_naming_it(tmp_path):
