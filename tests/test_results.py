@@ -8,6 +8,7 @@ from conftest import ROOT
 
 from nmt import UserError
 from nmt.study import parts, published, tables
+from nmt.study.comparison import stopped_by, stops
 from nmt.study.variants import CLAIM_VARIANTS, FAMILIES, LAB_CLAIM_VARIANTS, VARIANTS
 
 
@@ -633,3 +634,19 @@ def test_the_main_tables_intervals_come_again_from_the_committed_records_on_this
         if name != best:
             interval = vars(evidence.compare(name, best, "BLEU"))
             assert interval == pytest.approx(published["intervals"]["best"][name]["BLEU"]), name
+
+
+def test_each_run_says_whether_its_cap_or_patience_stopped_it():
+    def run(flops=5e14, patience=5, petaflops=0.5, best=10, validations=(5, 10)):
+        trainer = {"max_flops": flops, "max_steps": 0, "patience": patience}
+        curve = [(0.0, step, 30.0) for step in validations]
+        figures = {"petaflops": petaflops, "updates": validations[-1], "best_step": best, "curve": curve}
+        return {"config": {"trainer": trainer}} | figures
+
+    assert stopped_by(run()) == "cap"  # the budget reached, learning or not
+    assert stopped_by(run(petaflops=0.39, validations=(5, 10, 11, 12, 13, 14, 15))) == "patience"
+    assert stopped_by(run(petaflops=0.39, validations=(5, 10, 11, 12))) == "other"  # 2 of 5 bad validations: by hand
+    assert stops([run(), run(), run(petaflops=0.4, patience=1, validations=(10, 11))]) == "cap 2, patience 1"
+    main = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
+    assert "| 0.39 ± 0.01 | patience 3 |" in main  # the Transformer stopped early; the RNNs trained their budget
+    assert main.count("| 0.50 ± 0.00 | cap 3 |") == 3

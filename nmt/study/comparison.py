@@ -32,6 +32,25 @@ def budget(trainer: dict) -> str:
     return " or ".join(p for p in parts if p) or "early stopping alone"
 
 
+def stopped_by(run: dict) -> str:
+    """What stopped a finished run, read from its record: "cap" where it trained its compute or update budget,
+    "patience" where valid `trainer.select` had not improved for trainer.patience validations, else "other" (a clock
+    or epoch budget, or a run ended by hand)."""
+    trainer = run["config"]["trainer"]
+    if trainer.get("max_flops") and run["petaflops"] * 1e15 >= trainer["max_flops"] * 0.999:
+        return "cap"
+    if trainer.get("max_steps") and run["updates"] >= trainer["max_steps"]:
+        return "cap"
+    after_best = sum(1 for _, update, _ in run.get("curve") or [] if update > run["best_step"])
+    return "patience" if trainer.get("patience") and after_best >= trainer["patience"] else "other"
+
+
+def stops(runs: list[dict]) -> str:
+    """How a variant's runs stopped: "cap 2, patience 1"."""
+    counts = {kind: [stopped_by(r) for r in runs].count(kind) for kind in ("cap", "patience", "other")}
+    return ", ".join(f"{kind} {count}" for kind, count in counts.items() if count)
+
+
 def spread(values: list[float]) -> str:
     """`mean ± sd` over seeds, or the one value."""
     if len(values) == 1:

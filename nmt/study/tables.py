@@ -16,6 +16,7 @@ from pathlib import Path
 
 from nmt import UserError
 from nmt.paths import read_json
+from nmt.study.comparison import stops
 from nmt.study.parts import lab_train_words, parts_table
 from nmt.study.published import (
     FIGURE_FILES,
@@ -90,10 +91,11 @@ def main_table(folder: Path = RESULTS, short: bool = False) -> str:
     record = load("main", folder)
     if record is None:
         return missing("main")
+    stopped = "" if short else " stopped by |"  # README's table stays short; docs/results.md says it
     lines = [
         "| model | seeds | parameters | valid BLEU | test BLEU greedy | test BLEU beam 5 | chrF (beam 5) | "
-        "Δ best [95%] p | epochs | updates | PFLOP trained |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "Δ best [95%] p | epochs | updates | PFLOP trained |" + stopped,
+        "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if stopped else ""),
     ]
     ranked = sorted(record["variants"].items(), key=lambda item: -item[1]["mean_valid_bleu"])
     for name, variant in ranked:
@@ -105,6 +107,7 @@ def main_table(folder: Path = RESULTS, short: bool = False) -> str:
             f"{spread([r['test_chrf'] for r in runs])} | {interval(record, 'best', name)} | "
             f"{spread(epochs, 1) if epochs else '-'} | "
             f"{statistics.mean(r['updates'] for r in runs):,.0f} | {spread([r['petaflops'] for r in runs])} |"
+            + (f" {stops(runs)} |" if stopped else "")
         )
     every = [r for v in record["variants"].values() for r in v["runs"]]
     budget = sorted({r["budget"] for r in every})

@@ -36,11 +36,8 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--runs", type=Path, default=ROOT / "multirun" / "tune", help="where the runs go")
     parser.add_argument("--extra", nargs="*", default=[], help="more train.py overrides (data.dir=...)")
     parser.add_argument("--report", action="store_true", help="no training: docs/tuning.md's tables from the records")
-    parser.add_argument(
-        "--apply",
-        action="store_true",
-        help="each family's choice as its defaults (configs/tuned/multi30k_<family>.yaml)",
-    )
+    choice = "each family's choice as its defaults on Multi30k (configs/tuned/multi30k_<family>.yaml)"
+    parser.add_argument("--apply", action="store_true", help=choice)
     parser.add_argument("--tuned", type=Path, default=TUNED, help="where --apply writes the families' tuned defaults")
     launcher_options(parser)
     args = parser.parse_args(argv)
