@@ -15,7 +15,7 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from omegaconf import MISSING
 
@@ -334,6 +334,19 @@ class SearchOptions(DecodeOptions):
     # the Transformer. null: the RNNs' one; for the Transformer the map that aligns best on the valid split when the
     # training corpus has gold alignments (the sample corpus), else the last layer.
     alignment_map: str | None = None
+    RENAMED: ClassVar[dict[str, str]] = {}  # an option's name -> its name in the command's function, where they differ
+
+    @classmethod
+    def task(cls, config) -> dict:
+        """The command's own options of `config` (its Hydra config, or this dataclass), beyond the checkpoint and the
+        decoding options, as the keyword arguments of its function (nmt.evaluate's `evaluate`, `translate_file`): an
+        option added here reaches the function without a word more in the command."""
+        decoding = {f.name for f in dataclasses.fields(DecodeOptions)} | {"checkpoint"}
+        return {
+            cls.RENAMED.get(f.name, f.name): getattr(config, f.name)
+            for f in dataclasses.fields(cls)
+            if f.name not in decoding
+        }
 
 
 @dataclass
@@ -355,6 +368,7 @@ class EvaluateConfig(SearchOptions):
 class TranslateConfig(SearchOptions):
     """`python translate.py`: translate stdin or a file line for line."""
 
+    RENAMED: ClassVar[dict[str, str]] = {"input": "source"}
     beam: int = 5
     input: str | None = None  # a file with one sentence per line; null reads stdin
     output: str | None = None  # null writes to stdout

@@ -319,6 +319,12 @@ def reinforce_alone(size: int):
     return module, memory, torch.ones(1, 2, dtype=torch.bool)
 
 
+def drawn(module, queries, memory, mask, draws: int):
+    """The module's (context, weights) for `draws` copies of one example (batch 1): a hard attention's samples."""
+    copies = (queries, memory, memory, mask)
+    return module(*(tensor.expand(draws, *tensor.shape[1:]) for tensor in copies))
+
+
 def test_reinforce_gradient_matches_the_exact_expectation_on_two_positions():
     """Xu et al. 2015, section 4.1: E_s[(f(s) - b) grad log p(s)] = grad E_s[f(s)] = sum_s f(s) grad a(s). The
     estimate from 100,000 draws against the exact gradient of the expectation over the two positions."""
@@ -335,12 +341,7 @@ def test_reinforce_gradient_matches_the_exact_expectation_on_two_positions():
     (exact_weights[0, 0] * reward(memory[0])).sum().backward()
     exact, query.grad = query.grad.clone(), None
 
-    context, weights = module(
-        query.expand(draws, 1, size),
-        memory.expand(draws, 2, size),
-        memory.expand(draws, 2, size),
-        mask.expand(draws, 2),
-    )
+    context, weights = drawn(module, query, memory, mask, draws)
     losses = reward(context[:, 0]).detach()  # (draws,)
     policy = module.policy_loss(weights, torch.ones(draws, 1, dtype=torch.bool), losses[:, None])
     assert policy.item() == 0  # the term adds a gradient, not a value
@@ -368,12 +369,7 @@ def test_reinforce_estimates_the_gradient_of_the_expected_summed_loss_over_sever
     at_each = losses(memory[0][:, None, :].expand(2, 3, size))  # (positions, words)
     (exact_weights[0] * at_each.T).sum().backward()
     exact, queries.grad = queries.grad.clone(), None
-    context, weights = module(
-        queries.expand(draws, 3, size),
-        memory.expand(draws, 2, size),
-        memory.expand(draws, 2, size),
-        mask.expand(draws, 2),
-    )
+    context, weights = drawn(module, queries, memory, mask, draws)
     module.policy_loss(weights, torch.ones(draws, 3, dtype=torch.bool), losses(context).detach()).backward()
     estimate = queries.grad / draws * 3  # the term divides by the mean length
     torch.testing.assert_close(estimate, exact, atol=0.03, rtol=0.05)

@@ -225,3 +225,28 @@ def test_the_debug_trainer_is_a_tiny_model_of_each_family_on_a_step_budget(model
     )
     lab = compose_config(f"model={model}", "trainer=debug", "size=lab").model
     assert lab == compose_config(f"model={model}", "size=lab").model != cfg.model
+
+
+def test_every_option_of_evaluate_and_translate_reaches_its_function():
+    """The commands hand their own options to their functions by name (SearchOptions.task): each one is a keyword of
+    the function, and together with the checkpoint and the decoding options they are all of the command's options."""
+    import dataclasses
+    import inspect
+
+    from nmt.config import DecodeOptions, EvaluateConfig, TranslateConfig
+    from nmt.evaluate import evaluate, translate_file
+
+    decoding = {f.name for f in dataclasses.fields(DecodeOptions)}
+    for name, schema, function in (
+        ("evaluate", EvaluateConfig, evaluate),
+        ("translate", TranslateConfig, translate_file),
+    ):
+        cfg = compose_config("checkpoint=x.pt", config_name=name)
+        task = schema.task(cfg)
+        assert set(task) <= set(inspect.signature(function).parameters) - {"checkpoint_path", "decoding"}, name
+        renamed = {schema.RENAMED.get(key, key) for key in cfg if key not in decoding | {"checkpoint"}}
+        assert set(task) == renamed, name
+    assert (
+        TranslateConfig.task(compose_config("checkpoint=x.pt", "input=a.txt", config_name="translate"))["source"]
+        == "a.txt"
+    )

@@ -4,7 +4,7 @@ import hydra
 from omegaconf import DictConfig
 
 from nmt.cli import refusals_and_ctrl_c
-from nmt.config import CONFIGS, DecodeOptions, register
+from nmt.config import CONFIGS, DecodeOptions, EvaluateConfig, register
 from nmt.evaluate import evaluate
 
 register()  # the dataclasses of nmt/config.py, which configs/*.yaml fill in
@@ -13,18 +13,7 @@ register()  # the dataclasses of nmt/config.py, which configs/*.yaml fill in
 @hydra.main(config_path=str(CONFIGS), config_name="evaluate", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     with refusals_and_ctrl_c("hypotheses"):
-        evaluate(
-            cfg.checkpoint,
-            DecodeOptions.of(cfg),
-            split=cfg.split,
-            source=cfg.source,
-            reference=cfg.reference,
-            data_dir=cfg.data_dir,
-            output=cfg.output,
-            alignments=cfg.alignments,
-            alignment_map=cfg.alignment_map,
-            overwrite=cfg.overwrite,
-        )
+        evaluate(cfg.checkpoint, DecodeOptions.of(cfg), **EvaluateConfig.task(cfg))
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ import hydra
 from omegaconf import DictConfig
 
 from nmt.cli import refusals_and_ctrl_c
-from nmt.config import CONFIGS, DecodeOptions, register
+from nmt.config import CONFIGS, DecodeOptions, TranslateConfig, register
 from nmt.evaluate import translate_file
 
 register()  # the dataclasses of nmt/config.py, which configs/*.yaml fill in
@@ -13,16 +13,7 @@ register()  # the dataclasses of nmt/config.py, which configs/*.yaml fill in
 @hydra.main(config_path=str(CONFIGS), config_name="translate", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     with refusals_and_ctrl_c("translations"):
-        translate_file(
-            cfg.checkpoint,
-            DecodeOptions.of(cfg),
-            source=cfg.input,
-            output=cfg.output,
-            attention=cfg.attention,
-            alignments=cfg.alignments,
-            alignment_map=cfg.alignment_map,
-            overwrite=cfg.overwrite,
-        )
+        translate_file(cfg.checkpoint, DecodeOptions.of(cfg), **TranslateConfig.task(cfg))
 
 
 if __name__ == "__main__":
