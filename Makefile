@@ -47,9 +47,9 @@ compare: install
 lab: install
 	$(BIN)/python -m nmt.study lab --output multirun/lab --seeds $(SEEDS) --launcher joblib --jobs $(COMPARE_JOBS)
 
-# What README.md and docs/results.md report, 3 seeds each, from one commit: the claims' variants at the main budget
-# with fp32 and one thread pinned (Bahdanau's model with and without attention among them), the four families at
-# README's budget, the lab (8 seeds of the variants its claims compare), and the comparison of every variant at 1e14 FLOPs (early training). About an hour a run
+# What README.md and docs/results.md report, 3 seeds each, from one commit: the claims' variants with fp32 and one
+# thread pinned (Bahdanau's model with and without attention among them) and the four families, both trained until
+# they stop learning (up to 2e15 FLOPs, patience on valid BLEU: nmt/study/published.py), the lab (8 seeds of the variants its claims compare), and the comparison of every variant at 1e14 FLOPs (early training). About an hour a run
 # on 2 cores; on one GPU the claims part's 24 runs take about 20 minutes, 12 at once (scripts/device_check.sh study).
 # Each run is recorded in results/runs/ as it finishes (commit them: a later `make results`, on any machine, trains
 # only the runs without a record). Then results/*.json and the tables between markers in README.md and

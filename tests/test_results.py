@@ -301,15 +301,15 @@ def test_the_parts_table_says_which_parts_of_make_results_are_complete(tmp_path)
     (runs / "luong" / "seed1234").mkdir(parents=True)  # unfinished: no results.json
     finished = published.finished(runs)
     assert finished == {"bahdanau": [1234, 1235], "luong_dot": [1234], "sutskever": [1234, 1235, 1236]}
-    claims = "| claims | 8 variants at 5e14 FLOPs, fp32 |"
+    claims = "| claims | 8 variants, fp32 |"
     others = "| others | the comparison: 17 variants at 1e14 FLOPs "
     assert f"{claims} no runs yet |" in tables.render("parts", tmp_path)
     (tmp_path / "compare.json").write_text(json.dumps({"finished": finished}))
     table = tables.render("parts", tmp_path)
     assert f"{others}(early training) | 6 of 51 runs |" in table and f"{claims} no runs yet |" in table
-    assert "| main | the 4 families' defaults, 5e14 FLOPs each | no runs yet |" in table
+    assert "| main | the 4 families' defaults | no runs yet |" in table
     (tmp_path / "main.json").write_text(json.dumps({"finished": {"bahdanau": [1234], "luong": [1234, 1235]}}))
-    assert "| main | the 4 families' defaults, 5e14 FLOPs each | 3 of 12 runs |" in tables.render("parts", tmp_path)
+    assert "| main | the 4 families' defaults | 3 of 12 runs |" in tables.render("parts", tmp_path)
     assert not published.complete({"bahdanau": [1234], "luong": [1234, 1235]}, FAMILIES)
     assert published.complete({family: [1, 2, 3] for family in FAMILIES}, FAMILIES)
     every = {variant: [1234, 1235, 1236, 1237] for variant in CLAIM_VARIANTS}  # a 4th seed counts as 3
@@ -320,6 +320,18 @@ def test_the_parts_table_says_which_parts_of_make_results_are_complete(tmp_path)
         (runs / "claims" / "bahdanau_fixed").mkdir(parents=True, exist_ok=True)
         (runs / "claims" / "bahdanau_fixed" / f"seed{seed}.record.json").write_text("{}")
     assert f"{claims} 2 of 24 runs |" in tables.render("parts", tmp_path)
+    # tables from runs of an earlier protocol (5e14 FLOPs): today's runs are counted apart, by their records' options
+    earlier = {"config": {"trainer": {"max_flops": 5e14, "patience": 5, "validations": 0}}, "budget": "5e+14 FLOPs"}
+    (tmp_path / "claims.json").write_text(json.dumps({"variants": {"x": {"runs": [earlier] * 24}}}))
+    assert f"{claims} no runs yet under today's protocol; tables: 24 earlier runs at 5e+14 FLOPs |" in tables.render(
+        "parts", tmp_path
+    )
+    today = {"max_flops": published.CAP, "patience": 5, "validations": 40, "select": "bleu"}
+    assert published.of_protocol(today) and not published.of_protocol(earlier["config"]["trainer"])
+    record = runs / "claims" / "bahdanau_fixed" / "seed1234.record.json"
+    record.write_text(json.dumps({"config": {"trainer": today}}))
+    assert f"{claims} 1 of 24 runs under today's protocol;" in tables.render("parts", tmp_path)
+    (tmp_path / "claims.json").unlink()
     lab = "| lab | the attention variants on the sample grammar |"
     assert f"{lab} no runs yet; its table is written when all its runs end |" in tables.render("parts", tmp_path)
     for variant, seed in (("lab_bahdanau", 1234), ("lab_bahdanau", 1235), ("lab_sutskever", 1234)):

@@ -25,6 +25,20 @@ PARTS = ("claims", "main", "lab", "others")
 # CPUs with native bf16 and fp32 on others) and one thread (a reduction over more threads sums in another order).
 # Their records hold both, and the report names the machines; on a GPU, fp32 without TF32 (nmt.device.exact_fp32).
 PINNED = ["trainer.precision=fp32", "trainer.threads=1"]
+# The protocol of the final runs (the claims' and the main table's) and of each family's tuning: trained until they
+# stop learning, up to a compute cap, stopped earlier by patience on valid BLEU, validated at each 1/40 of the cap
+CAP = 2e15
+PATIENCE, VALIDATIONS = 5, 40
+STOPPING = (f"trainer.patience={PATIENCE}", f"trainer.validations={VALIDATIONS}", "trainer.select=bleu")
+PROTOCOL = (f"trainer.max_flops={CAP:g}", *STOPPING)
+
+
+def of_protocol(trainer: dict) -> bool:
+    """Whether a run's trainer options (its record's) are the final runs' protocol (`PROTOCOL`)."""
+    wanted = {"max_flops": CAP, "patience": PATIENCE, "validations": VALIDATIONS, "select": "bleu"}
+    return all(trainer.get(key) == value for key, value in wanted.items())
+
+
 # The files whose marked blocks are generated
 DOCUMENTS = (
     "README.md",

@@ -122,8 +122,8 @@ def main_table(folder: Path = RESULTS, short: bool = False) -> str:
         [
             *lines,
             "",
-            f"Budget: {'; '.join(budget)} each{early}; rows in order of valid BLEU; mean ± "
-            "standard deviation over seeds; Δ best: test BLEU (beam 5) minus that of the best on valid "
+            f"Budget: {'; '.join(budget)} each{early}; rows in order of valid BLEU; mean ± sd over "
+            "seeds; Δ best: test BLEU (beam 5) minus that of the best on valid "
             f"({record['best']}), 95% interval over seeds and sentences, p-value. {where}",
             "",
         ]

@@ -33,13 +33,15 @@ from nmt.decoding import Translator, decode_split
 from nmt.evaluate import corpus_of
 from nmt.paths import write_text
 from nmt.provenance import loaded_code, read_provenance
+from nmt.study import published
 from nmt.study.variants import FAMILIES
 from nmt.validation import read_validations
 
 TRIALS = 8  # proposed trials per family, beside its defaults (trial 0)
-# The protocol of the final runs, tuning's too: a compute cap, patience on valid BLEU, 40 validations over the cap
-CAP = 2e15
-PROTOCOL = ("trainer.patience=5", "trainer.validations=40", "trainer.select=bleu", "trainer.test_at_end=false")
+# The protocol of the final runs, tuning's too (nmt.study.published: a compute cap, patience on valid BLEU, 40
+# validations over the cap), the test split unread
+CAP = published.CAP
+PROTOCOL = (*published.STOPPING, "trainer.test_at_end=false")
 SEED = 1234
 AVERAGES = (2, 3, 5)  # trainer.average_last's choices beside 1 (the best checkpoint); 5: the trials' keep_checkpoints
 # The same kinds of knobs for every family (Optuna's sweep syntax): the peak learning rate and its warm-up, label

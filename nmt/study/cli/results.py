@@ -8,11 +8,12 @@ python -m nmt.study results --parts lab --record    # the lab's tables on the se
 python -m nmt.study results --parts main --only luong,transformer   # train only these (share runs out over machines)
 
 The parts, in this order (each resumable: a rerun keeps finished runs with today's settings and continues the rest):
-  claims  the variants the papers' claims need (Bahdanau's model with and without attention among them) at the main
-          table's budget, trained as `python train.py variant=X` trains them with fp32 and one thread pinned
-          (published.PINNED), then their report and the claims (results/claims.json)
-  main    the four families' defaults, as `python train.py model=X` trains them (5e14 FLOPs each), greedy and beam 5
-          (results/main.json)
+  claims  the variants the papers' claims need (Bahdanau's model with and without attention among them), trained as
+          `python train.py variant=X` trains them under the final runs' protocol (published.PROTOCOL: up to 2e15
+          FLOPs, stopped earlier by patience on valid BLEU) with fp32 and one thread pinned (published.PINNED), then
+          their report and the claims (results/claims.json)
+  main    the four families' (tuned) defaults, as `python train.py model=X` trains them, under the same protocol,
+          greedy and beam 5 (results/main.json)
   lab     the alignment lab, `python -m nmt.study lab`, with fp32 and one thread pinned, 8 seeds of the variants its
           claims compare (--claim-seeds) (results/lab.json; its runs' records in results/runs/lab)
   others  the comparison of every variant at `make compare`'s budget (1e14 FLOPs each: early training, not the
@@ -41,7 +42,7 @@ from nmt.provenance import loaded_code, read_provenance
 from nmt.study import published, tables
 from nmt.study.cli import compare, lab
 from nmt.study.lab_plan import CLAIM_SEEDS
-from nmt.study.published import PARTS, PINNED
+from nmt.study.published import PARTS, PINNED, PROTOCOL
 from nmt.study.records import record_runs, recorded_sweep
 from nmt.study.sweep import ROOT, chosen, from_root, launcher_options
 from nmt.study.variants import CLAIM_VARIANTS, FAMILIES, VARIANTS
@@ -124,8 +125,8 @@ def lab_seeds_recorded() -> int:
 
 
 def train_recorded(part: str, variants: list[str], overrides: list[str], args: argparse.Namespace, runs: Path) -> None:
-    """`variants` as `python train.py variant=X seed=N OVERRIDES` trains them (their defaults: the main budget), each
-    finished run recorded in results/runs/<part> (committed, from any machine; those with a record are not trained
+    """`variants` as `python train.py variant=X seed=N OVERRIDES` trains them (OVERRIDES: the final runs' protocol),
+    each finished run recorded in results/runs/<part> (committed, from any machine; those with a record are not trained
     again), then the part's report from its records."""
     seeds = list(range(1234, 1234 + args.seeds))
     recorded_sweep(
@@ -243,7 +244,8 @@ def main(argv: list[str] | None = None) -> None:
                 record_runs(runs / part / "runs", published.RECORDS / part, MAIN_BEAM)
                 report_on(part, runs, MAIN_BEAM)
             else:
-                train_recorded(part, trained[part], PINNED if part == "claims" else [], args, runs)
+                protocol = [*PROTOCOL, *(PINNED if part == "claims" else [])]  # to convergence, as tuned
+                train_recorded(part, trained[part], protocol, args, runs)
             export(runs / part, part, published.RECORDS / part)
             if part == "main" and published.complete(published.load("main")["finished"], FAMILIES):
                 published.copy_figures(runs / "main", "main")  # README's figures: all seeds or none
