@@ -22,8 +22,10 @@
 #   bash scripts/device_check.sh study PART VARIANTS JOBS SECONDS [SEEDS]
 #                                          there: `make results`' PART (tune first, as it sets the defaults:
 #                                          `python -m nmt.study tune` of the families VARIANTS, SEEDS trials each (8),
-#                                          continuing the records it has; claims, main, or lab: `python -m nmt.study
-#                                          lab`'s variants) for VARIANTS (comma-separated), SEEDS each (3),
+#                                          continuing the records it has; back here untar them, then `python -m
+#                                          nmt.study tune --report --apply` and commit before the next part; claims,
+#                                          main, or lab: `python -m nmt.study lab`'s variants) for VARIANTS
+#                                          (comma-separated), SEEDS each (3),
 #                                          JOBS runs at once on the one GPU, for at most SECONDS; every run that
 #                                          finishes is recorded by its own job, and the records come back as
 #                                          $OUT/records.tgz (untar it into results/runs/, then `python -m nmt.study results
