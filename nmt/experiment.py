@@ -89,7 +89,9 @@ def train_in(settings: TrainConfig, resolved: dict, run_dir: Path, where: torch.
         distributed.barrier()  # the other processes end with rank 0, after its test: none leaves the group early
         return {}
     results = summary(trainer)
-    reported = reported_model(trainer, run_dir, results)
+    reported = averaging.reported_model(run_dir, resolved["trainer"])  # best.pt, or the last validations' average
+    if reported.name != "best.pt":
+        score_average(trainer, run_dir, results)
     if settings.trainer.test_at_end:
         score_test_split(trainer, splits.test, reported, results)
     trainer.log.close()
@@ -121,15 +123,12 @@ def make_trainer(
     )
 
 
-def reported_model(trainer: Trainer, run_dir: Path, results: dict[str, float]) -> Path:
-    """The checkpoint the run reports: best.pt, or with trainer.average_last=k > 1 the average of its last k
-    validations' weights (`averaging.average_last`), decoded greedily on the valid split as validations are, its BLEU
-    in `results` as valid/averaged_bleu."""
-    count = trainer.config.average_last
-    if count <= 1:
-        return run_dir / "best.pt"
+def score_average(trainer: Trainer, run_dir: Path, results: dict[str, float]) -> None:
+    """With trainer.average_last=k > 1: the average of the run's last k validations' weights written
+    (`averaging.average_last`) and decoded greedily on the valid split as validations are, its BLEU in `results` as
+    valid/averaged_bleu."""
     trainer.writer.wait()  # the newest step<N>.pt is on disk
-    path, payload = averaging.average_last(run_dir, count)
+    path, payload = averaging.average_last(run_dir, trainer.config.average_last)
     trainer.model.load_state_dict(payload["model"])
     progress = "validating the averaged weights" if trainer.config.progress else ""
     model, valid, where = trainer.model, trainer.validator.pairs, (trainer.device, trainer.dtype)
@@ -143,7 +142,6 @@ def reported_model(trainer: Trainer, run_dir: Path, results: dict[str, float]) -
         scores.bleu,
         trainer.progress.best_bleu,
     )
-    return path
 
 
 def score_test_split(trainer: Trainer, test_pairs, reported: Path, results: dict[str, float]) -> None:
@@ -259,8 +257,9 @@ def summary(trainer: Trainer) -> dict[str, float]:
 
 
 def evaluate_best(trainer: Trainer, test_pairs, reported: Path, before: dict[str, float]) -> dict[str, float]:
-    """Greedy test BLEU and chrF of the reported checkpoint (best.pt, or the average of the last validations':
-    `reported_model`): `best.test.hyp`, and `results.json` in the run directory with the figures `before` it."""
+    """Greedy test BLEU and chrF of the reported checkpoint (best.pt, or the average of the last validations:
+    `averaging.reported_model`): `best.test.hyp`, and `results.json` in the run directory with the figures `before`
+    it."""
     run_dir, tested = reported.parent, checkpoint.load(reported)
     best = checkpoint.load(run_dir / "best.pt") if reported.name != "best.pt" else tested
     trainer.model.load_state_dict(tested["model"])

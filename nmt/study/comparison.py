@@ -33,15 +33,19 @@ def budget(trainer: dict) -> str:
 
 
 def stopped_by(run: dict) -> str:
-    """What stopped a finished run, read from its record: "cap" where it trained its compute or update budget,
-    "patience" where valid `trainer.select` had not improved for trainer.patience validations, else "other" (a clock
-    or epoch budget, or a run ended by hand)."""
-    trainer = run["config"]["trainer"]
-    if trainer.get("max_flops") and run["petaflops"] * 1e15 >= trainer["max_flops"] * 0.999:
-        return "cap"
-    if trainer.get("max_steps") and run["updates"] >= trainer["max_steps"]:
-        return "cap"
+    """What stopped a finished run, read from its record (`stop_kind`)."""
     after_best = sum(1 for _, update, _ in run.get("curve") or [] if update > run["best_step"])
+    return stop_kind(run["config"]["trainer"], run["petaflops"], run["updates"], after_best)
+
+
+def stop_kind(trainer: dict, petaflops: float, updates: int, after_best: int) -> str:
+    """ "cap" where a run trained its compute or update budget, "patience" where valid `trainer.select` had not
+    improved for trainer.patience validations (`after_best`: those after the best), else "other" (a clock or epoch
+    budget, or a run ended by hand)."""
+    if trainer.get("max_flops") and petaflops * 1e15 >= trainer["max_flops"] * 0.999:
+        return "cap"
+    if trainer.get("max_steps") and updates >= trainer["max_steps"]:
+        return "cap"
     return "patience" if trainer.get("patience") and after_best >= trainer["patience"] else "other"
 
 

@@ -27,16 +27,15 @@ PARTS = ("claims", "main", "lab", "others")
 PINNED = ["trainer.precision=fp32", "trainer.threads=1"]
 # The protocol of the final runs (the claims' and the main table's) and of each family's tuning: trained until they
 # stop learning, up to a compute cap, stopped earlier by patience on valid BLEU, validated at each 1/40 of the cap
-CAP = 2e15
-PATIENCE, VALIDATIONS = 5, 40
-STOPPING = (f"trainer.patience={PATIENCE}", f"trainer.validations={VALIDATIONS}", "trainer.select=bleu")
+FINAL = {"max_flops": 2e15, "patience": 5, "validations": 40, "select": "bleu"}
+CAP = FINAL["max_flops"]
+STOPPING = tuple(f"trainer.{key}={value}" for key, value in FINAL.items() if key != "max_flops")  # tuning adds its cap
 PROTOCOL = (f"trainer.max_flops={CAP:g}", *STOPPING)
 
 
 def of_protocol(trainer: dict) -> bool:
-    """Whether a run's trainer options (its record's) are the final runs' protocol (`PROTOCOL`)."""
-    wanted = {"max_flops": CAP, "patience": PATIENCE, "validations": VALIDATIONS, "select": "bleu"}
-    return all(trainer.get(key) == value for key, value in wanted.items())
+    """Whether a run's trainer options (its record's) are the final runs' protocol (`FINAL`)."""
+    return all(trainer.get(key) == value for key, value in FINAL.items())
 
 
 # The files whose marked blocks are generated

@@ -34,6 +34,7 @@ from nmt.evaluate import corpus_of
 from nmt.paths import write_text
 from nmt.provenance import loaded_code, read_provenance
 from nmt.study import published
+from nmt.study.comparison import stop_kind
 from nmt.study.variants import FAMILIES
 from nmt.validation import read_validations
 
@@ -90,7 +91,10 @@ class Trial:
         validations = read_validations(run)
         best = max((v["bleu"] for v in validations), default=0.0)
         petaflops = validations[-1]["petaflops"] if validations else 0.0
-        stopped = "cap" if petaflops * 1e15 >= cap * 0.999 else "patience"
+        bleus = [v["bleu"] for v in validations]
+        after_best = len(bleus) - 1 - bleus.index(max(bleus)) if bleus else 0  # the first of equals is the best
+        protocol = {"max_flops": cap, "patience": published.FINAL["patience"]}
+        stopped = stop_kind(protocol, petaflops, validations[-1]["step"] if validations else 0, after_best)
         curve = [{k: v[k] for k in ("step", "petaflops", "bleu", "loss")} for v in validations]
         return cls(family, number, options, best, petaflops, stopped, curve, read_provenance(run))
 
