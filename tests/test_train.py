@@ -772,3 +772,31 @@ def test_help_lists_the_users_option_groups_not_the_internal_ones():
     assert "model: bahdanau, luong, sutskever, transformer" in groups and "model/attention: additive," in groups
     assert "size: default, lab, tiny" in groups and "experiment: demo" in groups
     assert "schema" not in groups and "family_size" not in groups and "hydra" not in groups
+
+
+def test_a_command_composes_its_config_once_and_takes_hydra_mode_from_wherever_it_is_set(tmp_path, monkeypatch):
+    """Hydra composes a config a first time only to read hydra.mode; our commands skip that where nothing could set
+    it, and still follow hydra.mode from the command line or from a config file of another folder (--config-dir).
+    joblib with n_jobs=0 is refused as a sweep starts, trainer.log_every=0 as a single run starts: the refusal tells
+    which mode the command took."""
+    from hydra._internal.hydra import Hydra
+
+    import nmt.cli.train
+
+    composed = []
+    compose = Hydra.compose_config
+    monkeypatch.setattr(Hydra, "compose_config", lambda self, *a, **k: composed.append(1) or compose(self, *a, **k))
+    monkeypatch.setattr(sys, "argv", ["train.py", "trainer.log_every=0", f"hydra.run.dir={tmp_path / 'run'}"])
+    with pytest.raises(SystemExit, match="trainer.log_every=0: must be at least 1"):
+        nmt.cli.train.main()
+    assert len(composed) == 1
+    refusals = ["hydra/launcher=joblib", "hydra.launcher.n_jobs=0", "trainer.log_every=0", f"hydra.sweep.dir={tmp_path}"]
+    sweep_refused, run_refused = "hydra.launcher.n_jobs=0: runs no job", "trainer.log_every=0: must be at least 1"
+    single = run("train.py", *refusals, f"hydra.run.dir={tmp_path / 'run'}")
+    assert single.returncode == 1 and run_refused in single.stderr and sweep_refused not in single.stderr
+    said = run("train.py", *refusals, "hydra.mode=MULTIRUN")
+    assert said.returncode == 1 and sweep_refused in said.stderr, said.stderr
+    (tmp_path / "mine" / "mode").mkdir(parents=True)
+    (tmp_path / "mine" / "mode" / "sweep.yaml").write_text("# @package _global_\nhydra:\n  mode: MULTIRUN\n")
+    from_file = run("train.py", "--config-dir", str(tmp_path / "mine"), "+mode=sweep", *refusals)
+    assert from_file.returncode == 1 and sweep_refused in from_file.stderr, from_file.stderr

@@ -2,7 +2,9 @@
 nmt-evaluate and nmt-translate; `python train.py` ... in a checkout)."""
 
 import contextlib
+import re
 import sys
+from pathlib import Path
 
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
@@ -29,3 +31,50 @@ def said(error: Exception) -> str:
         return f"{error.full_key}: required; give it on the command line ({error.full_key}=...)"
     text = str(error)
     return text.splitlines()[0] if isinstance(error, OmegaConfBaseException) and text else text
+
+
+# What could set hydra.mode where a command's config comes from: an override, or a key in a config file
+MODE_OVERRIDE = re.compile(r"[+~]*hydra\.(mode|searchpath)\b")
+MODE_KEY = re.compile(r"^\s*(mode|searchpath)\s*:", re.MULTILINE)
+READ_WHOLE = ("pkg://hydra.conf", "structured://")  # Hydra's own files and the ConfigStore: neither sets hydra.mode
+
+
+def compose_once() -> None:
+    """Each command's config composed once, not twice. Hydra (1.3) composes the whole config a first time only to
+    read `hydra.mode` (`Hydra.get_mode`), then again to run (hydra-ecosystem/hydra#3440): a third to a half of a
+    refused command's time. Where nothing could set hydra.mode its answer is None (Hydra then goes by `-m`), so our
+    commands give that answer without composing, and ask Hydra's own get_mode whenever something could: an override of
+    hydra.mode or hydra.searchpath, a config file with a `mode:` or `searchpath:` key in a config folder (ours,
+    --config-dir), or a config source that is not a folder (a plugin's package)."""
+    from hydra._internal.hydra import Hydra
+
+    composing = getattr(Hydra, "get_mode", None)
+    if composing is None or getattr(composing, "composes_once", False):
+        return
+
+    def get_mode(self, config_name, overrides):
+        if could_set_mode(self, overrides):
+            return composing(self, config_name, overrides)
+        return None
+
+    get_mode.composes_once = True
+    Hydra.get_mode = get_mode
+
+
+def could_set_mode(hydra, overrides: list[str]) -> bool:
+    """Whether an override or a config file Hydra could read for this command might set hydra.mode."""
+    if any(MODE_OVERRIDE.match(override) for override in overrides):
+        return True
+    try:
+        sources = [entry.path for entry in hydra.config_loader.get_search_path().get_path()]
+    except AttributeError:  # another Hydra: its own answer
+        return True
+    for source in sources:
+        if source in READ_WHOLE:
+            continue
+        folder = Path(source.removeprefix("file://"))
+        if "://" in source.removeprefix("file://") or not folder.is_dir():
+            return True
+        if any(MODE_KEY.search(path.read_text(errors="replace")) for path in folder.rglob("*.yaml")):
+            return True
+    return False
