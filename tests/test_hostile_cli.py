@@ -505,6 +505,7 @@ def test_a_nan_loss_never_reaches_a_checkpoint(tmp_path, sample_splits, sample_v
         device="cpu",
         progress=False,
         schedule="constant",
+        num_plots=0,
     )
     trainer = Trainer(model, sample_vocabulary, sample_splits.train[:100], sample_splits.valid[:4], tmp_path, config)
     trainer.train()

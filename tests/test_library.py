@@ -103,7 +103,9 @@ def test_a_trainer_built_in_python_trains_and_saves(tmp_path, sample_splits, sam
         attention=attention,
         **{**SIZES, "dropout": 0.0},
     )
-    config = replace(TrainerConfig(), max_steps=4, max_minutes=0, valid_every=2, device="cpu", progress=False)
+    config = replace(
+        TrainerConfig(), max_steps=4, max_minutes=0, valid_every=2, device="cpu", progress=False, num_plots=0
+    )
     trainer = Trainer(model, sample_vocabulary, sample_splits.train[:50], sample_splits.valid[:5], tmp_path, config)
     assert trainer.train() == "reached trainer.max_steps=4"
     assert trainer.progress.step == 4 and trainer.last_metrics["step"] == 4

@@ -21,8 +21,8 @@ def served(tmp_path_factory):
     outputs = tmp_path_factory.mktemp("outputs")
     run_dir = outputs / "bahdanau" / "2026-11-28_10-00-00"
     trained = run(
-        "train.py", "experiment=demo", "size=tiny", "trainer.max_flops=0", "trainer.max_steps=40",
-        "trainer.valid_every=10", "trainer.log_every=5", "trainer.progress=false", f"hydra.run.dir={run_dir}",
+        "train.py", "experiment=demo", "size=tiny", "trainer.max_flops=0", "trainer.max_steps=20",
+        "trainer.valid_every=5", "trainer.log_every=5", "trainer.progress=false", f"hydra.run.dir={run_dir}",
         "data.sizes.train=300", "data.sizes.valid=20", "data.sizes.test=20",
         f"data.spm_cache={outputs.parent / 'spm'}",
     )  # fmt: skip
