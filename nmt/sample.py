@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import argparse
 import random
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 from nmt import UserError
@@ -364,16 +365,27 @@ def generate_aligned(
     train: int = 4000, valid: int = 300, test: int = 300, seed: int = 1234, options: GrammarOptions | None = None
 ) -> tuple[Splits, dict[str, list[Gold]]]:
     """A deterministic corpus of distinct sentence pairs, split into train/valid/test without overlap, and the gold
-    alignment of every pair, by split."""
+    alignment of every pair, by split. Drawn once per process for each size, seed and grammar (a sweep's jobs, and a
+    run's records and measurements, read the same corpus again); every call gets lists of its own."""
     options = options or GrammarOptions()
     options.check()
     check_sizes(train, valid, test)
-    grammar = Grammar(random.Random(seed), options)
+    items = drawn(train + valid + test, seed, astuple(options))
+    bounds = {"train": (0, train), "valid": (train, train + valid), "test": (train + valid, len(items))}
+    gold = {name: [links for _, (_, links) in items[a:b]] for name, (a, b) in bounds.items()}
+    return Splits(*([(de, en) for de, (en, _) in items[a:b]] for a, b in bounds.values()), alignments=gold), gold
+
+
+@lru_cache(maxsize=8)
+def drawn(wanted: int, seed: int, grammar: tuple) -> tuple[tuple[str, tuple[str, Gold]], ...]:
+    """`wanted` distinct sentences the grammar with options `grammar` (GrammarOptions as a tuple) draws from `seed`,
+    each (German, (English, gold links)), in the order drawn."""
+    options = GrammarOptions(*grammar)
+    sentences = Grammar(random.Random(seed), options)
     seen: dict[str, tuple[str, Gold]] = {}
-    wanted = train + valid + test
     attempts, longest, limit = 0, 0, 1000 * (wanted + 10)
     while len(seen) < wanted:
-        de, en, gold = grammar.sentence()
+        de, en, gold = sentences.sentence()
         length = len(de.split())
         longest = max(longest, length)
         if length >= options.min_words and (not options.max_words or length <= options.max_words):
@@ -387,10 +399,7 @@ def generate_aligned(
                 f"{wanted:,} asked for in {attempts:,} drawn; the longest had {longest} words); allow "
                 "more clauses or phrases, or fewer sentences"
             )
-    items = list(seen.items())
-    bounds = {"train": (0, train), "valid": (train, train + valid), "test": (train + valid, wanted)}
-    gold = {name: [links for _, (_, links) in items[a:b]] for name, (a, b) in bounds.items()}
-    return Splits(*([(de, en) for de, (en, _) in items[a:b]] for a, b in bounds.values()), alignments=gold), gold
+    return tuple(seen.items())
 
 
 def generate(train: int = 4000, valid: int = 300, test: int = 300, seed: int = 1234) -> Splits:

@@ -10,7 +10,7 @@ from nmt.batches import TokenBatchSampler
 from nmt.config import FilePair
 from nmt.corpus import fetch, load_files, load_multi30k, read_lines, read_parallel
 from nmt.data import BOS_ID, EOS_ID, PAD_ID, ParallelDataset, collate
-from nmt.sample import generate
+from nmt.sample import drawn, generate
 
 
 def test_read_lines_strips_bom_crlf_and_keeps_empty_lines(tmp_path):
@@ -183,8 +183,12 @@ def test_max_tokens_smaller_than_a_sentence_is_a_user_error(sample_splits, sampl
 
 
 def test_sample_corpus_is_deterministic_and_has_reorderings():
-    first, second = generate(200, 20, 20, seed=5), generate(200, 20, 20, seed=5)
-    assert first == second
+    first = generate(200, 20, 20, seed=5)
+    first.train.append(("Ein Satz des Aufrufers.", "A caller's own sentence."))  # its lists are its own
+    second = generate(200, 20, 20, seed=5)  # drawn once per process
+    drawn.cache_clear()
+    assert second == generate(200, 20, 20, seed=5) and len(first.train) == len(second.train) + 1  # drawn again
+    first = second
     pairs = first.train + first.valid + first.test
     assert len({s for s, _ in pairs}) == len(pairs)  # no duplicates, so no test sentence is in training
     assert any(", weil" in s or ", wenn" in s for s, _ in pairs)  # verb-final subordinate clauses
