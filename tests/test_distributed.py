@@ -56,15 +56,20 @@ def decide(rank: int, world: int, port: int, results) -> None:
                 stopped_at = (update, signal_number)
                 break
         non_finite = distributed.agree([rank == 0], cpu)[0]  # a NaN loss on rank 0 alone
-        results[rank] = (stopped_at, non_finite)
+        results.put((rank, (stopped_at, non_finite)))
+
+
+def in_two_processes(function, port: int) -> dict:
+    """`function(rank, 2, port, results)` in two processes, forked from this one (spawned interpreters would each
+    import torch first), and what each rank put in `results`, by rank."""
+    results = mp.get_context("fork").SimpleQueue()
+    mp.start_processes(function, args=(2, port, results), nprocs=2, join=True, start_method="fork")
+    return dict(results.get() for _ in range(2))
 
 
 @pytest.mark.slow
 def test_a_stop_or_a_nan_seen_by_one_process_stops_every_process_at_the_same_update(unused_tcp_port):
-    manager = mp.Manager()
-    results = manager.dict()
-    mp.spawn(decide, args=(2, unused_tcp_port, results), nprocs=2, join=True)
-    assert dict(results) == {0: ((4, 15), 1), 1: ((4, 15), 1)}
+    assert in_two_processes(decide, unused_tcp_port) == {0: ((4, 15), 1), 1: ((4, 15), 1)}
     assert distributed.agree([0, 7], torch.device("cpu")) == [0, 7]  # one process: the identity
 
 
@@ -86,15 +91,12 @@ def gather_and_restore(rank: int, world: int, port: int, results) -> None:
         expected = torch.rand(3)
         torch.rand(50)  # the run goes on
         state.restore_rng({"torch": ranks[0]["torch"], "cuda": [], "ranks": ranks}, rank, cpu, 1, 10)
-        results[rank] = (len(ranks), torch.equal(torch.rand(3), expected))
+        results.put((rank, (len(ranks), torch.equal(torch.rand(3), expected))))
 
 
 @pytest.mark.slow
 def test_each_rank_saves_and_restores_its_own_random_state(unused_tcp_port):
-    manager = mp.Manager()
-    results = manager.dict()
-    mp.spawn(gather_and_restore, args=(2, unused_tcp_port, results), nprocs=2, join=True)
-    assert dict(results) == {0: (2, True), 1: (2, True)}
+    assert in_two_processes(gather_and_restore, unused_tcp_port) == {0: (2, True), 1: (2, True)}
 
 
 def test_a_rank_or_device_the_saving_job_did_not_have_is_handled():
