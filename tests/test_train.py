@@ -801,3 +801,23 @@ def test_a_command_composes_its_config_once_and_takes_hydra_mode_from_wherever_i
     (tmp_path / "mine" / "mode" / "sweep.yaml").write_text("# @package _global_\nhydra:\n  mode: MULTIRUN\n")
     from_file = run("train.py", "--config-dir", str(tmp_path / "mine"), "+mode=sweep", *refusals)
     assert from_file.returncode == 1 and sweep_refused in from_file.stderr, from_file.stderr
+
+
+def test_help_lists_config_groups_through_hydra_only_where_its_template_shows_them(monkeypatch, capsys):
+    """Hydra lists every group's options for any help template (3 of --help's 4 seconds); train.py's template lists
+    the groups itself, so its --help skips Hydra's listing, and --hydra-help, whose template shows it, keeps it."""
+    from hydra._internal.hydra import Hydra
+
+    import nmt.cli.train
+
+    listed = []
+    groups = Hydra.format_config_groups
+    monkeypatch.setattr(Hydra, "format_config_groups", lambda self, *a, **k: listed.append(1) or groups(self, *a, **k))
+    monkeypatch.setattr(Hydra, "list_all_config_groups", lambda self, *a, **k: [])  # the listing itself: not timed here
+    for flag, lists in (("--help", False), ("--hydra-help", True)):
+        listed.clear()
+        monkeypatch.setattr(sys, "argv", ["train.py", flag])
+        with pytest.raises(SystemExit) as ended:
+            nmt.cli.train.main()
+        assert ended.value.code in (0, None) and bool(listed) == lists, flag
+    assert "== Option groups (group=option) ==" in capsys.readouterr().out

@@ -39,26 +39,38 @@ MODE_KEY = re.compile(r"^\s*(mode|searchpath)\s*:", re.MULTILINE)
 READ_WHOLE = ("pkg://hydra.conf", "structured://")  # Hydra's own files and the ConfigStore: neither sets hydra.mode
 
 
-def compose_once() -> None:
-    """Each command's config composed once, not twice. Hydra (1.3) composes the whole config a first time only to
-    read `hydra.mode` (`Hydra.get_mode`), then again to run (hydra-ecosystem/hydra#3440): a third to a half of a
-    refused command's time. Where nothing could set hydra.mode its answer is None (Hydra then goes by `-m`), so our
-    commands give that answer without composing, and ask Hydra's own get_mode whenever something could: an override of
-    hydra.mode or hydra.searchpath, a config file with a `mode:` or `searchpath:` key in a config folder (ours,
-    --config-dir), or a config source that is not a folder (a plugin's package)."""
+def lean_hydra() -> None:
+    """Hydra without the work whose result it throws away, in our commands.
+
+    - Each command's config composed once, not twice. Hydra (1.3) composes the whole config a first time only to read
+      `hydra.mode` (`Hydra.get_mode`), then again to run (hydra-ecosystem/hydra#3440): a third to a half of a refused
+      command's time. Where nothing could set hydra.mode its answer is None (Hydra then goes by `-m`), so our commands
+      give that answer without composing, and ask Hydra's own get_mode whenever something could: an override of
+      hydra.mode or hydra.searchpath, a config file with a `mode:` or `searchpath:` key in a config folder (ours,
+      --config-dir), or a config source that is not a folder (a plugin's package).
+    - `--help` lists every config group's options ($APP_CONFIG_GROUPS, $HYDRA_CONFIG_GROUPS) only when the help
+      template shows them: Hydra lists them whatever the template, composing a repository per group (3 of train.py
+      --help's 4 seconds), and train.py's template lists its groups itself."""
     from hydra._internal.hydra import Hydra
 
-    composing = getattr(Hydra, "get_mode", None)
-    if composing is None or getattr(composing, "composes_once", False):
+    get_mode, get_help = getattr(Hydra, "get_mode", None), getattr(Hydra, "get_help", None)
+    if get_mode is None or get_help is None or getattr(get_mode, "lean", False):
         return
 
-    def get_mode(self, config_name, overrides):
-        if could_set_mode(self, overrides):
-            return composing(self, config_name, overrides)
-        return None
+    def lean_get_mode(self, config_name, overrides):
+        return get_mode(self, config_name, overrides) if could_set_mode(self, overrides) else None
 
-    get_mode.composes_once = True
-    Hydra.get_mode = get_mode
+    def lean_get_help(self, help_cfg, *args, **kwargs):
+        if "CONFIG_GROUPS" in str(help_cfg.get("template", "")):
+            return get_help(self, help_cfg, *args, **kwargs)
+        self.format_config_groups = lambda predicate, compact=True: ""  # this call only: the template omits them
+        try:
+            return get_help(self, help_cfg, *args, **kwargs)
+        finally:
+            del self.format_config_groups
+
+    lean_get_mode.lean = True
+    Hydra.get_mode, Hydra.get_help = lean_get_mode, lean_get_help
 
 
 def could_set_mode(hydra, overrides: list[str]) -> bool:

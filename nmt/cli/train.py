@@ -14,14 +14,14 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from nmt import Interrupted, UserError
-from nmt.cli import compose_once, said
+from nmt.cli import lean_hydra, said
 from nmt.config import CONFIGS, check_options, register
 from nmt.multirun import FAILED, SweepStop, job_skipped
 from nmt.paths import folder_option, write_text
 
 log = logging.getLogger("nmt")
 register()  # the dataclasses of nmt/config.py, which configs/*.yaml fill in
-compose_once()
+lean_hydra()
 
 
 def logged(level: int, message: str) -> None:

@@ -3,12 +3,12 @@
 import hydra
 from omegaconf import DictConfig
 
-from nmt.cli import compose_once, refusals_and_ctrl_c
+from nmt.cli import lean_hydra, refusals_and_ctrl_c
 from nmt.config import CONFIGS, DecodeOptions, TranslateConfig, register
 from nmt.evaluate import translate_file
 
 register()  # the dataclasses of nmt/config.py, which configs/*.yaml fill in
-compose_once()
+lean_hydra()
 
 
 @hydra.main(config_path=str(CONFIGS), config_name="translate", version_base="1.3")
