@@ -651,12 +651,10 @@ def ctrl_c(command: list[str], ready: Callable[[], bool], alone: int = 0, fresh:
     return process.returncode, stderr
 
 
-@pytest.mark.parametrize("alone", [0, signal.SIGTERM], ids=["Ctrl-C to the group", "SIGTERM to the process"])
-def test_ctrl_c_stops_a_joblib_sweep_and_every_running_job_saves_its_last_update(tmp_path, alone):
-    """Ctrl-C reaches the sweep's process and its workers at once; a SIGTERM to the sweep's own process alone (kill,
-    timeout, a supervisor) is passed on to train.py -m and from it to its workers. Either way each running job saves
-    its run at the update it was at (none killed inside a checkpoint's write by a sibling's exit), no job starts
-    after, the sweep says so, and no process of it is left."""
+def test_ctrl_c_stops_a_joblib_sweep_and_every_running_job_saves_its_last_update(tmp_path):
+    """Ctrl-C reaches the sweep's process and its workers at once: each running job saves its run at the update it
+    was at (none killed inside a checkpoint's write by a sibling's exit), no job starts after, and the sweep says so.
+    A SIGTERM to the sweep's process alone, passed on to its workers: the next test."""
     overrides = [
         "data=sample",
         "data.sizes.train=300",
@@ -681,9 +679,9 @@ def test_ctrl_c_stops_a_joblib_sweep_and_every_running_job_saves_its_last_update
     )
     logs = [sweep / "sutskever" / f"seed{seed}" / "train.log" for seed in (1, 2)]
     returncode, stderr = ctrl_c(
-        [sys.executable, "-c", script], lambda: all("validation at step" in text(log) for log in logs), alone
+        [sys.executable, "-c", script], lambda: all("validation at step" in text(log) for log in logs)
     )  # both training
-    name = signal.Signals(alone or signal.SIGINT).name
+    name = signal.Signals(signal.SIGINT).name
     assert f"{name}: the running jobs save their runs and stop, no other job starts" in stderr  # said at once
     assert f"stopped by {name}: the jobs that were running saved their runs" in stderr, stderr
     assert returncode == 1 and "3 of 3 runs of the sweep did not finish" in stderr
@@ -698,12 +696,13 @@ def test_ctrl_c_stops_a_joblib_sweep_and_every_running_job_saves_its_last_update
     assert not (sweep / "sutskever" / "seed3" / "provenance.json").exists()
 
 
-def test_ctrl_c_to_a_joblib_sweep_with_an_idle_worker_still_lets_the_busy_job_save(tmp_path):
-    """A worker that has finished its jobs waits for work that will not come; Ctrl-C to the sweep must not kill it
-    (loky would then kill its busy sibling before that saves its run): the idle worker notes the signal, the busy job
-    saves its last update, the sweep exits 130. The two jobs ran at once through hydra-joblib-launcher, and the one
-    that finished ends where the basic launcher ends it, bit for bit (one torch thread either way: the thread count
-    can change the sums' order, the launcher not)."""
+def test_sigterm_to_a_joblib_sweep_with_an_idle_worker_still_lets_the_busy_job_save(tmp_path):
+    """A SIGTERM to the sweep's own process alone (kill, timeout, a supervisor) is passed on to its workers, as
+    Ctrl-C reaches them all. A worker that has finished its jobs waits for work that will not come; the signal must
+    not kill it (loky would then kill its busy sibling before that saves its run): the idle worker notes the signal,
+    the busy job saves its last update, the sweep exits 128 + 15 and no process of it is left. The two jobs ran at
+    once through hydra-joblib-launcher, and the one that finished ends where the basic launcher ends it, bit for bit
+    (one torch thread either way: the thread count can change the sums' order, the launcher not)."""
     sweep = tmp_path / "sweep"
     options = [
         "variant=sutskever",
@@ -732,10 +731,12 @@ def test_ctrl_c_to_a_joblib_sweep_with_an_idle_worker_still_lets_the_busy_job_sa
     returncode, stderr = ctrl_c(
         command,
         lambda: "stopped: reached" in text(short / "train.log") and "validation at" in text(long / "train.log"),
+        signal.SIGTERM,
         fresh=True,
     )  # one worker idle, one training
-    assert returncode == 130, stderr
-    assert "BrokenProcessPool" not in stderr and "stopped by SIGINT: the jobs that were running saved" in stderr
+    assert returncode == 128 + signal.SIGTERM, stderr
+    assert "SIGTERM: the running jobs save their runs and stop, no other job starts" in stderr
+    assert "BrokenProcessPool" not in stderr and "stopped by SIGTERM: the jobs that were running saved" in stderr
     step = int(re.search(r"interrupted at step (\d+);", (long / "train.log").read_text()).group(1))
     assert checkpoint.load(long / "last.pt")["progress"]["step"] == step > 0  # its last update, saved
     assert "interrupted at step" in (long / "failed.txt").read_text() and not (short / "failed.txt").exists()
