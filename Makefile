@@ -60,10 +60,11 @@ PARTS ?= claims,main,lab,others
 results: install
 	$(BIN)/python -m nmt.study results --parts $(PARTS) --seeds 3 $(if $(ONLY),--only $(ONLY),) $(if $(DATA_DIR),--extra data.dir=$(abspath $(DATA_DIR)),)
 
-# Each family's recipe tuned with equal effort on valid BLEU (docs/tuning.md): its defaults, then TRIALS trials of
-# Optuna's TPE through Hydra's sweeper, each up to 2e15 FLOPs; rerunning continues with the trials still to run.
-TRIALS ?= 8
-FAMILIES ?= sutskever,bahdanau,luong,transformer
+# Each family's recipe (and the input-feeding arm's) tuned with equal effort on valid BLEU (docs/tuning.md): its
+# defaults, then Sobol points, TRIALS in all, pruned by successive halving, each up to the final runs' cap; rerunning
+# continues from the study's journal file (results/runs/tune/<target>.journal).
+TRIALS ?= 6
+FAMILIES ?= transformer,sutskever,bahdanau,luong,luong_feeding
 tune: install
 	$(BIN)/python -m nmt.study tune --families $(FAMILIES) --trials $(TRIALS) $(if $(DATA_DIR),--extra data.dir=$(abspath $(DATA_DIR)),)
 

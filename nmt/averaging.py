@@ -7,6 +7,7 @@ from pathlib import Path
 
 from nmt import UserError, checkpoint
 from nmt.resume import changes
+from nmt.validation import best_step
 
 
 def average(paths: list[str | Path]) -> dict:
@@ -46,23 +47,29 @@ def average(paths: list[str | Path]) -> dict:
 
 
 def averaged_name(count: int) -> str:
-    """The file of the average of a run's last `count` validations' weights (trainer.average_last=count); the
-    averaging tool's own output, averaged.pt by default, is another file."""
+    """The file of the average of the weights of a run's `count` validations ending at its best one
+    (trainer.average_last=count); the averaging tool's own output, averaged.pt by default, is another file."""
     return f"averaged_last{count}.pt"
 
 
 def reported_model(run_dir: Path, trainer: dict) -> Path:
     """The checkpoint a run reports (its test output, the study's records), as its trainer config (`trainer`, the
-    checkpoint's resolved one) says: best.pt, or with trainer.average_last=k > 1 the average of its last k
-    validations' weights."""
+    checkpoint's resolved one) says: best.pt, or with trainer.average_last=k > 1 the average of the weights of its k
+    validations ending at the best one."""
     count = trainer.get("average_last", 1) if isinstance(trainer, dict) else 1
     return run_dir / (averaged_name(count) if isinstance(count, int) and count > 1 else "best.pt")
 
 
 def average_last(run_dir: Path, count: int) -> tuple[Path, dict]:
-    """The average of the weights of `run_dir`'s last `count` validations (its newest `step<N>.pt`; fewer where it
-    validated fewer times), written atomically as `averaged_last<count>.pt`: (its path, its payload)."""
-    paths = sorted(run_dir.glob("step*.pt"))[-count:]
+    """The average of the weights of `run_dir`'s `count` validations ending at its best one (its `step<N>.pt` up to
+    the best update; fewer where it kept fewer), written atomically as `averaged_last<count>.pt`: (its path, its
+    payload). The window always holds the best checkpoint: a run stopped by patience has trained past it, and an
+    average of its last validations alone would leave it out. Without validation records, its newest `count`."""
+    best = best_step(run_dir)
+    paths = sorted(run_dir.glob("step*.pt"))
+    if best is not None:
+        paths = [p for p in paths if int(p.stem.removeprefix("step")) <= best]
+    paths = paths[-count:]
     if not paths:
         raise UserError(
             f"{run_dir}: no step<N>.pt to average (trainer.keep_checkpoints was 0?); set trainer.average_last=1 to "

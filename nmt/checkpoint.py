@@ -90,11 +90,17 @@ def write_run_file(state: dict, path: Path, best: bool = False) -> None:
         same_as(path, path.with_name("best.pt"))
 
 
-def write_weights(state: dict, path: Path, keep: int) -> None:
-    """A validation's weights as `step<N>.pt`, keeping the newest `keep` of its folder."""
+def write_weights(state: dict, path: Path, keep: int, best: int | None = None) -> None:
+    """A validation's weights as `step<N>.pt`, keeping the newest `keep` of its folder and the `keep` that end at the
+    best validation's (update `best`; None: this one), so that an average of up to `keep` validations ending at the
+    best can still be made after patience has run on past it."""
     save(state, path)
-    for old in sorted(path.parent.glob("step*.pt"))[:-keep]:
-        old.unlink()
+    saved = sorted(path.parent.glob("step*.pt"))
+    to_best = [p for p in saved if best is None or int(p.stem.removeprefix("step")) <= best]
+    kept = set(saved[-keep:]) | set(to_best[-keep:])
+    for old in saved:
+        if old not in kept:
+            old.unlink()
 
 
 def on_host(payload):

@@ -265,11 +265,13 @@ class TrainerConfig:
     num_plots: int = field(default=3, metadata=SAME_RUN)  # validation sentences whose attention is plotted each time
     progress: bool = field(default=True, metadata=SAME_RUN)  # the progress bar
     test_at_end: bool = True  # decode the test split with the best checkpoint when training ends
-    # weights of the last N validations, as step<N>.pt, for scripts/average_checkpoints.py and average_last
+    # weights of the last N validations and of the N ending at the best, as step<N>.pt, for
+    # scripts/average_checkpoints.py and average_last
     keep_checkpoints: int = field(default=5, metadata=SAME_RUN)
     # The model a run reports (tests, and the study reads): 1, its best checkpoint (best.pt); k > 1, the average of
-    # the weights of its last k validations (averaged_last<k>.pt, scored on valid when training ends): a choice each
-    # family's tuning makes on valid (nmt/study/tune.py)
+    # the weights of its k validations ending at the best one (averaged_last<k>.pt, scored on valid when training
+    # ends; the best checkpoint is always in the window): a choice each family's tuning makes on valid
+    # (nmt/study/tune.py)
     average_last: int = 1
     accumulate: int = 1  # batches whose gradients are summed into one update
 
@@ -301,7 +303,7 @@ class TrainerConfig:
             )
         if self.average_last > 1 and self.keep_checkpoints < self.average_last:
             raise UserError(
-                f"trainer.average_last={self.average_last} averages the weights of the last {self.average_last} "
+                f"trainer.average_last={self.average_last} averages the weights of {self.average_last} "
                 f"validations, but trainer.keep_checkpoints={self.keep_checkpoints} keeps {self.keep_checkpoints}: "
                 f"set trainer.keep_checkpoints={self.average_last} or more"
             )

@@ -257,13 +257,17 @@ def summary(trainer: Trainer) -> dict[str, float]:
 
 
 def evaluate_best(trainer: Trainer, test_pairs, reported: Path, before: dict[str, float]) -> dict[str, float]:
-    """Greedy test BLEU and chrF of the reported checkpoint (best.pt, or the average of the last validations:
-    `averaging.reported_model`): `best.test.hyp`, and `results.json` in the run directory with the figures `before`
-    it."""
+    """Greedy test BLEU and chrF of the reported checkpoint (best.pt, or the average of the validations ending at the
+    best: `averaging.reported_model`): `best.test.hyp`, and `results.json` in the run directory with the figures
+    `before` it."""
     run_dir, tested = reported.parent, checkpoint.load(reported)
     best = checkpoint.load(run_dir / "best.pt") if reported.name != "best.pt" else tested
     trainer.model.load_state_dict(tested["model"])
-    what = "best checkpoint" if tested is best else f"average of the last {trainer.config.average_last} validations"
+    what = (
+        "best checkpoint"
+        if tested is best
+        else f"average of the {trainer.config.average_last} validations ending at the best"
+    )
     progress = f"testing the {what}" if trainer.config.progress else ""
     texts, _, scores = decode_split(
         trainer.model, trainer.vocabulary, test_pairs, trainer.search, trainer.device, trainer.dtype, progress

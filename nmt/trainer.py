@@ -32,7 +32,7 @@ from nmt.optim import make_optimizer, make_schedule, steps_on_validation
 from nmt.runlog import RunLog
 from nmt.state import WEIGHTS_ONLY, Progress, restore_training, rng_state, training_state
 from nmt.update import Mode, Update, features_of
-from nmt.validation import Validator, improves, publish, record
+from nmt.validation import Validator, best_step, improves, publish, record
 
 log = logging.getLogger(__name__)
 
@@ -150,9 +150,9 @@ class Trainer:
         """Write a full checkpoint atomically; `best`: it is also best.pt (a second name of the same file). The
         `last.pt` it replaces stays as `previous.pt`, which resuming falls back to should `last.pt` ever be unreadable
         (a disk error, a copy cut short). `weights`: first this validation's weights as `step<N>.pt` (no optimizer:
-        for averaging), the newest `keep_checkpoints` kept. Every process calls it: each one's random state goes into
-        the checkpoint. On a GPU the files are written on a thread of their own (checkpoint.Writer) from one copy of
-        the state on the host."""
+        for averaging), the newest `keep_checkpoints` kept and those ending at the best. Every process calls it: each
+        one's random state goes into the checkpoint. On a GPU the files are written on a thread of their own
+        (checkpoint.Writer) from one copy of the state on the host."""
         ranks = distributed.gather(rng_state(self.device)) if self.world > 1 else None
         if self.rank != 0:
             return
@@ -160,7 +160,8 @@ class Trainer:
         if weights and self.config.keep_checkpoints > 0:
             path = self.run_dir / f"step{self.progress.step:08d}.pt"
             only = {k: v for k, v in state.items() if k in WEIGHTS_ONLY}
-            self.writer.write(partial(checkpoint.write_weights, only, path, self.config.keep_checkpoints))
+            best_at = None if best else best_step(self.run_dir)  # the best validation's update (None: this one)
+            self.writer.write(partial(checkpoint.write_weights, only, path, self.config.keep_checkpoints, best_at))
         self.writer.write(partial(checkpoint.write_run_file, state, self.run_dir / name, best))
 
     def restore(self, path: str | Path) -> None:

@@ -212,6 +212,12 @@ def read_validations(run_dir: Path) -> list[dict]:
     return [found[step] for step in sorted(found)]
 
 
+def best_step(run_dir: Path) -> int | None:
+    """The update of a run's best validation (the last its validations.jsonl marks best), None without one."""
+    marked = [v["step"] for v in read_validations(run_dir) if v.get("best")]
+    return marked[-1] if marked else None
+
+
 def continue_from(run_dir: Path, step: int) -> None:
     """validations.jsonl as a run continuing from update `step` finds it: the lines of later updates (validated after
     the checkpoint it continues from, by the process that stopped, or by an older run in this folder whose checkpoints

@@ -21,8 +21,8 @@
 #                                          how many jobs `make results` should run on a GPU
 #   bash scripts/device_check.sh study PART VARIANTS JOBS SECONDS [SEEDS]
 #                                          there: `make results`' PART (tune first, as it sets the defaults:
-#                                          `python -m nmt.study tune` of the families VARIANTS, SEEDS trials each (8),
-#                                          continuing the records it has; back here untar them, then `python -m
+#                                          `python -m nmt.study tune` of the targets VARIANTS, SEEDS trials each (6),
+#                                          continuing the journals and records it has; back here untar them, then `python -m
 #                                          nmt.study tune --report --apply` and commit before the next part; claims,
 #                                          main, or lab: `python -m nmt.study lab`'s variants) for VARIANTS
 #                                          (comma-separated), SEEDS each (3),
@@ -114,8 +114,8 @@ if [[ "${1:-}" == "study" ]]; then
         > "$OUT/gpu_use.csv" 2>&1 &
     start=$(date +%s)
     if [[ "$part" == "tune" ]]; then  # VARIANTS: the families, in the order they are tuned; SEEDS: trials each
-        timeout --kill-after=20 "$seconds" "$PYTHON" -m nmt.study tune --families "$variants" --trials "${6:-8}" \
-            --launcher joblib --jobs "$jobs" --runs /tmp/results/tune/runs \
+        timeout --kill-after=20 "$seconds" "$PYTHON" -m nmt.study tune --families "$variants" --trials "${6:-6}" \
+            --jobs "$jobs" --runs /tmp/results/tune/runs \
             --extra "data.dir=$NMT_DATA_DIR" "data.spm_cache=$PWD/$GPU/spm" > "$OUT/study.log" 2>&1 || true
     elif [[ "$part" == "lab" ]]; then  # the lab's own program, pinned as the CPU's lab runs are, eager as they are
         timeout --kill-after=20 "$seconds" "$PYTHON" -m nmt.study lab --output /tmp/results/lab --variants "$variants" \

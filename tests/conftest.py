@@ -40,7 +40,6 @@ def fork_sweeps(monkeypatch) -> None:
     commands (tests/commands.py), their output passed on to this process's streams where capfd reads it. Tests that
     signal a sweep start it as a process of their own; a joblib sweep runs fresh (loky's workers, started from a
     forked process, waited minutes to start). A fixture wider than a test calls it with its own MonkeyPatch."""
-    import nmt.study.cli.tune
     import nmt.study.sweep
 
     def waited(command: list[str]) -> int:
@@ -54,7 +53,6 @@ def fork_sweeps(monkeypatch) -> None:
     fresh = getattr(nmt.study.sweep.waited, "fresh", nmt.study.sweep.waited)  # the real one, if patched already
     waited.fresh = fresh
     monkeypatch.setattr(nmt.study.sweep, "waited", waited)
-    monkeypatch.setattr(nmt.study.cli.tune, "waited", waited)
 
 
 def compose_config(*overrides: str, config_name: str = "train") -> DictConfig:

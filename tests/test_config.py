@@ -1,10 +1,7 @@
 """Hydra composes every option of every config group, and the command-line contract's keys exist."""
 
-import sys
-
-import commands
 import pytest
-from conftest import CONFIGS, MODELS, ROOT, compose_config
+from conftest import CONFIGS, MODELS, compose_config
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
@@ -73,36 +70,6 @@ def test_slurm_launcher_config_composes_with_the_submitit_plugin():
         cfg = compose("train", overrides=["hydra/launcher=slurm"], return_hydra_config=True)
     assert "SlurmLauncher" in cfg.hydra.launcher._target_
     assert cfg.hydra.launcher.gpus_per_node == 1
-
-
-@pytest.mark.slow
-def test_optuna_sweep_runs_trials_and_reports_the_best(tmp_path):
-    sweep = commands.run(
-        [
-            sys.executable,
-            "train.py",
-            "-m",
-            "hydra/sweeper=lr_dropout",
-            "hydra.sweeper.n_trials=2",
-            "experiment=demo",
-            "data.sizes.train=300",
-            "data.sizes.valid=10",
-            "data.sizes.test=10",
-            "trainer=debug",
-            "trainer.max_steps=2",
-            "trainer.max_minutes=0",
-            "trainer.progress=false",
-            "trainer.test_at_end=false",
-            "trainer.num_plots=0",
-            f"data.spm_cache={tmp_path / 'spm'}",
-            f"hydra.sweep.dir={tmp_path / 'sweep'}",
-        ],
-        cwd=ROOT,
-        text=True,
-    )
-    assert sweep.returncode == 0, sweep.stderr[-3000:]
-    best = (tmp_path / "sweep" / "optimization_results.yaml").read_text()
-    assert "best_params" in best and "trainer.lr" in best
 
 
 @pytest.mark.parametrize(

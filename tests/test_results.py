@@ -326,7 +326,7 @@ def test_the_parts_table_says_which_parts_of_make_results_are_complete(tmp_path)
     assert f"{claims} no runs yet under today's protocol; tables: 24 earlier runs at 5e+14 FLOPs |" in tables.render(
         "parts", tmp_path
     )
-    today = {"max_flops": published.CAP, "patience": 5, "validations": 40, "select": "bleu"}
+    today = {"max_flops": published.CAP, "patience": 5, "validations": 30, "select": "bleu"}
     assert published.of_protocol(today) and not published.of_protocol(earlier["config"]["trainer"])
     record = runs / "claims" / "bahdanau_fixed" / "seed1234.record.json"
     record.write_text(json.dumps({"config": {"trainer": today}}))

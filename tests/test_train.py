@@ -290,13 +290,18 @@ def test_train_and_evaluate_command_lines_end_to_end(tmp_path, monkeypatch):
         f"output={tmp_path / 'a.png'}",
     )
     assert plotted.returncode == 0 and (tmp_path / "a.png").stat().st_size > 1000, plotted.stderr
-    # resumed, it reports the average of its last 2 validations (a safe change): scored on valid, then tested
+    # resumed, it reports the average of the 2 validations ending at its best (a safe change): scored on valid, tested
     resumed = run("train.py", *small_demo, "trainer.max_steps=9", "trainer.resume=true", "trainer.average_last=2")
     assert resumed.returncode == 0, resumed.stderr
-    assert "(average of the last 2 validations, greedy;" in resumed.stdout and "averaged_last2.pt" in resumed.stdout
+    assert (
+        "(average of the 2 validations ending at the best, greedy;" in resumed.stdout
+        and "averaged_last2.pt" in resumed.stdout
+    )
     last = checkpoint.load(run_dir / "last.pt")
     assert last["progress"]["step"] == 9
-    assert [p.name for p in sorted(run_dir.glob("step*.pt"))] == ["step00000006.pt", "step00000009.pt"]
+    kept = [p.name for p in sorted(run_dir.glob("step*.pt"))]
+    best = averaging.best_step(run_dir)  # the newest 2 kept, and the 2 ending at the best
+    assert kept[-2:] == ["step00000006.pt", "step00000009.pt"] and f"step{best:08d}.pt" in kept
     results = json.loads((run_dir / "results.json").read_text())
     assert results["tested"] == "averaged_last2.pt" and 0 <= results["valid/averaged_bleu"] <= 100
     assert reported_model(run_dir, last["config"]["trainer"]) == run_dir / "averaged_last2.pt"
@@ -309,9 +314,11 @@ def test_train_and_evaluate_command_lines_end_to_end(tmp_path, monkeypatch):
         "runs"
     ]
     assert described["reported"] == "averaged_last2.pt" and described["valid_bleu"] == results["valid/averaged_bleu"]
-    average = run("scripts/average_checkpoints.py", str(run_dir), "--last", "2")
+    window = checkpoint.load(run_dir / "averaged_last2.pt")["progress"]["averaged_steps"]
+    assert window[-1] == best and len(window) == 2  # the window holds the best checkpoint
+    average = run("scripts/average_checkpoints.py", *(str(run_dir / f"step{s:08d}.pt") for s in window))
     assert average.returncode == 0, average.stderr
-    assert checkpoint.load(run_dir / "averaged.pt")["progress"]["averaged_steps"] == [6, 9]
+    assert checkpoint.load(run_dir / "averaged.pt")["progress"]["averaged_steps"] == window
     ours, tools = (checkpoint.load(run_dir / name)["model"] for name in ("averaged_last2.pt", "averaged.pt"))
     assert all(torch.equal(ours[name], tools[name]) for name in tools)  # the run's average is the tool's
     scored = run("evaluate.py", f"checkpoint={run_dir / 'averaged.pt'}", "split=valid", "beam=2")

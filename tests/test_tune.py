@@ -1,72 +1,200 @@
-"""The tuning part of the study (nmt/study/tune.py, python -m nmt.study tune): equal effort for every family, the
-final runs' protocol, each trial recorded as it ends, continued where it stopped, the choice made on valid BLEU."""
+"""The tuning part of the study (nmt/study/tune.py, nmt/study/tuning.py, python -m nmt.study tune): equal effort in
+fact for every target, only knobs that act, a tuning seed that is no final seed, Optuna driven directly with its study
+in a journal file (pruned by successive halving, continued with its sampler's state), the choice made on valid BLEU."""
 
 import json
-from types import SimpleNamespace
+import sys
 
+import optuna
 import pytest
+import torch
 from conftest import compose_config
 from omegaconf import OmegaConf
 
-from nmt import UserError
-from nmt.study import tune
+from nmt import UserError, build
+from nmt.optim import make_optimizer, make_schedule, steps_on_validation
+from nmt.study import design, published, tune, tuning
 from nmt.study.cli import tune as program
-from nmt.study.variants import FAMILIES
+from nmt.study.variants import FAMILIES, VARIANTS
+
+LOW_HIGH = {"low": lambda d: d.low, "high": lambda d: d.high}
 
 
-def test_every_family_is_tuned_over_the_same_kinds_of_knobs_under_one_protocol():
-    assert set(tune.SPACE) == set(FAMILIES) == {"sutskever", "bahdanau", "luong", "transformer"}
-    for family, space in tune.SPACE.items():
-        assert tune.COMMON.items() <= space.items(), family  # dropout, lr, warm-up, smoothing, batch for each
-    assert {"model.attention_dropout", "model.activation_dropout"} <= tune.SPACE["transformer"].keys()
-    assert tune.TRIALS >= 8 and "trainer.test_at_end=false" in tune.PROTOCOL  # valid only: the test split unread
+def composed(target: str, key: str, value) -> OmegaConf:
+    return compose_config(tune.selects(target), f"{key}={tune.option(value)}", "size=tiny")
 
 
-def test_a_familys_command_runs_its_defaults_then_the_proposed_trials_still_to_run(tmp_path, monkeypatch):
-    (tmp_path / "records" / "luong").mkdir(parents=True)
-    for number in (0, 1, 2):
-        (tmp_path / "records" / "luong" / f"trial{number:03d}.json").write_text(json.dumps({"number": number}))
-    args = program.arguments(["--trials", "8", "--records", str(tmp_path / "records"), "--runs", str(tmp_path)])
-    ran = []
-    monkeypatch.setattr(program, "run", lambda line, family: ran.append(line))
-    program.tune_family("luong", args)
-    (line,) = ran  # trial 0 is recorded: only the proposed trials still to run
-    assert "hydra.sweeper.n_trials=6" in line and "+hydra.callbacks.trial.first=3" in line
-    assert "model=luong" in line and "trainer.max_flops=2e+15" in line and all(p in line for p in tune.PROTOCOL)
-    assert f"model.dropout={tune.COMMON['model.dropout']}" in line and "hydra/sweeper=optuna" in line
-    defaults = program.command("luong", args, 0, 0)
-    assert "hydra/sweeper=optuna" not in defaults and not any(o.startswith("model.dropout") for o in defaults)
-    with pytest.raises(UserError, match="--trials 0"):
-        program.arguments(["--trials", "0"])
+def schedule_trace(config) -> list[float]:
+    """The learning rate over 3000 updates as the trainer's schedule moves it (valid BLEU flat at each 200th)."""
+    from nmt.config import TrainerConfig
+
+    trainer = TrainerConfig(**OmegaConf.to_container(config.trainer, resolve=True))
+    parameter = torch.nn.Parameter(torch.zeros(1))
+    optimizer = make_optimizer(torch.nn.ParameterList([parameter]), trainer)
+    schedule, trace = make_schedule(optimizer, trainer), []
+    for step in range(1, 3001):
+        if steps_on_validation(schedule):
+            if step % 200 == 0:
+                schedule.step(10.0)
+        else:
+            optimizer.step(), schedule.step()
+        if step % 100 == 0:
+            trace.append(optimizer.param_groups[0]["lr"])
+    return trace
 
 
-def test_a_trial_is_recorded_as_its_job_ends_and_the_best_on_valid_is_chosen(tmp_path):
+def model_settings(config) -> dict[str, object]:
+    """Every plain setting the built model's modules hold (dropout probabilities among them)."""
+    from types import SimpleNamespace
+
+    model = build.model(config.model, SimpleNamespace(source_size=32, target_size=32))
+    return {
+        f"{name}.{key}": value
+        for name, module in model.named_modules()
+        for key, value in vars(module).items()
+        if isinstance(value, (int, float, bool, str)) and not key.startswith("_")
+    }
+
+
+# Knobs read by code that never asks which family it trains: the loss (label smoothing) and the batches (tokens)
+UNIVERSAL = {"trainer.label_smoothing", "data.max_tokens"}
+
+
+@pytest.mark.parametrize("target", design.TUNED)
+def test_each_targets_space_holds_only_knobs_that_act_on_its_model_or_schedule(target):
+    """A config-level check: each knob at its range's two ends gives another model (a module's setting) or another
+    learning-rate schedule; warm-up on a recurrent family (whose plateau schedule has none) fails it."""
+    for key, distribution in tune.SPACE[target].items():
+        if key in UNIVERSAL:
+            continue
+        ends = [composed(target, key, pick(distribution)) for pick in LOW_HIGH.values()]
+        if key.startswith("model."):
+            assert model_settings(ends[0]) != model_settings(ends[1]), (target, key)
+        else:
+            assert schedule_trace(ends[0]) != schedule_trace(ends[1]), (target, key)
+    assert UNIVERSAL <= tune.SPACE[target].keys()
+    if target != "transformer":  # the check has teeth: warm-up does nothing to the plateau schedule
+        ends = [composed(target, "trainer.warmup_steps", value) for value in (200, 4000)]
+        assert schedule_trace(ends[0]) == schedule_trace(ends[1])
+
+
+def test_equal_effort_no_two_targets_draw_the_same_configurations_and_no_tuning_seed_is_a_final_seed(tmp_path):
+    assert set(design.TUNED) == {*FAMILIES, "luong_feeding"} and "luong_feeding" in VARIANTS
+    assert len({design.TRIALS}) == 1 and design.TRIALS >= 6 and "trainer.test_at_end=false" in tune.PROTOCOL
+    finals = range(design.FIRST_SEED, design.FIRST_SEED + 8)  # the main table's 3, the lab's claims' 8
+    assert tune.SEED not in finals
+    drawn = {}
+    for target in design.TUNED:
+        settings = tuning.Settings(design.CAP, design.VALIDATIONS, tmp_path / target, tmp_path)
+        study = tuning.open_study(target, settings)
+        points = []
+        for _ in range(design.TRIALS):
+            trial = study.ask(tune.SPACE[target])
+            points.append(tuple(sorted(trial.params.items())))
+            study.tell(trial, 1.0)
+        drawn[target] = points[1:]  # trial 0: the target's defaults
+        assert points[0] == tuple(sorted(tuning.defaults(target).items()))
+    for a in design.TUNED:
+        for b in design.TUNED:
+            if a < b:
+                common = {key for key, _ in drawn[a][0]} & {key for key, _ in drawn[b][0]}
+                shared = [{k: v for k, v in p if k in common} for p in drawn[a]]
+                assert not any({k: v for k, v in p if k in common} in shared for p in drawn[b]), (a, b)
+
+
+def test_a_study_stopped_after_k_trials_continues_at_trial_k_plus_1_with_its_samplers_state(tmp_path):
+    """The journal holds the sampler's place: a new process opening it proposes what the uninterrupted study would."""
+
+    def proposals(records, stops):
+        settings = tuning.Settings(design.CAP, design.VALIDATIONS, records, tmp_path)
+        found = []
+        for stop in stops:  # each stop: a fresh study object over the same file (a new process, a new window)
+            study = tuning.open_study("bahdanau", settings)
+            while len(study.trials) < stop:
+                trial = study.ask(tune.SPACE["bahdanau"])
+                found.append(trial.params)
+                study.tell(trial, float(len(found)))
+        return found
+
+    assert proposals(tmp_path / "once", [5]) == proposals(tmp_path / "twice", [2, 5])
+    journal = tuning.journal(tmp_path / "twice", "bahdanau")
+    other = tuning.Settings(3e14, design.VALIDATIONS, tmp_path / "twice", tmp_path)
+    with pytest.raises(UserError, match="bahdanau.journal: a study of another protocol"):
+        tuning.open_study("bahdanau", other)  # another cap: refused by name
+    journal.rename(tmp_path / "twice" / "luong.journal")
+    with pytest.raises(UserError, match="holds the study tune_bahdanau, not tune_luong"):
+        tuning.open_study("luong", tuning.Settings(design.CAP, design.VALIDATIONS, tmp_path / "twice", tmp_path))
+    with tuning.locked(tmp_path / "twice" / "luong.journal"):
+        with pytest.raises(UserError, match="another tuning is writing this study"):
+            tuning.locked(tmp_path / "twice" / "luong.journal")
+
+
+def test_the_tuning_command_prunes_records_and_refuses_bad_options_before_anything_starts(tmp_path):
+    """Through the real command on the sample corpus: 3 trials, the defaults first; a trial behind at rung 0 is
+    pruned and recorded with its rung; the records render; --trials 0, negative or non-numeric options are refused."""
+    import commands
+
+    extra = [
+        "data=sample",
+        "size=tiny",
+        "data.sizes.train=300",
+        "data.sizes.valid=20",
+        "data.sizes.test=20",
+        "trainer.num_plots=0",
+        "trainer.precision=fp32",
+        "trainer.threads=1",
+        f"data.spm_cache={tmp_path / 'spm'}",
+    ]
+    records, runs = tmp_path / "records", tmp_path / "runs"
+    line = ["-m", "nmt.study", "tune", "--families", "bahdanau", "--flops", "1e11", "--validations", "3"]
+    line += ["--records", str(records), "--runs", str(runs)]
+    for bad, said in (("--trials=0", "--trials 0: at least 1"), ("--trials=x", "--trials 'x': a whole number")):
+        refused = commands.run([sys.executable, *line, bad], cwd=program.ROOT, text=True)
+        assert refused.returncode == 2 and said in refused.stderr and not records.exists()
+    refused = commands.run([sys.executable, *line, "--flops=-1"], cwd=program.ROOT, text=True)
+    assert refused.returncode == 2 and "--flops -1: a positive compute cap" in refused.stderr
+    done = commands.run([sys.executable, *line, "--trials", "3", "--extra", *extra], cwd=program.ROOT, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    trials = tune.trials_of(records, "bahdanau")
+    assert [t["number"] for t in trials] == [0, 1, 2] and trials[0]["options"]["trainer.lr"] == "0.001"
+    study = optuna.load_study(
+        study_name="tune_bahdanau",
+        storage=tuning.JournalStorage(tuning.JournalFileBackend(str(tuning.journal(records, "bahdanau")))),
+    )
+    states = {t.number: t.state.name for t in study.trials}
+    for t in trials:  # each record says what the study was told
+        assert states[t["number"]] == {"pruned": "PRUNED", "failed": "FAIL"}.get(t["stopped_by"], "COMPLETE")
+        if t["stopped_by"] == "pruned":
+            assert t["rung"] == 1 and "pruned at validation 1" in done.stdout
+    assert "**bahdanau**: 3 trials" in done.stdout and states[0] == "COMPLETE"
+    assert tune.chosen(trials)[0]["stopped_by"] != "pruned"
+
+
+def test_a_trial_is_recorded_from_its_validations_and_the_best_finished_on_valid_is_chosen(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
-    curve = [(1, 0.5, 20.0), (2, 1.0, 31.5), (3, 1.9995, 30.0)]
+    curve = [(1, 0.2, 20.0), (2, 0.4, 31.5), (3, 0.5999, 30.0)]
     lines = [{"step": s, "petaflops": p, "bleu": b, "loss": 1.0, "epochs": s, "train_minutes": s} for s, p, b in curve]
     (run / "validations.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
-    config = OmegaConf.create(
-        {
-            "hydra": {
-                "runtime": {"output_dir": str(run)},
-                "overrides": {"task": ["model=luong", "model.dropout=0.25", "seed=1234"]},
-                "job": {"num": 1},
-            }
-        }
-    )
-    callback = tune.RecordTrial(str(tmp_path / "records"), "luong", 4, 2e15, "model.dropout,trainer.lr")
-    callback.on_job_end(config, SimpleNamespace())
+    trial = tune.Trial.of(run, "luong", 5, {"model.dropout": "0.25"}, design.CAP)
+    tune.record(trial, tmp_path / "records")
     saved = json.loads((tmp_path / "records" / "luong" / "trial005.json").read_text())
     assert saved["options"] == {"model.dropout": "0.25"} and saved["valid_bleu"] == 31.5
     assert saved["stopped_by"] == "cap" and "commit" in saved["code"] and saved["number"] == 5
-    trials = [{"number": 0, "valid_bleu": 31.5}, saved, {"number": 7, "valid_bleu": 29.0}]
-    assert tune.chosen(trials)[0]["number"] == 0  # a tie goes to the defaults
+    pruned = {"number": 6, "valid_bleu": 40.0, "stopped_by": "pruned", "rung": 10, "options": {}, "petaflops": 0.2}
+    trials = [{"number": 0, "valid_bleu": 31.5, "stopped_by": "patience"}, saved, pruned]
+    assert tune.chosen(trials)[0]["number"] == 0  # a tie goes to the defaults; a pruned trial is never chosen
+    tune.record(
+        tune.Trial(**{k: v for k, v in pruned.items()}, family="luong", curve=[], provenance={}), tmp_path / "records"
+    )
     table = tune.table(tmp_path / "records")
-    assert "chosen trial 5" in table and "| 5 **chosen** | 0.25 |" in table and "no trials recorded yet" in table
+    assert "chosen trial 5" in table and "| 5 **chosen** | 0.25 |" in table and "pruned at validation 10" in table
+    assert "no finished trials recorded yet" in table
 
 
-def test_averaging_the_last_checkpoints_is_one_more_choice_made_on_valid():
+def test_averaging_is_a_choice_among_windows_that_end_at_the_best_checkpoint(tmp_path, monkeypatch):
+    from nmt import averaging, checkpoint
+
     trials = [
         {"number": 0, "options": {}, "valid_bleu": 30.0, "averaging": {"2": 30.5, "3": 31.0, "5": 31.0}},
         {"number": 1, "options": {"model.dropout": "0.3"}, "valid_bleu": 30.9, "averaging": {"2": 30.0}},
@@ -75,24 +203,43 @@ def test_averaging_the_last_checkpoints_is_one_more_choice_made_on_valid():
     trials = [t | {"petaflops": 2.0, "stopped_by": "cap"} for t in trials]
     best, count = tune.chosen(trials)
     assert (best["number"], count) == (0, 3)  # of equals: the earliest trial, then the fewest checkpoints
-    assert tune.chosen(trials[1:2]) == (trials[1], 1)  # its best checkpoint beats its average
     rows = "\n".join(tune.trial_rows(trials, best))
     assert "| 0 **chosen** | default | 30.00 | 30.50 | 31.00 | 31.00 |" in rows
-    assert "| 2 | 0.4 | 31.00 | - | - | - |" in rows
+    # A run stopped by patience: its best validation (step 3) is kept with the 1 before it, though 4 came after it
+    run = tmp_path / "run"
+    run.mkdir()
+    bleus = [10.0, 20.0, 30.0, 25.0, 24.0, 23.0, 22.0]
+    for step, bleu in enumerate(bleus, 1):
+        best = bleus.index(max(bleus[:step])) + 1
+        weights = {"model": {"w": torch.full((2,), float(step))}, "config": {"model": {}}, "vocabulary": {}}
+        path = run / f"step{step:08d}.pt"
+        checkpoint.write_weights(weights | {"progress": {"step": step}}, path, 2, None if best == step else best)
+        with open(run / "validations.jsonl", "a") as handle:
+            handle.write(json.dumps({"step": step, "bleu": bleu, "best": best == step, "petaflops": 0.1}) + "\n")
+    assert sorted(p.name for p in run.glob("step*.pt")) == [f"step{s:08d}.pt" for s in (2, 3, 6, 7)]
+    monkeypatch.setattr(averaging, "average", lambda paths: {"averaged": [p.name for p in paths]})
+    monkeypatch.setattr(checkpoint, "save", lambda payload, path: None)
+    assert averaging.average_last(run, 2)[1]["averaged"] == ["step00000002.pt", "step00000003.pt"]
 
 
-def test_the_choice_becomes_the_familys_defaults_on_multi30k_and_only_there(tmp_path):
-    (tmp_path / "records" / "luong").mkdir(parents=True)
-    tried = [(0, 30.0, {}, {"2": 29.0}), (1, 32.0, {"trainer.lr": "0.0007", "model.dropout": "0.4"}, {"5": 32.5})]
-    for number, bleu, options, averaging in tried:
-        trial = {"number": number, "options": options, "valid_bleu": bleu, "petaflops": 1.0, "stopped_by": "cap"}
-        path = tmp_path / "records" / "luong" / f"trial{number:03d}.json"
-        path.write_text(json.dumps(trial | {"averaging": averaging}))
+def test_the_choice_becomes_the_targets_defaults_on_multi30k_and_only_there(tmp_path):
+    for target, tried in (
+        (
+            "luong",
+            [(0, 30.0, {}, {"2": 29.0}), (1, 32.0, {"trainer.lr": "0.0007", "model.dropout": "0.4"}, {"5": 32.5})],
+        ),
+        ("luong_feeding", [(0, 33.0, {"trainer.lr": "0.002", "model.dropout": "0.2"}, {})]),
+    ):
+        (tmp_path / "records" / target).mkdir(parents=True)
+        for number, bleu, options, averaging in tried:
+            trial = {"number": number, "options": options, "valid_bleu": bleu, "petaflops": 1.0, "stopped_by": "cap"}
+            path = tmp_path / "records" / target / f"trial{number:03d}.json"
+            path.write_text(json.dumps(trial | {"averaging": averaging}))
     folder = tmp_path / "configs" / "tuned"
     folder.mkdir(parents=True)
     (folder / "multi30k_luong.yaml").write_text("trainer:\n  warmup_steps: 800\n  lr: 0.002\n  average_last: 3\n")
-    records = ["--records", str(tmp_path / "records"), "--tuned", str(folder), "--families", "luong,bahdanau"]
-    program.main(["--report", "--apply", *records])
+    records = ["--records", str(tmp_path / "records"), "--tuned", str(folder)]
+    program.main(["--report", "--apply", *records, "--families", "luong,bahdanau,luong_feeding"])
     text = (folder / "multi30k_luong.yaml").read_text()
     assert text.startswith("# @package _global_\n") and "trial 1 of 2, valid BLEU 32.50" in text
     assert not (folder / "multi30k_bahdanau.yaml").exists()  # no trials: its defaults stay
@@ -101,10 +248,20 @@ def test_the_choice_becomes_the_familys_defaults_on_multi30k_and_only_there(tmp_
     # the chosen trial's options over those its trial 0 ran with (warm-up), and the average it was chosen with
     assert (config.trainer.lr, config.model.dropout, config.trainer.warmup_steps) == (0.0007, 0.4, 800)
     assert config.trainer.average_last == 5
+    # the other arm of the input-feeding claim: its own choice, not luong's
+    feeding = compose_config("variant=luong_feeding", searchpath)
+    assert (feeding.trainer.lr, feeding.model.dropout, feeding.trainer.average_last) == (0.002, 0.2, 1)
     assert compose_config("variant=luong_feeding", "trainer.lr=0.003", searchpath).trainer.lr == 0.003  # yours win
     for other in ("model=luong data=sample", "experiment=lab", "experiment=demo", "model=bahdanau"):
         assert compose_config(*other.split(), searchpath).trainer.average_last == 1, other  # not tuned there
-    (tmp_path / "records" / "luong" / "trial001.json").unlink()  # now the defaults, unaveraged, are the choice
-    program.main(["--report", "--apply", *records])
-    config = compose_config("model=luong", searchpath)  # trial 0 ran with the tuned file: it stays, unaveraged
-    assert (config.trainer.lr, config.model.dropout, config.trainer.average_last) == (0.0007, 0.4, 1)
+
+
+def test_the_design_costs_what_docs_tuning_md_says_and_fits_the_budget():
+    """The queue's cost, computed from the measured single-run rate, is docs/tuning.md's and at most 20 GPU-minutes."""
+    measured = program.MEASURED
+    table = design.cost_table(measured)
+    text = program.DOCUMENT.read_text(encoding="utf-8")
+    assert table in text
+    total = sum(design.minutes(part, design.rates(measured)) for part in design.queue())
+    assert total <= 20, total
+    assert published.FINAL["max_flops"] == design.CAP and design.expected_promotions(1) == 1.0

@@ -4,7 +4,7 @@
   lab       the alignment lab on the sample grammar: AER against gold links, BLEU by sentence length (make lab)
   results   what README.md and docs/results.md report, trained and recorded part by part (make results)
   measure   speed, memory and calibration measurements: `measure speed` times each model (make bench)
-  tune      each family's recipe tuned with equal effort on valid BLEU (Optuna through Hydra's sweeper)
+  tune      each family's recipe tuned with equal effort on valid BLEU (Optuna, pruned, resumable)
 
 `python -m nmt.study PROGRAM --help` lists a program's options.
 """

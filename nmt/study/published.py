@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 
 from nmt.paths import read_json
+from nmt.study import design
 from nmt.study.significance import MIN_SEEDS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,9 +26,9 @@ PARTS = ("claims", "main", "lab", "others")
 # CPUs with native bf16 and fp32 on others) and one thread (a reduction over more threads sums in another order).
 # Their records hold both, and the report names the machines; on a GPU, fp32 without TF32 (nmt.device.exact_fp32).
 PINNED = ["trainer.precision=fp32", "trainer.threads=1"]
-# The protocol of the final runs (the claims' and the main table's) and of each family's tuning: trained until they
-# stop learning, up to a compute cap, stopped earlier by patience on valid BLEU, validated at each 1/40 of the cap
-FINAL = {"max_flops": 2e15, "patience": 5, "validations": 40, "select": "bleu"}
+# The protocol of the final runs (the converged claims' and the main table's) and of each tuning trial: trained until
+# they stop learning, up to a compute cap, stopped earlier by patience on valid BLEU (nmt/study/design.py)
+FINAL = {"max_flops": design.CAP, "patience": design.PATIENCE, "validations": design.VALIDATIONS, "select": "bleu"}
 CAP = FINAL["max_flops"]
 STOPPING = tuple(f"trainer.{key}={value}" for key, value in FINAL.items() if key != "max_flops")  # tuning adds its cap
 PROTOCOL = (f"trainer.max_flops={CAP:g}", *STOPPING)

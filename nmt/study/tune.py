@@ -1,31 +1,30 @@
-"""Each family's recipe tuned with equal effort on valid BLEU: the same number of trials over the same kinds of knobs,
-one seed, under the protocol of the final runs; the test split is never read.
+"""Each family's recipe tuned with equal effort on valid BLEU, the test split never read: the same number of trials,
+the same space-filling design, the same successive-halving rule and rungs for every tuned target (nmt/study/design.py
+fixes them before the runs), each family's space holding only the knobs that act on its model and schedule.
 
-A family's tuning is trial 0, its defaults as they are (the baseline a choice must beat), then `trials` trials that
-Optuna's TPE sampler proposes through Hydra's sweeper (`hydra/sweeper=optuna`, the engine configs/hydra/sweeper
-already uses), each a `train.py` run whose return value, its best valid BLEU, the sampler maximises. Every finished
-trial is recorded as it ends (results/runs/tune/<family>/trial<N>.json: its options, valid curve, compute and what
-stopped it), so an interrupted tuning continues with the trials still to run, on this machine or another (the sampler
-itself starts afresh then: optuna 2.10, which hydra-optuna-sweeper 1.2 runs, cannot open its sqlite storage under
-SQLAlchemy 2). Equal effort is equal trials under one compute cap; the FLOPs each family spent are recorded and shown.
-Averaging the last k checkpoints is one more choice made on valid, at no training cost: as a trial ends, the averages
-of its last 2, 3 and 5 validations' weights (`AVERAGES`) are decoded on valid as its validations are, and recorded
-beside its best checkpoint's BLEU. The choice is the trial and the k (1: the best checkpoint) with the best valid
-BLEU; `python -m nmt.study tune --report` renders every trial, the choice and what it gained over the defaults
-(docs/tuning.md), and `--apply` makes the choice the family's defaults on Multi30k
-(configs/tuned/multi30k_<family>.yaml, which train.py composes after the family's model: `tuned_config`; the demo,
-the lab and other corpora keep their own).
+A target's tuning is an Optuna study (nmt/study/tuning.py drives it: ask, run `train.py`, tell), kept in a journal
+file beside its records (results/runs/tune/<target>.journal, committed), so that a tuning stopped when a GPU window
+ends continues at its next trial with its sampler's state: trial 0 is the target's defaults as they are (the baseline
+a choice must beat), then points of a scrambled Sobol sequence seeded per target. Every trial is also recorded as it
+ends (results/runs/tune/<target>/trial<N>.json: its options, valid curve, compute, what stopped it, the rung that
+pruned it). Averaging checkpoints is one more choice made on valid, at no training cost: as a finished trial ends,
+the averages of the 2, 3 and 5 validations' weights ending at its best one (`AVERAGES`; the window always holds the
+best checkpoint) are decoded on valid as its validations are and recorded beside its best checkpoint's BLEU. The
+choice is the finished trial and the k (1: the best checkpoint) with the best valid BLEU; `python -m nmt.study tune
+--report` renders every trial, the choice and what it gained over the defaults (docs/tuning.md), and `--apply` makes
+the choice the target's defaults on Multi30k (configs/tuned/multi30k_<family>.yaml, composed after the family's
+model; configs/tuned/variant/multi30k_<variant>.yaml for a variant tuned as its own arm, composed after the variant).
 """
 
 from __future__ import annotations
 
 import json
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hydra.core.utils import JobReturn
-from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
+from optuna.distributions import BaseDistribution, FloatDistribution, IntDistribution
 
 from nmt import averaging
 from nmt.config import DecodeOptions
@@ -33,50 +32,71 @@ from nmt.decoding import Translator, decode_split
 from nmt.evaluate import corpus_of
 from nmt.paths import write_text
 from nmt.provenance import loaded_code, read_provenance
-from nmt.study import published
+from nmt.study import design, published
 from nmt.study.comparison import stop_kind
-from nmt.study.variants import FAMILIES
 from nmt.validation import read_validations
 
-TRIALS = 8  # proposed trials per family, beside its defaults (trial 0)
-# The protocol of the final runs, tuning's too (nmt.study.published: a compute cap, patience on valid BLEU, 40
-# validations over the cap), the test split unread
-CAP = published.CAP
-PROTOCOL = (*published.STOPPING, "trainer.test_at_end=false")
-SEED = 1234
+TRIALS = design.TRIALS
+CAP = design.CAP
+PROTOCOL = (*published.STOPPING, "trainer.test_at_end=false")  # the final runs' (tuning adds its cap), valid only
+SEED = design.TUNING_SEED
 AVERAGES = (2, 3, 5)  # trainer.average_last's choices beside 1 (the best checkpoint); 5: the trials' keep_checkpoints
-# The same kinds of knobs for every family (Optuna's sweep syntax): the peak learning rate and its warm-up, label
-# smoothing, the token batch, and dropout wherever the family has it (the Transformer also on attention weights and
-# inside its feed-forward layers, as small-data recipes do)
-COMMON = {
-    "trainer.lr": "tag(log, interval(0.0002, 0.004))",
-    "trainer.warmup_steps": "choice(200, 800, 2000, 4000)",
-    "trainer.label_smoothing": "choice(0.0, 0.1, 0.2)",
-    "data.max_tokens": "choice(2048, 4096, 8192)",
-    "model.dropout": "interval(0.1, 0.5)",
+# The knobs that act on every family: the peak learning rate, label smoothing (the loss), the token batch (the
+# batches), dropout (each family's model has it)
+COMMON: dict[str, BaseDistribution] = {
+    "trainer.lr": FloatDistribution(2e-4, 4e-3, log=True),
+    "trainer.label_smoothing": FloatDistribution(0.0, 0.2),
+    "data.max_tokens": IntDistribution(2048, 8192, step=1024),
+    "model.dropout": FloatDistribution(0.1, 0.5),
 }
-SPACE = {family: dict(COMMON) for family in FAMILIES}
-SPACE["transformer"] |= {
-    "model.attention_dropout": "choice(0.0, 0.1, 0.2)",
-    "model.activation_dropout": "choice(0.0, 0.1, 0.2)",
+# Each schedule's own knob: the recurrent families' plateau schedule halves (by plateau_factor) the rate when valid
+# BLEU stalls and has no warm-up; the Transformer's inverse square root has a warm-up and no plateau
+RECURRENT = COMMON | {"trainer.plateau_factor": FloatDistribution(0.25, 0.75)}
+TRANSFORMER = COMMON | {
+    "trainer.warmup_steps": IntDistribution(200, 4000, log=True),
+    "model.attention_dropout": FloatDistribution(0.0, 0.2),  # on the attention weights (small-data recipes)
+    "model.activation_dropout": FloatDistribution(0.0, 0.2),  # inside the feed-forward layers
+}
+SPACE: dict[str, dict[str, BaseDistribution]] = {
+    "sutskever": RECURRENT,
+    "bahdanau": RECURRENT,
+    "luong": RECURRENT,
+    "luong_feeding": RECURRENT,
+    "transformer": TRANSFORMER,
 }
 
 
-def trial_path(records: Path, family: str, number: int) -> Path:
-    return records / family / f"trial{number:03d}.json"
+def sampler_seed(target: str) -> int:
+    """The Sobol sequence's scrambling seed of a target: its own, so that no two targets draw the same points."""
+    return zlib.crc32(f"{target}/{SEED}".encode())
 
 
-def trials_of(records: Path, family: str) -> list[dict]:
-    """A family's recorded trials, by number."""
-    return [json.loads(p.read_text(encoding="utf-8")) for p in sorted((records / family).glob("trial*.json"))]
+def selects(target: str) -> str:
+    """The train.py option that picks a target: a family's model, or a variant."""
+    return f"variant={target}" if "_" in target else f"model={target}"
+
+
+def option(value: float | int) -> str:
+    """A proposed value as a train.py option: ints as they are, floats to 4 significant digits."""
+    return str(value) if isinstance(value, int) else f"{value:.4g}"
+
+
+def trial_path(records: Path, target: str, number: int) -> Path:
+    return records / target / f"trial{number:03d}.json"
+
+
+def trials_of(records: Path, target: str) -> list[dict]:
+    """A target's recorded trials, by number."""
+    return [json.loads(p.read_text(encoding="utf-8")) for p in sorted((records / target).glob("trial*.json"))]
 
 
 @dataclass
 class Trial:
-    """What a trial's record holds: its number, the options it tried (none for trial 0), its valid curve and best
-    valid BLEU, the compute it trained and what stopped it."""
+    """What a trial's record holds: its number, the options it tried, its valid curve and best valid BLEU (at the rung
+    that pruned it, for a pruned one), the compute it trained, what stopped it (cap, patience, pruned, failed) and the
+    rung (in validations) that pruned it."""
 
-    family: str
+    family: str  # the tuned target (a family, or a variant tuned as its own arm)
     number: int
     options: dict[str, str]
     valid_bleu: float
@@ -84,10 +104,11 @@ class Trial:
     stopped_by: str
     curve: list[dict]
     provenance: dict
-    averaging: dict[str, float] = field(default_factory=dict)  # {k: valid BLEU of the last k validations' average}
+    averaging: dict[str, float] = field(default_factory=dict)  # {k: valid BLEU of the k validations ending at best}
+    rung: int | None = None
 
     @classmethod
-    def of(cls, run: Path, family: str, number: int, options: dict[str, str], cap: float) -> Trial:
+    def of(cls, run: Path, target: str, number: int, options: dict[str, str], cap: float) -> Trial:
         validations = read_validations(run)
         best = max((v["bleu"] for v in validations), default=0.0)
         petaflops = validations[-1]["petaflops"] if validations else 0.0
@@ -96,7 +117,7 @@ class Trial:
         protocol = {"max_flops": cap, "patience": published.FINAL["patience"]}
         stopped = stop_kind(protocol, petaflops, validations[-1]["step"] if validations else 0, after_best)
         curve = [{k: v[k] for k in ("step", "petaflops", "bleu", "loss")} for v in validations]
-        return cls(family, number, options, best, petaflops, stopped, curve, read_provenance(run))
+        return cls(target, number, options, best, petaflops, stopped, curve, read_provenance(run))
 
 
 def record(trial: Trial, records: Path) -> Path:
@@ -106,27 +127,10 @@ def record(trial: Trial, records: Path) -> Path:
     return path
 
 
-class RecordTrial(Callback):
-    """Hydra callback of a tuning sweep: each finished trial recorded as its job ends (numbered after the trials
-    recorded before this sweep started: `first`); a failed trial (NaN) is recorded as one, valid BLEU 0."""
-
-    def __init__(self, records: str, family: str, first: int, cap: float, tuned: str):
-        self.records, self.family, self.first, self.cap = Path(records), family, first, cap
-        self.tuned = tuned.split(",") if tuned else []
-
-    def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs) -> None:
-        run = Path(config.hydra.runtime.output_dir)
-        overrides = dict(o.split("=", 1) for o in config.hydra.overrides.task if "=" in o)
-        options = {key: overrides[key] for key in self.tuned if key in overrides}
-        trial = Trial.of(run, self.family, self.first + config.hydra.job.num, options, self.cap)
-        trial.averaging = averaged_valid_bleu(run, AVERAGES) if any(run.glob("step*.pt")) else {}
-        record(trial, self.records)
-
-
 def averaged_valid_bleu(run: Path, counts: tuple[int, ...]) -> dict[str, float]:
-    """{k: valid BLEU} of the average of the run's last k validations' weights for each k of `counts`, each written
-    as the run would write it with trainer.average_last=k and decoded on the valid split as its validations were
-    (greedy, its trained precision, its trainer's length limits)."""
+    """{k: valid BLEU} of the average of the weights of the run's k validations ending at its best one, for each k of
+    `counts`, each written as the run would write it with trainer.average_last=k and decoded on the valid split as its
+    validations were (greedy, its trained precision, its trainer's length limits)."""
     scores = {}
     for count in counts:
         path, payload = averaging.average_last(run, count)
@@ -148,14 +152,24 @@ def shown(value: str) -> str:
 
 
 def candidates(trial: dict) -> dict[int, float]:
-    """{k: valid BLEU} of a trial's models: k=1 its best checkpoint, k>1 the average of its last k validations."""
+    """{k: valid BLEU} of a trial's models: k=1 its best checkpoint, k>1 the average of the k validations ending at
+    its best."""
     return {1: trial["valid_bleu"]} | {int(k): bleu for k, bleu in trial.get("averaging", {}).items()}
 
 
+UNCHOSEN = ("pruned", "failed")  # trials that did not train to their end: never the choice
+
+
 def chosen(trials: list[dict]) -> tuple[dict, int] | None:
-    """The trial and the trainer.average_last (1: the best checkpoint) with the best valid BLEU; the earliest trial
-    and the fewest checkpoints of equals (the defaults, unaveraged, win a tie)."""
-    ranked = [(bleu, -t["number"], -k, i) for i, t in enumerate(trials) for k, bleu in candidates(t).items()]
+    """The finished trial and the trainer.average_last (1: the best checkpoint) with the best valid BLEU; the earliest
+    trial and the fewest checkpoints of equals (the defaults, unaveraged, win a tie). Pruned and failed trials are not
+    candidates: they did not train as far."""
+    ranked = [
+        (bleu, -t["number"], -k, i)
+        for i, t in enumerate(trials)
+        if t.get("stopped_by") not in UNCHOSEN
+        for k, bleu in candidates(t).items()
+    ]
     if not ranked:
         return None
     _, _, count, index = max(ranked)
@@ -163,53 +177,62 @@ def chosen(trials: list[dict]) -> tuple[dict, int] | None:
 
 
 def table(records: Path) -> str:
-    """Every family's trials, its choice and what the choice gained on valid BLEU over its defaults (trial 0)."""
+    """Every tuned target's trials, its choice and what the choice gained on valid BLEU over its defaults (trial 0)."""
     lines = []
-    for family in FAMILIES:
+    for family in design.TUNED:
         trials = trials_of(records, family)
-        if not trials:
-            lines.append(f"**{family}**: no trials recorded yet (`python -m nmt.study tune --families {family}`)\n")
+        if not trials or chosen(trials) is None:
+            lines.append(
+                f"**{family}**: no finished trials recorded yet (`python -m nmt.study tune --families {family}`)\n"
+            )
+            lines += trial_rows(trials, None) if trials else []
             continue
         (best, count), defaults = chosen(trials), next((t for t in trials if t["number"] == 0), None)
         bleu = candidates(best)[count]
         gain = f"{bleu - defaults['valid_bleu']:+.2f}" if defaults else "-"
         spent = sum(t["petaflops"] for t in trials)
-        averaged = f", the average of its last {count} validations" if count > 1 else ", its best checkpoint"
+        pruned = sum(t.get("stopped_by") == "pruned" for t in trials)
+        averaged = (
+            f", the average of the {count} validations ending at its best" if count > 1 else ", its best checkpoint"
+        )
         lines.append(
-            f"**{family}**: {len(trials)} trials, {spent:.2f} PFLOP; chosen trial {best['number']}{averaged} "
+            f"**{family}**: {len(trials)} trials ({pruned} pruned), {spent:.2f} PFLOP; "
+            f"chosen trial {best['number']}{averaged} "
             f"(valid BLEU {bleu:.2f}, {gain} over the defaults)\n"
         )
         lines += trial_rows(trials, best)
     return "\n".join(lines)
 
 
-def trial_rows(trials: list[dict], best: dict) -> list[str]:
-    """A family's table: each trial's options, the valid BLEU of its best checkpoint and of its averages, its compute
-    and what stopped it."""
+def trial_rows(trials: list[dict], best: dict | None) -> list[str]:
+    """A target's table: each trial's options, the valid BLEU of its best checkpoint and of its averages, its compute
+    and what stopped it (the rung, in validations, of a pruned one)."""
     keys = sorted({k for t in trials for k in t["options"]})
-    averages = [f"last {k} averaged" for k in AVERAGES]
+    averages = [f"{k} to best averaged" for k in AVERAGES]
     lines = ["| trial | " + " | ".join(keys + ["valid BLEU", *averages, "PFLOP", "stopped by"]) + " |"]
     lines.append("|---" * (len(keys) + len(averages) + 4) + "|")
     for t in trials:
         mark = " **chosen**" if t is best else ""
         cells = [shown(t["options"].get(k, "default")) for k in keys] + [f"{t['valid_bleu']:.2f}"]
         cells += [f"{t['averaging'][str(k)]:.2f}" if str(k) in t.get("averaging", {}) else "-" for k in AVERAGES]
-        lines.append(f"| {t['number']}{mark} | " + " | ".join(cells) + f" | {t['petaflops']:.2f} | {t['stopped_by']} |")
+        stopped = f"pruned at validation {t['rung']}" if t.get("rung") else t["stopped_by"]
+        lines.append(f"| {t['number']}{mark} | " + " | ".join(cells) + f" | {t['petaflops']:.2f} | {stopped} |")
     return lines + [""]
 
 
-def tuned_config(trials: list[dict], family: str, current: dict[str, str]) -> str | None:
-    """configs/tuned/multi30k_<family>.yaml of the family's choice: the chosen trial's options over those of the
-    `current` tuned file (flattened: what trial 0, the defaults, ran with), and its trainer.average_last. train.py
-    composes it after the family's model and before a variant, a recipe (the demo's, the lab's) and the command line,
-    which keep their say. None when nothing is left to set (no file). `trials`: at least one."""
+def tuned_path(folder: Path, target: str) -> Path:
+    """Where --apply writes a target's choice (under configs/tuned/): a family's, composed after its model
+    (train.yaml: tuned/${data}_${model}); a variant's, composed after the variant (tuned/variant/${data}_${variant})."""
+    return folder / ("variant" if "_" in target else "") / f"multi30k_{target}.yaml"
+
+
+def tuned_config(trials: list[dict], family: str, current: dict[str, str]) -> str:
+    """The tuned file of a target's choice: the chosen trial's options over those of the `current` tuned file
+    (flattened: what an older trial 0 ran with), and its trainer.average_last, always written (a variant's file then
+    replaces its family's choice whole). train.py composes a family's after its model and before a variant, a recipe
+    (the demo's, the lab's) and the command line, which keep their say. `trials`: one finished at least."""
     best, count = chosen(trials)
-    options = current | best["options"]
-    options.pop("trainer.average_last", None)
-    if count > 1:
-        options["trainer.average_last"] = str(count)
-    if not options:
-        return None
+    options = current | best["options"] | {"trainer.average_last": str(count)}
     tuned = OmegaConf.to_yaml(OmegaConf.from_dotlist([f"{key}={value}" for key, value in sorted(options.items())]))
     source = f"trial {best['number']} of {len(trials)}, valid BLEU {candidates(best)[count]:.2f}"
     return (

@@ -1,8 +1,9 @@
-"""python -m nmt.study tune: each family's recipe tuned with equal effort on valid BLEU (nmt/study/tune.py): its
-defaults as trial 0, then --trials trials of Optuna's TPE through Hydra's sweeper, one seed, under the final runs'
-protocol (a compute cap, patience on valid). Rerun to continue: trials recorded in --records are not run again.
+"""python -m nmt.study tune: each family's recipe tuned with equal effort on valid BLEU (nmt/study/tune.py, driven on
+Optuna by nmt/study/tuning.py): its defaults as trial 0, then Sobol points, pruned by successive halving, one seed,
+under the final runs' protocol (a compute cap, patience on valid). Rerun to continue: the study's journal file
+(results/runs/tune/<target>.journal) holds its trials and its sampler's place.
 
-  python -m nmt.study tune --families transformer --trials 8        # about 9 runs of up to 2e15 FLOPs
+  python -m nmt.study tune --families transformer                   # 6 trials of up to 6e14 FLOPs, some pruned
   python -m nmt.study tune --report                                  # docs/tuning.md's tables from the records
   python -m nmt.study tune --report --apply                          # and the choices as the families' defaults
 """
@@ -10,142 +11,114 @@ protocol (a compute cap, patience on valid). Rerun to continue: trials recorded 
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from nmt import UserError
 from nmt.config import flatten
 from nmt.paths import write_text
-from nmt.study import tune
-from nmt.study.sweep import ROOT, TRAIN, chosen, launcher_options, launcher_overrides, waited
-from nmt.study.variants import FAMILIES
+from nmt.study import design, tune, tuning
+from nmt.study.sweep import ROOT, chosen
 
 RECORDS = ROOT / "results" / "runs" / "tune"
 TUNED = ROOT / "configs" / "tuned"  # train.yaml composes tuned/<data>_<model>.yaml after the model, where there is one
 DOCUMENT = ROOT / "docs" / "tuning.md"
 MARKERS = ("<!-- tune:trials -->", "<!-- /tune:trials -->")
+COST = ("<!-- tune:cost -->", "<!-- /tune:cost -->")
+MEASURED = ROOT / "results" / "measured" / "benchmark_cuda.json"
+
+
+def counted(name: str, least: int):
+    """An argparse type: a whole number of at least `least`, refused by name before anything starts."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} {text!r}: a whole number") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"{name} {value}: at least {least}")
+        return value
+
+    return parse
+
+
+def positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--flops {text!r}: a number of FLOPs (6e14)") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"--flops {text}: a positive compute cap per trial")
+    return value
 
 
 def arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m nmt.study tune", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--families", default=",".join(FAMILIES), help="any of " + ", ".join(FAMILIES))
-    parser.add_argument("--trials", type=int, default=tune.TRIALS, help="trials per family beside its defaults")
-    parser.add_argument("--flops", type=float, default=tune.CAP, help="each trial's compute cap")
-    parser.add_argument("--records", type=Path, default=RECORDS, help="where each trial's record goes")
+    parser.add_argument("--families", default=",".join(design.TUNED), help="any of " + ", ".join(design.TUNED))
+    trials = f"trials per target, its defaults included (equal effort: {design.TRIALS} each)"
+    parser.add_argument("--trials", type=counted("--trials", 1), default=design.TRIALS, help=trials)
+    parser.add_argument("--flops", type=positive, default=design.CAP, help="each trial's compute cap")
+    validations = "validations over the cap (successive halving's rung 0 at a third of them)"
+    parser.add_argument("--validations", type=counted("--validations", 3), default=design.VALIDATIONS, help=validations)
+    parser.add_argument("--jobs", type=counted("--jobs", 1), default=1, help="trials at once on this machine")
+    parser.add_argument("--records", type=Path, default=RECORDS, help="where the studies' journals and records go")
     parser.add_argument("--runs", type=Path, default=ROOT / "multirun" / "tune", help="where the runs go")
     parser.add_argument("--extra", nargs="*", default=[], help="more train.py overrides (data.dir=...)")
     parser.add_argument("--report", action="store_true", help="no training: docs/tuning.md's tables from the records")
-    choice = "each family's choice as its defaults on Multi30k (configs/tuned/multi30k_<family>.yaml)"
+    choice = "each target's choice as its defaults on Multi30k (configs/tuned/)"
     parser.add_argument("--apply", action="store_true", help=choice)
-    parser.add_argument("--tuned", type=Path, default=TUNED, help="where --apply writes the families' tuned defaults")
-    launcher_options(parser)
-    args = parser.parse_args(argv)
-    if args.trials < 1:
-        raise UserError(f"--trials {args.trials}: at least 1 (the issue's equal effort: 8 a family)")
-    if args.flops <= 0:
-        raise UserError(f"--flops {args.flops:g}: a positive compute cap per trial")
-    return args
+    parser.add_argument("--tuned", type=Path, default=TUNED, help="where --apply writes the targets' tuned defaults")
+    return parser.parse_args(argv)
 
 
-def command(family: str, args: argparse.Namespace, first: int, optuna: int) -> list[str]:
-    """The `train.py -m` of a family's trials from number `first`: its defaults alone (optuna 0), or `optuna` trials
-    that the sampler proposes over the family's space."""
-    folder = (args.runs / family).resolve()
-    space = [f"{key}={value}" for key, value in tune.SPACE[family].items()] if optuna else []
-    sweeper = [
-        "hydra/sweeper=optuna",
-        "hydra.sweeper.direction=maximize",
-        f"hydra.sweeper.study_name=tune_{family}",
-        f"hydra.sweeper.n_trials={optuna}",
-        "hydra.sweeper.n_jobs=" + str(max(1, args.jobs if args.launcher == "joblib" else 1)),
-        "hydra.sweeper.sampler.seed=0",
-    ]
-    callback = [
-        "+hydra.callbacks.trial._target_=nmt.study.tune.RecordTrial",
-        f"+hydra.callbacks.trial.records={args.records.resolve()}",
-        f"+hydra.callbacks.trial.family={family}",
-        f"+hydra.callbacks.trial.first={first}",
-        f"+hydra.callbacks.trial.cap={args.flops:g}",
-        f"+hydra.callbacks.trial.tuned='{','.join(tune.SPACE[family]) if optuna else ''}'",
-    ]
-    return [
-        *TRAIN,
-        "-m",
-        f"model={family}",
-        f"seed={tune.SEED}",
-        f"trainer.max_flops={args.flops:g}",
-        *tune.PROTOCOL,
-        *args.extra,
-        "trainer.progress=false",
-        *(sweeper if optuna else []),
-        *space,
-        *callback,
-        f"hydra.sweep.dir={folder}/" + "${now:%Y-%m-%d_%H-%M-%S}",
-        "hydra.sweep.subdir=${hydra.job.num}",
-        *launcher_overrides(args.launcher, args.jobs, args.extra),
-    ]
-
-
-def tune_family(family: str, args: argparse.Namespace) -> None:
-    """Trial 0 (the defaults) where it has no record, then the proposed trials still to run."""
-    done = {t["number"] for t in tune.trials_of(args.records, family)}
-    if 0 not in done:
-        run(command(family, args, 0, 0), family)
-    proposed = len(done - {0})
-    if proposed < args.trials:
-        run(command(family, args, max(done | {0}) + 1, args.trials - proposed), family)
-    else:
-        print(f"{family}: {proposed} proposed trials recorded in {args.records}; none to run", flush=True)
-
-
-def run(line: list[str], family: str) -> None:
-    print("train.py " + " ".join(line[len(TRAIN) :]), flush=True)
-    if (status := waited(line)) != 0:
-        raise UserError(f"tuning {family}: train.py -m stopped with status {status}; rerun to continue")
+def settings(args: argparse.Namespace) -> tuning.Settings:
+    extra = list(args.extra)
+    if args.jobs > 1 and not any(o.startswith("trainer.threads=") for o in extra):
+        extra.append(f"trainer.threads={max(1, (os.cpu_count() or 1) // args.jobs)}")  # cores shared out
+    return tuning.Settings(args.flops, args.validations, args.records.resolve(), args.runs.resolve(), extra)
 
 
 def report(args: argparse.Namespace) -> None:
-    """docs/tuning.md's block between its markers, rendered from the records."""
+    """docs/tuning.md's blocks between their markers, rendered from the records and the design."""
     text = DOCUMENT.read_text(encoding="utf-8")
-    start, end = text.index(MARKERS[0]) + len(MARKERS[0]), text.index(MARKERS[1])
-    DOCUMENT.write_text(text[:start] + "\n" + tune.table(args.records) + text[end:], encoding="utf-8")
+    for markers, block in ((MARKERS, tune.table(args.records)), (COST, design.cost_table(MEASURED))):
+        start, end = text.index(markers[0]) + len(markers[0]), text.index(markers[1])
+        text = text[:start] + "\n" + block + "\n" + text[end:]
+    DOCUMENT.write_text(text, encoding="utf-8")
     print(f"updated {DOCUMENT}", flush=True)
 
 
-def apply(families: list[str], args: argparse.Namespace) -> None:
-    """Each tuned family's choice written as its defaults (`tune.tuned_config`), over the tuned file its trial 0 ran
-    with; a family whose choice is the schema's own defaults has no file."""
-    for family in families:
-        trials = tune.trials_of(args.records, family)
-        if not trials:
-            print(f"{family}: no trials recorded in {args.records}; its defaults stay", flush=True)
+def apply(targets: list[str], args: argparse.Namespace) -> None:
+    """Each tuned target's choice written as its defaults (`tune.tuned_config`), over the tuned file its trial 0 ran
+    with."""
+    for target in targets:
+        trials = tune.trials_of(args.records, target)
+        if tune.chosen(trials) is None:
+            print(f"{target}: no finished trials recorded in {args.records}; its defaults stay", flush=True)
             continue
-        path = args.tuned / f"multi30k_{family}.yaml"  # train.yaml: tuned/${data}_${model}
+        path = tune.tuned_path(args.tuned, target)
         current = (
             {k: str(v) for k, v in flatten(OmegaConf.to_container(OmegaConf.load(path))).items()}
             if path.is_file()
             else {}
         )
-        text = tune.tuned_config(trials, family, current)
-        if text is None:
-            path.unlink(missing_ok=True)
-            print(f"{family}: the schema's defaults chosen; no {path}", flush=True)
-        else:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            write_text(path, text)
-            print(f"{family}: its choice written to {path}", flush=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text(path, tune.tuned_config(trials, target, current))
+        print(f"{target}: its choice written to {path}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> None:
     args = arguments(argv)
-    families = chosen("--families", args.families, FAMILIES)
+    targets = chosen("--families", args.families, design.TUNED)
     if not args.report:
-        for family in families:
-            tune_family(family, args)
+        for target in targets:
+            held = tuning.tune_target(target, args.trials, args.jobs, settings(args))
+            print(f"{target}: {held} trials in {tuning.journal(args.records, target)}", flush=True)
     if args.records.resolve() == RECORDS.resolve():
         report(args)
     else:
         print(tune.table(args.records))
     if args.apply:
-        apply(families, args)
+        apply(targets, args)

@@ -1,0 +1,130 @@
+"""The converged study's design, fixed before its runs (docs/tuning.md): what the tuning, the main table and the
+claims train, under which rules, and what the whole queue costs on one GPU at the measured rate.
+
+- **The final runs' protocol** (the main table's, the converged claims', and each tuning trial's): trained until they
+  stop learning, up to CAP FLOPs, validated at each 1/VALIDATIONS of it, stopped earlier after PATIENCE validations
+  without a better valid BLEU. The cap is where the recorded 5e14 curves flatten (Bahdanau, Luong and the Transformer
+  gain little over their last third; Sutskever's model is still learning there and gets 20% more).
+- **Tuning**: TRIALS trials for each of TUNED (trial 0 the defaults, then points of a scrambled Sobol sequence: a
+  space-filling design, not random draws, at the handful of trials the budget affords), one seed (TUNING_SEED, none
+  of the final runs' seeds), each family's own Sobol seed, so that no two families draw the same configurations.
+  Successive halving on valid BLEU (Optuna's SuccessiveHalvingPruner, reduction factor REDUCTION): at rung 0, the
+  RUNG-th validation (1/3 of the cap), a trial goes on only if its best valid BLEU so far ranks in the top third of the
+  trials that reached that rung (the first trial, the defaults, always goes on), else it is stopped and recorded as
+  pruned at that rung. The same trials, rungs and rule for every family.
+- **The claims' arms are tuned alike**: a claim between families (the Transformer against the recurrent models)
+  compares each family on its own tuning (the main table's runs, trained once for both); a claim within a family
+  either trains both arms on one recipe chosen without either (the schema's defaults: the 5e14 runs, whose verdicts
+  stand where they are not "still improving") or tunes each arm under the same effort (input feeding: `luong` and
+  `luong_feeding` are both in TUNED). Converged runs go to the main table and the claims that need them (Transformer
+  against recurrent, input feeding); the others keep their 5e14 evidence.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from nmt.study.variants import FAMILIES
+
+CAP = 6e14  # FLOPs a final run may train
+VALIDATIONS = 30  # validations over the cap: one at each 2e13 FLOPs
+PATIENCE = 5  # validations without a better valid BLEU before a run stops
+RUNG = 10  # successive halving's rung 0, in validations: 1/3 of the cap
+REDUCTION = 3  # the top 1/REDUCTION of the trials at a rung go on
+TRIALS = 6  # per tuned target: trial 0 (its defaults) and 5 Sobol points
+# What is tuned, in the order the queue tunes it: the Transformer first (its recipe was tuned least), then the
+# recurrent families, then the input-feeding claim's other arm
+TUNED = ("transformer", "sutskever", "bahdanau", "luong", "luong_feeding")
+TUNING_SEED = 1000  # below every final seed (FIRST_SEED, FIRST_SEED + 1, ...)
+FIRST_SEED = 1234  # the final runs' seeds: FIRST_SEED .. FIRST_SEED + SEEDS - 1 (the lab: up to 8)
+SEEDS = 3
+# The converged runs beside the main table's: the claims' arms that the main table does not hold
+CLAIM_RUNS = ("luong_feeding",)
+
+
+def family_of(target: str) -> str:
+    """The family of a tuned target (a family, or a variant named <family>_<what>)."""
+    return target.split("_", 1)[0]
+
+
+def expected_promotions(trials: int = TRIALS, reduction: int = REDUCTION) -> float:
+    """How many of `trials` trials, tuned one after another, pass rung 0 on average when their ranks at the rung are
+    in random order: Optuna's rule promotes the i-th trial when it is among the best max(1, i // reduction) of the i
+    that reached the rung, which happens with probability max(1, i // reduction) / i."""
+    return sum(max(1, i // reduction) / i for i in range(1, trials + 1))
+
+
+@dataclass(frozen=True)
+class Part:
+    """A part of the queue: its name, the FLOPs it trains at most and on average, and per family (for the rate)."""
+
+    name: str
+    flops: dict[str, float]  # family -> the FLOPs its runs train, as expected
+    bound: float  # FLOPs in the worst case (every trial promoted, no run stopped by patience)
+
+    @property
+    def expected(self) -> float:
+        return sum(self.flops.values())
+
+
+def queue() -> list[Part]:
+    """The converged queue in its order: the tuning, the main table (the four families' tuned defaults, SEEDS seeds),
+    the claims' own runs (CLAIM_RUNS, tuned, SEEDS seeds). Runs stopped by patience train less; not counted."""
+    rung = CAP * RUNG / VALIDATIONS
+    trial = TRIALS * rung + expected_promotions() * (CAP - rung)
+    tuning: dict[str, float] = {}
+    for target in TUNED:
+        tuning[family_of(target)] = tuning.get(family_of(target), 0.0) + trial
+    main = {family: SEEDS * CAP for family in FAMILIES}
+    claims: dict[str, float] = {}
+    for target in CLAIM_RUNS:
+        claims[family_of(target)] = claims.get(family_of(target), 0.0) + SEEDS * CAP
+    return [
+        Part("tune", tuning, len(TUNED) * TRIALS * CAP),
+        Part("main", main, sum(main.values())),
+        Part("claims", claims, sum(claims.values())),
+    ]
+
+
+def rates(measured: Path) -> dict[str, float]:
+    """Each family's training rate alone on the GPU, model FLOPs per second, from a benchmark's record
+    (results/measured/benchmark_cuda.json: every update a CUDA graph, one run at a time)."""
+    values = json.loads(measured.read_text(encoding="utf-8"))["values"]
+    return {family: values[family]["model_flops_per_second"] for family in FAMILIES}
+
+
+def minutes(part: Part, rate: dict[str, float]) -> float:
+    """The part's expected training time in minutes, its runs one at a time at `rate`."""
+    return sum(flops / rate[family] for family, flops in part.flops.items()) / 60
+
+
+def cost_table(measured: Path) -> str:
+    """docs/tuning.md's table of the queue's cost: FLOPs expected and at most, and GPU-minutes at the single-run rate
+    of `measured`."""
+    rate, record = rates(measured), json.loads(measured.read_text(encoding="utf-8"))
+    lines = [
+        "| part | runs | FLOPs expected | FLOPs at most | GPU-minutes expected |",
+        "|---|---|---|---|---|",
+    ]
+    runs = {
+        "tune": f"{len(TUNED)} x {TRIALS} trials",
+        "main": f"{len(FAMILIES)} x {SEEDS} seeds",
+        "claims": f"{len(CLAIM_RUNS)} x {SEEDS} seeds",
+    }
+    parts = queue()
+    for part in parts:
+        cells = [part.name, runs[part.name], f"{part.expected:.2e}", f"{part.bound:.2e}", f"{minutes(part, rate):.1f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    total = sum(minutes(p, rate) for p in parts)
+    cells = ["**all**", "", f"{sum(p.expected for p in parts):.2e}", f"{sum(p.bound for p in parts):.2e}"]
+    lines.append("| " + " | ".join(cells) + f" | **{total:.1f}** |")
+    shown = ", ".join(f"{family} {rate[family] / 1e12:.1f}" for family in FAMILIES)
+    lines += [
+        "",
+        f"At the training rate of one run alone, every update a CUDA graph (TFLOP/s: {shown}; "
+        f"results/measured/benchmark_cuda.json, {record['date'][:10]}: {record['note'].split(':')[0]}). Validations "
+        "and start-up come on top; packing runs on the GPU is to make up for them.",
+    ]
+    return "\n".join(lines)

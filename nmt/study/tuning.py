@@ -1,0 +1,270 @@
+"""A target's tuning driven on Optuna itself (ask, run `train.py`, tell), its study kept in a journal file that
+outlives a GPU window, its trials pruned by successive halving at the validations (nmt/study/design.py).
+
+Each trial is a `train.py` run in a folder of its own (RUNS/<target>/trial<N>) with `trainer.resume=auto`; while it
+trains, its validations.jsonl is read as it grows and each validation's best valid BLEU so far is reported to the
+trial at its validation's number. Before the last validation, the pruner may stop it: the run gets SIGTERM (it saves
+last.pt and stops) and the trial is told PRUNED and recorded with its rung. A trial found RUNNING when a tuning starts
+is one an earlier tuning left when it was stopped (the window ended): it continues with its own options, from its
+folder where that is still there, from the start where not (the same seed gives the same run), reporting only
+validations it had not reported. One tuning writes a study at a time (a lock on the journal file); a journal of
+another study, family, space or protocol is refused by name.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import signal
+import subprocess
+import threading
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import optuna
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
+from optuna.trial import TrialState
+
+from nmt import UserError
+from nmt.multirun import failure
+from nmt.study import design, tune
+from nmt.study.sweep import ROOT, TRAIN
+from nmt.validation import read_validations
+
+POLL_SECONDS = 0.5  # how often a running trial's validations are read
+optuna.logging.set_verbosity(optuna.logging.WARNING)  # each trial is said once, by run_trial
+
+
+@dataclass
+class Settings:
+    """What a tuning runs: the compute cap and validations of each trial, its extra train.py options, where its runs
+    and records go."""
+
+    cap: float
+    validations: int
+    records: Path
+    runs: Path
+    extra: list[str] = field(default_factory=list)
+
+    @property
+    def rung(self) -> int:
+        """Successive halving's rung 0, in validations: the same third of the cap at any number of validations."""
+        return max(1, self.validations * design.RUNG // design.VALIDATIONS)
+
+    def identity(self, target: str) -> dict[str, str]:
+        """What a study's journal must hold to be this tuning's: its target, space and protocol."""
+        space = {name: repr(distribution) for name, distribution in sorted(tune.SPACE[target].items())}
+        protocol = f"cap {self.cap:g}, {self.validations} validations, rung {self.rung}, seed {tune.SEED}"
+        return {"target": target, "space": repr(space), "protocol": protocol}
+
+
+def journal(records: Path, target: str) -> Path:
+    return records / f"{target}.journal"
+
+
+def locked(path: Path):
+    """The journal file opened and locked for this tuning alone; refused while another tuning holds it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(path, "a", encoding="utf-8")  # noqa: SIM115 (held until the tuning ends)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise UserError(f"{path}: another tuning is writing this study; wait for it to end or stop it") from None
+    return handle
+
+
+def open_study(target: str, settings: Settings) -> optuna.Study:
+    """The target's study in its journal file, made with its defaults as trial 0 where new; refused where the file
+    holds another study or this one under another space or protocol."""
+    path = journal(settings.records, target)
+    name, wanted = f"tune_{target}", settings.identity(target)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        storage = JournalStorage(JournalFileBackend(str(path)))
+        names = [summary.study_name for summary in optuna.get_all_study_summaries(storage)]
+    except Exception as error:  # a damaged journal: Optuna's own error, named
+        raise UserError(f"{path}: not a readable Optuna journal ({error}); restore it from git") from None
+    if names and names != [name]:
+        raise UserError(f"{path}: holds the study {', '.join(names)}, not {name}; give this tuning its own --records")
+    with warnings.catch_warnings():  # QMCSampler has been "experimental" since Optuna 3.0
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        sampler = optuna.samplers.QMCSampler(
+            qmc_type="sobol", scramble=True, seed=tune.sampler_seed(target), warn_independent_sampling=False
+        )
+    pruner = optuna.pruners.SuccessiveHalvingPruner(
+        min_resource=settings.rung, reduction_factor=design.REDUCTION, min_early_stopping_rate=0
+    )
+    study = optuna.create_study(
+        study_name=name, storage=storage, sampler=sampler, pruner=pruner, direction="maximize", load_if_exists=True
+    )
+    if not names:
+        for key, value in wanted.items():
+            study.set_user_attr(key, value)
+        study.enqueue_trial(defaults(target), skip_if_exists=True)
+    held = {key: study.user_attrs.get(key) for key in wanted}
+    if held != wanted:
+        other = ", ".join(
+            f"{key} {held[key]!r} (this tuning: {wanted[key]!r})" for key in wanted if held[key] != wanted[key]
+        )
+        raise UserError(f"{path}: a study of another {other}; give this tuning its own --records or remove the file")
+    return study
+
+
+def defaults(target: str) -> dict[str, float | int]:
+    """The target's values of its space's knobs as train.py composes them today (its tuned file's, if any)."""
+    from hydra import compose, initialize_config_dir
+
+    from nmt.config import CONFIGS, register
+
+    register()
+    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
+        config = compose("train", overrides=[tune.selects(target)])
+    values = {}
+    for key, distribution in tune.SPACE[target].items():
+        value = config
+        for part in key.split("."):
+            value = value[part]
+        values[key] = int(value) if isinstance(distribution, optuna.distributions.IntDistribution) else float(value)
+    return values
+
+
+class Stopping:
+    """Ctrl-C or SIGTERM to the tuning: passed on to the trials' runs (each saves last.pt), whose trials stay RUNNING
+    for the next tuning to continue."""
+
+    def __init__(self):
+        self.requested, self.processes = False, set()
+
+    def __enter__(self):
+        self.previous = {number: signal.signal(number, self.stop) for number in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def __exit__(self, *_):
+        for number, handler in self.previous.items():
+            signal.signal(number, handler)
+
+    def stop(self, number, _frame) -> None:
+        self.requested = True
+        for process in list(self.processes):
+            process.send_signal(signal.SIGTERM)
+
+
+def command(target: str, params: dict, run_dir: Path, settings: Settings) -> list[str]:
+    options = [f"{key}={tune.option(value)}" for key, value in sorted(params.items())]
+    return [
+        *TRAIN,
+        tune.selects(target),
+        f"seed={tune.SEED}",
+        f"trainer.max_flops={settings.cap:g}",
+        *tune.PROTOCOL,
+        f"trainer.validations={settings.validations}",
+        *settings.extra,
+        *options,
+        "trainer.progress=false",
+        "trainer.resume=auto",
+        f"hydra.run.dir={run_dir}",
+    ]
+
+
+def follow(trial: optuna.Trial, process: subprocess.Popen, run_dir: Path, settings: Settings) -> int | None:
+    """Report each new validation's best valid BLEU so far to `trial` while `process` trains; the validation at which
+    the pruner stopped it (after SIGTERM and its end), or None where it ran to its own end."""
+    reported = set(trial.storage.get_trial(trial._trial_id).intermediate_values)
+    seen = 0
+    while True:
+        ended = process.poll() is not None
+        validations = read_validations(run_dir)
+        for number in range(seen + 1, len(validations) + 1):
+            best = max(v["bleu"] for v in validations[:number])
+            if number not in reported:
+                trial.report(best, number)
+            if number < settings.validations and trial.should_prune():
+                process.send_signal(signal.SIGTERM)
+                process.wait()
+                return number
+        seen = len(validations)
+        if ended:
+            return None
+        time.sleep(POLL_SECONDS)
+
+
+def run_trial(study: optuna.Study, trial: optuna.Trial, target: str, settings: Settings, stopping: Stopping) -> None:
+    """Train one trial to its end (or its rung), tell the study and record it; a trial stopped by the tuning's own
+    stopping stays RUNNING."""
+    params = study._storage.get_trial(trial._trial_id).params
+    run_dir = (settings.runs / target / f"trial{trial.number:03d}").resolve()
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    print(f"{target} trial {trial.number}: " + " ".join(f"{k}={tune.option(v)}" for k, v in params.items()), flush=True)
+    with open(run_dir.parent / f"trial{trial.number:03d}.log", "a", encoding="utf-8") as log:
+        process = subprocess.Popen(command(target, params, run_dir, settings), cwd=ROOT, stdout=log, stderr=log)
+        stopping.processes.add(process)
+        try:
+            rung = follow(trial, process, run_dir, settings)
+        finally:
+            stopping.processes.discard(process)
+    if stopping.requested and rung is None and process.returncode != 0:
+        return  # stopped with the tuning: continued by the next one
+    options = {key: tune.option(value) for key, value in params.items()}
+    record = tune.Trial.of(run_dir, target, trial.number, options, settings.cap)
+    if rung is not None:
+        record.stopped_by, record.rung = "pruned", rung
+        record.valid_bleu = max([point["bleu"] for point in record.curve[:rung]], default=0.0)
+        study.tell(trial, state=TrialState.PRUNED)
+    elif process.returncode != 0:
+        record.stopped_by = "failed"
+        print(f"{target} trial {trial.number} failed: {reason(run_dir, Path(log.name))}", flush=True)
+        study.tell(trial, state=TrialState.FAIL)
+    else:
+        record.averaging = tune.averaged_valid_bleu(run_dir, tune.AVERAGES) if any(run_dir.glob("step*.pt")) else {}
+        study.tell(trial, record.valid_bleu)
+    tune.record(record, settings.records)
+
+
+def reason(run_dir: Path, log: Path) -> str:
+    """Why a trial's run failed: its error line (train.py's last words), else where its log is."""
+    said = [
+        line for line in log.read_text(encoding="utf-8", errors="replace").splitlines() if line.startswith("error:")
+    ]
+    return failure(run_dir) or (said[-1].removeprefix("error: ") if said else f"see {log}")
+
+
+def next_trial(study: optuna.Study, target: str, trials: int, taken: set[int]) -> optuna.Trial | None:
+    """A trial an earlier tuning left RUNNING (not one this tuning runs now), else a new one while the study has
+    fewer than `trials`, else None."""
+    for frozen in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if frozen.number not in taken and frozen.params:
+            return optuna.Trial(study, frozen._trial_id)
+    if len(study.get_trials(deepcopy=False)) >= trials:
+        return None
+    return study.ask(tune.SPACE[target])
+
+
+def tune_target(target: str, trials: int, jobs: int, settings: Settings) -> int:
+    """Run the target's trials still to run, `jobs` at once; the number of trials its study holds at the end."""
+    path = journal(settings.records, target)
+    with locked(path), Stopping() as stopping:
+        study = open_study(target, settings)
+        taken: set[int] = set()
+        guard = threading.Lock()
+
+        def worker() -> None:
+            while not stopping.requested:
+                with guard:
+                    trial = next_trial(study, target, trials, taken)
+                    if trial is None:
+                        return
+                    taken.add(trial.number)
+                run_trial(study, trial, target, settings, stopping)
+
+        threads = [threading.Thread(target=worker) for _ in range(max(1, jobs))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(0.2)  # the main thread stays free to take signals
+        if stopping.requested:
+            raise UserError(f"tuning {target} stopped; rerun the same command to continue it ({path})")
+        return len(study.get_trials(deepcopy=False))
