@@ -164,8 +164,10 @@ def brief(claim: dict) -> str:
 
 
 def detects(claim: dict) -> str:
-    """What a claim's primary test finds 80% of the time, in its unit; `-` where it was not computed."""
-    found = claim.get("detectable")
+    """What a claim's primary test finds 80% of the time, in its unit (`power.of_claim`); `-` where not computed."""
+    from nmt.study import power
+
+    found = power.of_claim(claim)
     return f"{found:.2f} {claim.get('unit', 'BLEU')}" if found is not None else "-"
 
 
