@@ -228,14 +228,19 @@ def launcher_overrides(launcher: str, workers: int, overrides: list[str]) -> lis
         return ["hydra/launcher=slurm"]
     if launcher != "joblib":
         return []
-    threads = max(1, (os.cpu_count() or 1) // workers)
-    pinned = any(o.startswith("trainer.threads=") for o in overrides)
     return [
         "hydra/launcher=joblib",
         f"hydra.launcher.n_jobs={workers}",
-        *([] if pinned else [f"trainer.threads={threads}"]),
+        *shared_threads(workers, overrides),
         "hydra.launcher.batch_size=1",  # joblib's auto batching would queue runs behind skipped jobs
     ]
+
+
+def shared_threads(workers: int, overrides: list[str]) -> list[str]:
+    """cores / `workers` torch threads for each of `workers` runs at once, unless the overrides pin them."""
+    if any(o.startswith("trainer.threads=") for o in overrides):
+        return []
+    return [f"trainer.threads={max(1, (os.cpu_count() or 1) // workers)}"]
 
 
 def waited(command: list[str]) -> int:

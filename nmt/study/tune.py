@@ -38,7 +38,8 @@ from nmt.validation import read_validations
 
 TRIALS = design.TRIALS
 CAP = design.CAP
-PROTOCOL = (*published.STOPPING, "trainer.test_at_end=false")  # the final runs' (tuning adds its cap), valid only
+# The final runs' stopping rules, valid only; the tuning adds its cap and validations (nmt/study/tuning.py: command)
+PROTOCOL = (*(o for o in published.STOPPING if not o.startswith("trainer.validations=")), "trainer.test_at_end=false")
 SEED = design.TUNING_SEED
 AVERAGES = (2, 3, 5)  # trainer.average_last's choices beside 1 (the best checkpoint); 5: the trials' keep_checkpoints
 # The knobs that act on every family: the peak learning rate, label smoothing (the loss), the token batch (the

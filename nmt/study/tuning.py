@@ -194,7 +194,7 @@ def follow(trial: optuna.Trial, process: subprocess.Popen, run_dir: Path, settin
 def run_trial(study: optuna.Study, trial: optuna.Trial, target: str, settings: Settings, stopping: Stopping) -> None:
     """Train one trial to its end (or its rung), tell the study and record it; a trial stopped by the tuning's own
     stopping stays RUNNING."""
-    params = study._storage.get_trial(trial._trial_id).params
+    params = trial.params
     run_dir = (settings.runs / target / f"trial{trial.number:03d}").resolve()
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     print(f"{target} trial {trial.number}: " + " ".join(f"{k}={tune.option(v)}" for k, v in params.items()), flush=True)

@@ -11,7 +11,6 @@ under the final runs' protocol (a compute cap, patience on valid). Rerun to cont
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -19,7 +18,7 @@ from omegaconf import OmegaConf
 from nmt.config import flatten
 from nmt.paths import write_text
 from nmt.study import design, tune, tuning
-from nmt.study.sweep import ROOT, chosen
+from nmt.study.sweep import ROOT, chosen, shared_threads
 
 RECORDS = ROOT / "results" / "runs" / "tune"
 TUNED = ROOT / "configs" / "tuned"  # train.yaml composes tuned/<data>_<model>.yaml after the model, where there is one
@@ -74,9 +73,7 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
 
 
 def settings(args: argparse.Namespace) -> tuning.Settings:
-    extra = list(args.extra)
-    if args.jobs > 1 and not any(o.startswith("trainer.threads=") for o in extra):
-        extra.append(f"trainer.threads={max(1, (os.cpu_count() or 1) // args.jobs)}")  # cores shared out
+    extra = [*args.extra, *(shared_threads(args.jobs, args.extra) if args.jobs > 1 else [])]
     return tuning.Settings(args.flops, args.validations, args.records.resolve(), args.runs.resolve(), extra)
 
 
