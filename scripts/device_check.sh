@@ -106,9 +106,8 @@ if [[ "${1:-}" == "jobs" ]]; then  # runs per hour with 1, 2 and 4 runs at once 
 fi
 if [[ "${1:-}" == "study" ]]; then
     part="${2:?PART}" variants="${3:?VARIANTS}" jobs="${4:-8}" seconds="${5:-420}" seeds="${6:-3}"
-    # Only what this machine trains comes back; the lab and the tuning keep the records they have, so that they
-    # train only the others (a tuning continues with its trials still to run)
-    [[ "$part" == "lab" || "$part" == "tune" ]] || rm -rf "results/runs/$part"
+    # Every part keeps the records it has (committed from earlier windows; the earlier protocol's are apart, in
+    # results/runs/<part>_5e14), so that it trains only the others (a tuning continues with its trials still to run)
     # The jobs record their runs as they finish; at the time limit the sweep is stopped, and what finished is kept
     ( while sleep 20; do nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader; done ) \
         > "$OUT/gpu_use.csv" 2>&1 &

@@ -8,8 +8,11 @@ from conftest import ROOT
 
 from nmt import UserError
 from nmt.study import parts, published, tables
+from nmt.study.claims_table import brief, claims_table
 from nmt.study.comparison import stopped_by, stops
-from nmt.study.variants import CLAIM_VARIANTS, FAMILIES, LAB_CLAIM_VARIANTS, VARIANTS
+from nmt.study.design import CLAIM_RUNS
+from nmt.study.sources import missing
+from nmt.study.variants import FAMILIES, LAB_CLAIM_VARIANTS, VARIANTS
 
 
 def test_every_generated_table_matches_the_committed_results():
@@ -48,7 +51,7 @@ def record(variants: dict[str, list[float]]) -> dict:
                 "budget": "1e+14 FLOPs",
                 "compute_curve": [[0.1, 2.5, b - 1]],
                 "petaflops": 0.1,
-                "config": {"trainer": {"patience": 5}},
+                "config": {"trainer": {"patience": 5, "max_flops": 1e14}},
                 "provenance": {
                     "commits": ["abcdef1234"],
                     "dates": ["2026-11-24T10:00:00"],
@@ -124,26 +127,24 @@ def test_tables_render_from_the_json_and_say_where_the_runs_come_from(tmp_path):
     assert "1e+14 FLOPs each, or less where valid BLEU stalled for 5 validations" in main
     assert rows[0].split(" | ")[7] == "-" and "| -20.00 [-21.00, -19.00] 0.0002 | 2.5" in rows[1]  # Δ the best
     assert "minus that of the best on valid (bahdanau (additive))" in main
-    main_claims = tables.render("main_claims", tmp_path)  # the claims four families can test, not the others
-    assert "| **supported** | +10.00 BLEU |" in main_claims and "Input feeding" not in main_claims
-    assert "Input feeding helps | Luong | **not measured**" in tables.claims_table(tmp_path)
+    assert "Input feeding helps | Luong | **not measured**" in claims_table(tmp_path)
     made["intervals"]["best"]["sutskever"]["BLEU"]["seeds"] = 1  # under 3 seeds: the sentences' variance alone
     (tmp_path / "main.json").write_text(json.dumps(made))
     assert "| -20.00 [-21.00, -19.00] 0.0002, 1 seed | 2.5" in tables.main_table(tmp_path)
     compare = tables.compare_table(tmp_path)
     assert "| +10.00 [+9.00, +11.00] 0.0002 |" in compare and "Best on valid: bahdanau (additive)" in compare
-    claims = tables.claims_table(tmp_path)
-    assert "| **supported** | +10.00 BLEU |" in claims and claims.count("Test BLEU moves by 1.00") == 1
-    assert "| **supported** | +10.00 BLEU |" in tables.render("claims_short", tmp_path)  # no comparisons: as is
+    claims = claims_table(tmp_path)
+    assert "| **supported** | +10.00 BLEU | - | - |" in claims and claims.count("Test BLEU moves by 1.00") == 1
+    assert "| **supported** | +10.00 BLEU | - | - |" in tables.render("claims_short", tmp_path)  # as is
     interval = {"delta": 2.0, "low": 1.0, "high": 3.0}
     two = {"claim": "c", "comparisons": [interval, {**interval, "delta": -1.0, "low": -2.5}]}
-    assert tables.brief(two) == "2 comparisons, BLEU: +2.00 [+1.00, +3.00], -1.00 [-2.50, +3.00]"
+    assert brief(two) == "2 comparisons, BLEU: +2.00 [+1.00, +3.00], -1.00 [-2.50, +3.00]"
     three = {**two, "comparisons": [*two["comparisons"], {"delta": 4.0, "low": 3.5, "high": 4.5}]}
-    assert tables.brief(three) == "3 comparisons, BLEU: -1.00 to +4.00, their 95% intervals within [-2.50, +4.50]"
+    assert brief(three) == "3 comparisons, BLEU: -1.00 to +4.00, their 95% intervals within [-2.50, +4.50]"
     above = {**three, "comparisons": [c | {"low": c["delta"] - 0.5} for c in three["comparisons"][::2]] * 2}
-    assert tables.brief(above).endswith("+2.00 to +4.00, every 95% interval above 0 (the lowest bound +1.50)")
+    assert brief(above).endswith("+2.00 to +4.00, every 95% interval above 0 (the lowest bound +1.50)")
     below = {**three, "comparisons": [{"delta": -d, "low": -d - 1, "high": -d + 0.5} for d in (2.0, 3.0, 4.0)]}
-    assert tables.brief(below).endswith("-4.00 to -2.00, every 95% interval below 0 (the highest bound -1.50)")
+    assert brief(below).endswith("-4.00 to -2.00, every 95% interval below 0 (the highest bound -1.50)")
     assert "Not run yet: `make results` writes results/lab.json" in tables.lab_table(tmp_path)
 
 
@@ -301,7 +302,7 @@ def test_the_parts_table_says_which_parts_of_make_results_are_complete(tmp_path)
     (runs / "luong" / "seed1234").mkdir(parents=True)  # unfinished: no results.json
     finished = published.finished(runs)
     assert finished == {"bahdanau": [1234, 1235], "luong_dot": [1234], "sutskever": [1234, 1235, 1236]}
-    claims = "| claims | 8 variants, fp32 |"
+    claims = "| claims | luong_feeding, beside main's runs |"
     others = "| others | the comparison: 17 variants at 1e14 FLOPs "
     assert f"{claims} no runs yet |" in tables.render("parts", tmp_path)
     (tmp_path / "compare.json").write_text(json.dumps({"finished": finished}))
@@ -312,25 +313,22 @@ def test_the_parts_table_says_which_parts_of_make_results_are_complete(tmp_path)
     assert "| main | the 4 families' defaults | 3 of 12 runs |" in tables.render("parts", tmp_path)
     assert not published.complete({"bahdanau": [1234], "luong": [1234, 1235]}, FAMILIES)
     assert published.complete({family: [1, 2, 3] for family in FAMILIES}, FAMILIES)
-    every = {variant: [1234, 1235, 1236, 1237] for variant in CLAIM_VARIANTS}  # a 4th seed counts as 3
+    every = {variant: [1234, 1235, 1236, 1237] for variant in CLAIM_RUNS}  # a 4th seed counts as 3
     (tmp_path / "claims.json").write_text(json.dumps({"finished": every}))
-    assert f"{claims} **complete**: 24 runs |" in tables.render("parts", tmp_path)
+    assert f"{claims} **complete**: 3 runs |" in tables.render("parts", tmp_path)
     (tmp_path / "claims.json").unlink()  # runs recorded while the part goes on count before its report is made
     for seed in (1234, 1235):
-        (runs / "claims" / "bahdanau_fixed").mkdir(parents=True, exist_ok=True)
-        (runs / "claims" / "bahdanau_fixed" / f"seed{seed}.record.json").write_text("{}")
-    assert f"{claims} 2 of 24 runs |" in tables.render("parts", tmp_path)
-    # tables from runs of an earlier protocol (5e14 FLOPs): today's runs are counted apart, by their records' options
+        (runs / "claims" / "luong_feeding").mkdir(parents=True, exist_ok=True)
+        (runs / "claims" / "luong_feeding" / f"seed{seed}.record.json").write_text("{}")
+    assert f"{claims} 2 of 3 runs |" in tables.render("parts", tmp_path)
+    # tables from the earlier protocol's report (5e14 FLOPs), kept apart until today's report is made
     earlier = {"config": {"trainer": {"max_flops": 5e14, "patience": 5, "validations": 0}}, "budget": "5e+14 FLOPs"}
-    (tmp_path / "claims.json").write_text(json.dumps({"variants": {"x": {"runs": [earlier] * 24}}}))
-    assert f"{claims} no runs yet under today's protocol; tables: 24 earlier runs at 5e+14 FLOPs |" in tables.render(
+    (tmp_path / "claims_5e14.json").write_text(json.dumps({"variants": {"x": {"runs": [earlier] * 24}}}))
+    assert f"{claims} 2 of 3 runs under today's protocol; tables: 24 earlier runs at 5e+14 FLOPs |" in tables.render(
         "parts", tmp_path
     )
-    today = {"max_flops": published.CAP, "patience": 5, "validations": 30, "select": "bleu"}
-    assert published.of_protocol(today) and not published.of_protocol(earlier["config"]["trainer"])
-    record = runs / "claims" / "bahdanau_fixed" / "seed1234.record.json"
-    record.write_text(json.dumps({"config": {"trainer": today}}))
-    assert f"{claims} 1 of 24 runs under today's protocol;" in tables.render("parts", tmp_path)
+    (tmp_path / "claims.json").write_text(json.dumps({"finished": {"luong_feeding": [1234, 1235]}}))
+    assert f"{claims} 2 of 3 runs |" in tables.render("parts", tmp_path)  # today's report: its tables
     (tmp_path / "claims.json").unlink()
     lab = "| lab | the attention variants on the sample grammar |"
     assert f"{lab} no runs yet; its table is written when all its runs end |" in tables.render("parts", tmp_path)
@@ -491,12 +489,12 @@ def test_the_claims_table_takes_from_the_lab_only_what_the_comparison_could_not_
     (tmp_path / "lab.json").write_text(json.dumps(lab))
     # the lab measured it, on fewer seeds than a verdict needs: so it says, with the lab's figures
     needs = f"| {aligns} | Luong et al. 2015, Table 6 | **needs 3 seeds** | local_p minus global: +0.06 AER |"
-    assert needs in tables.claims_table(tmp_path)
+    assert needs in claims_table(tmp_path)
     not_yet = {**lab, "claims": [{**lab_claims[0], "verdict": "not measured"}, lab_claims[1]]}
     (tmp_path / "lab.json").write_text(json.dumps(not_yet))
-    assert f"| {aligns} | Luong | **not measured** |" in tables.claims_table(tmp_path)  # nor has the lab
+    assert f"| {aligns} | Luong | **not measured** |" in claims_table(tmp_path)  # nor has the lab
     (tmp_path / "lab.json").write_text(json.dumps({**lab, "claims": lab_claims}))
-    table = tables.claims_table(tmp_path)
+    table = claims_table(tmp_path)
     assert f"| {aligns} | Luong et al. 2015, Table 6 | **contradicted** | local_p minus global: +0.06 AER |" in table
     assert "| The gap grows with sentence length | Bahdanau | **inconclusive** | Multi30k's |" in table  # measured
     earlier = "The lab's claims: its 3 runs of the earlier protocol (at most 20 words; `results/lab.json`), trained"
@@ -506,12 +504,54 @@ def test_the_claims_table_takes_from_the_lab_only_what_the_comparison_could_not_
     assert "the lab's claims, its 3 runs of the earlier protocol (" in short
     today = {**lab, "claims": lab_claims, "train_words": parts.lab_train_words()}
     (tmp_path / "lab.json").write_text(json.dumps(today))
-    assert "The lab's claims: its 3 runs (`results/lab.json`), trained 2026" in tables.claims_table(tmp_path)
+    assert "The lab's claims: its 3 runs (`results/lab.json`), trained 2026" in claims_table(tmp_path)
     assert "the lab's claims, its 3 runs (" in tables.render("claims_short", tmp_path)
-    (tmp_path / "lab.json").write_text(json.dumps({**lab, "claims": lab_claims}))
-    (tmp_path / "main.json").write_text(json.dumps(made))  # the main table's claims: its own runs' alone
-    main = tables.claims_table(tmp_path, part="main")
-    assert aligns not in main and "The lab's claim" not in main
+
+
+def test_the_claims_table_takes_from_the_earlier_runs_only_what_the_converged_ones_do_not_test(tmp_path):
+    """One label per claim: the converged report's (the claims' own runs and the main table's), the 5e14 report's
+    where the converged runs lack the variants, with how the primary comparison's arms stopped."""
+    feeding, transformer = "Input feeding helps", "The Transformer beats the recurrent models"
+    earlier = record({"luong": [30.0, 31.0, 32.0], "luong_fed": [30.5, 31.0, 31.5], "transformer": [31, 32, 33]})
+    earlier["claims"] = [
+        {"claim": c, "source": "paper", "verdict": v, "evidence": f"5e14: {v}", "arms": arms}
+        for c, v, arms in [
+            ("Attention beats the fixed-vector encoder-decoder", "supported", ["transformer", "luong"]),
+            (feeding, "still improving", ["luong_fed", "luong"]),
+            (transformer, "inconclusive", ["transformer", "luong"]),
+        ]
+    ]
+    (tmp_path / "claims_5e14.json").write_text(json.dumps(earlier))
+    table = claims_table(tmp_path)  # no converged runs yet: every row the earlier report's, said once below
+    assert f"| {transformer} | paper | **inconclusive** | 5e14: inconclusive | - | cap 3 / cap 3 |" in table
+    assert "*5e14 runs*" not in table and table.count("Test BLEU moves by 1.00") == 1
+    assert tables.main_table(tmp_path) == missing("main")  # nor an earlier main table
+    (tmp_path / "main_5e14.json").write_text(json.dumps(earlier))
+    assert "| luong | 3 |" in tables.main_table(tmp_path)  # the earlier main table until today's exists
+    today = record({"luong": [33.0, 34.0, 35.0], "luong_fed": [34.0, 35.0, 36.0], "transformer": [35, 36, 37]})
+    for run in today["variants"]["transformer"]["runs"]:  # stopped by patience: 2 validations past the best
+        run |= {"best_step": 10, "curve": [[0, 10, 30.0], [0, 11, 29.0], [0, 12, 29.5]], "petaflops": 0.05}
+        run["config"]["trainer"] |= {"patience": 2}
+    today["claims"] = [
+        {"claim": "Attention beats the fixed-vector encoder-decoder", "source": "paper", "verdict": "not measured",
+         "evidence": "needs bahdanau_fixed"},
+        {"claim": feeding, "source": "paper", "verdict": "supported", "evidence": "converged",
+         "arms": ["luong_fed", "luong"]},
+        {"claim": transformer, "source": "paper", "verdict": "supported", "evidence": "converged",
+         "arms": ["transformer", "luong"]},
+    ]  # fmt: skip
+    today["power"] = "Converged: test BLEU moves by 0.50."
+    (tmp_path / "claims.json").write_text(json.dumps(today))
+    table = claims_table(tmp_path)
+    assert f"| {transformer} | paper | **supported** | converged | - | patience 3 / cap 3 |" in table
+    assert f"| {feeding} | paper | **supported** | converged |" in table and "still improving" not in table
+    assert "| **supported** | *5e14 runs*: 5e14: supported | - | cap 3 / cap 3 |" in table  # not retested: kept
+    assert "Converged: test BLEU moves by 0.50." in table and "The claims marked *5e14 runs*: 9 runs" in table
+    short = tables.render("claims_short", tmp_path)
+    assert "9 runs on a CPU (fp32); 9 runs at 5e14 FLOPs on a CPU (fp32)" in short
+    today["claims"][0] = {**earlier["claims"][0], "evidence": "converged"}  # today's runs test them all: no 5e14
+    (tmp_path / "claims.json").write_text(json.dumps(today))
+    assert "5e14" not in claims_table(tmp_path) + tables.render("claims_short", tmp_path)
 
 
 def test_the_lab_windows_choice_is_rendered_from_its_runs_records_in_order_of_window(tmp_path):
@@ -604,7 +644,7 @@ def test_committed_records_name_their_corpus_by_checksum_and_rederive_here(monke
     if not (MULTI30K / "test_2016_flickr.de.gz").is_file():
         pytest.skip(f"no Multi30k at {MULTI30K} (set NMT_DATA_DIR)")
     monkeypatch.setenv("NMT_DATA_DIR", str(MULTI30K))
-    path = ROOT / "results" / "runs" / "main" / "transformer" / "seed1234.record.json"
+    path = ROOT / "results" / "runs" / "main_5e14" / "transformer" / "seed1234.record.json"
     record = records.load_record(path)
     pairs = records.test_pairs(record["config"]["data"], {}, path)
     assert len(pairs) == len(record["scored"]) == 1000
@@ -616,7 +656,7 @@ def test_committed_records_name_their_corpus_by_checksum_and_rederive_here(monke
 
 
 def test_the_main_tables_intervals_come_again_from_the_committed_records_on_this_checkout():
-    """What `python -m nmt.study results --parts main --record` publishes (results/main.json), re-derived here from
+    """What `python -m nmt.study results --parts main --earlier` published (results/main_5e14.json), re-derived from
     the committed records alone, with the corpus wherever $NMT_DATA_DIR says: each family's mean test BLEU and its
     interval against the best on valid, over seeds and sentences, figure for figure, and the runs named as published
     (from the checkout's root, whichever checkout: records keep them so). The whole command, sacrebleu's per-seed
@@ -630,9 +670,9 @@ def test_the_main_tables_intervals_come_again_from_the_committed_records_on_this
 
     if not (MULTI30K / "test_2016_flickr.de.gz").is_file():
         pytest.skip(f"no Multi30k at {MULTI30K} (set NMT_DATA_DIR)")
-    main = sorted((ROOT / "results" / "runs" / "main").glob("*/*.record.json"))
+    main = sorted((ROOT / "results" / "runs" / "main_5e14").glob("*/*.record.json"))
     runs = [records.load_record(path) for path in main]
-    published = json.loads((ROOT / "results" / "main.json").read_text())
+    published = json.loads((ROOT / "results" / "main_5e14.json").read_text())
     pairs = records.test_pairs(runs[0]["config"]["data"], {}, main[0])
     groups = group(runs)
     scored = {name: {r["seed"]: r["scored"] for r in g} for name, g in groups.items()}

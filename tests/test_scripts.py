@@ -497,7 +497,11 @@ def test_the_comparison_trains_seeds_tests_significance_and_refuses_other_settin
     assert exported["torch"] == torch.__version__ and run["seed"] == 1234
     table = tables.compare_table(tmp_path / "results")
     assert f"| {luong} | 2 |" in table and f"at commit {head[:7]}" in table
-    assert "These runs have 2 seeds per variant" in tables.claims_table(tmp_path / "results", part="compare")
+    load_script("results").export(output, "claims")  # as the claims' report: under 3 seeds, figures and no verdict
+    from nmt.study.claims_table import claims_table
+
+    claims = claims_table(tmp_path / "results")
+    assert "These runs have 2 seeds per variant" in claims and "Some variants have 2 seeds so far" in claims
     assert exported["finished"] == {"luong": [1234, 1235], "sutskever": [1234, 1235]}
     (tmp_path / "linked").symlink_to(output)  # make results' runs folder may be a link to another checkout's
     load_script("results").export(tmp_path / "linked", "compare")
@@ -858,16 +862,15 @@ def test_make_results_records_each_finished_run_and_reports_from_the_records_alo
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     assert exported["finished"] == {"bahdanau": [1], "sutskever": [1]}
     assert all(r["provenance"]["commits"][0].startswith(head) for v in exported["variants"].values() for r in v["runs"])
-    # tiny runs, not the final runs' protocol: counted as earlier ones
-    assert "| no runs yet under today's protocol; tables: 2 earlier runs at " in tables.render(
-        "parts", tmp_path / "results"
-    )
+    # the part's own records are today's runs (the earlier protocol's are kept apart, published.EARLIER)
+    assert "| main | the 4 families' defaults | 2 of 12 runs |" in tables.render("parts", tmp_path / "results")
 
 
 def test_make_results_only_trains_the_named_share_of_each_part_and_reports_on_every_record(tmp_path, monkeypatch):
     """`--only` shares a part's runs out over machines: each part trains the named variants it has (a part with none
     is left alone), the report still reads every record, and the lab (reported on all at once) or a name no part
-    trains is refused, naming the option. The claims part pins precision and threads; main trains the defaults."""
+    trains is refused, naming the option. Main and the claims' own runs train alike (no precision pinned), main
+    first: the claims' report reads its records too."""
     script = load_script("results")
     trained, reported = [], []
 
@@ -881,16 +884,17 @@ def test_make_results_only_trains_the_named_share_of_each_part_and_reports_on_ev
     monkeypatch.setattr(script, "render", lambda: None)
     monkeypatch.setattr(published, "copy_figures", lambda *args: None)
     monkeypatch.setattr(published, "complete", lambda *args: False)
-    script.main(["--parts", "claims,main,others", "--only", "transformer,luong_dot", "--runs", str(tmp_path)])
+    only = "transformer,luong_dot,luong_feeding"
+    script.main(["--parts", "claims,main,others", "--only", only, "--runs", str(tmp_path)])
     assert trained == [
-        ("claims", ["transformer"], published.PINNED),
         ("main", ["transformer"], []),
-        ("compare", ["luong_dot", "transformer"]),
+        ("claims", ["luong_feeding"], []),
+        ("compare", ["luong_dot", "luong_feeding", "transformer"]),
     ]
-    assert reported == ["claims", "main"]
+    assert reported == ["main", "claims"]
     trained.clear()
-    script.main(["--parts", "claims,main", "--only", "bahdanau_fixed", "--runs", str(tmp_path)])
-    assert trained == [("claims", ["bahdanau_fixed"], published.PINNED)]  # main has no baseline: it trains nothing
+    script.main(["--parts", "claims,main", "--only", "luong_feeding", "--runs", str(tmp_path)])
+    assert trained == [("claims", ["luong_feeding"], [])]  # main has no input-feeding arm: it trains nothing
     assert script.only(None, ["main", "lab"]) == {"main": FAMILIES, "lab": []}
     with pytest.raises(UserError, match="--only: luong_dot unknown; use any of bahdanau, luong, sutskever"):
         script.only("luong_dot", ["main"])
@@ -938,6 +942,17 @@ def test_make_results_record_reports_on_what_is_recorded_without_training(tmp_pa
     script.main(["--parts", "claims", "--record", "--runs", str(tmp_path)])
     assert calls[-3] == "recorded" and calls[-2][0] == str(tmp_path / "records" / "claims")  # then its report
     assert calls[-1] == "exported"
+    for part in ("claims", "main"):
+        (tmp_path / "records" / part).mkdir()
+    script.main(["--parts", "claims", "--record", "--runs", str(tmp_path)])  # on the main table's records too
+    assert calls[-2][:3] == [str(tmp_path / "records" / "claims"), str(tmp_path / "records" / "main"), "--output"]
+    with pytest.raises(UserError, match="--earlier: no records in .*claims_5e14; restore them from git"):
+        script.main(["--parts", "claims", "--earlier", "--runs", str(tmp_path)])
+    (tmp_path / "records" / "claims_5e14").mkdir()
+    script.main(["--parts", "claims,lab", "--earlier", "--runs", str(tmp_path)])  # the earlier report from its own
+    assert calls[-2][:2] == [str(tmp_path / "records" / "claims_5e14"), "--output"] and calls[-1] == "exported"
+    with pytest.raises(UserError, match="--earlier: the earlier reports are those of claims and main"):
+        script.main(["--parts", "lab", "--earlier", "--runs", str(tmp_path)])
 
 
 def test_a_joblib_sweep_around_recorded_runs_keeps_every_core_busy_and_skips_them_in_their_job(tmp_path, monkeypatch):

@@ -78,6 +78,7 @@ class Claim:
     comparisons: list[dict] = field(default_factory=list)  # label, role, direction, the interval and its verdict
     detectable: float | None = None  # the difference the primary test finds 80% of the time, in `unit`
     unit: str = "BLEU"
+    arms: tuple[str, ...] = ()  # the variants of the primary comparison (its tables say how their runs stopped)
 
 
 Variants = dict[str, Variant]  # {a variant's name in the evidence: its key}
@@ -196,7 +197,7 @@ def judged(
     if why and not withheld:
         note += f"{why}; "
     evidence = f"{note}primary: {lines[0]}" + (f"; secondary: {'; '.join(lines[1:])}" if secondary else "")
-    return Claim(claim, source, verdict, evidence, comparisons, detects, unit)
+    return Claim(claim, source, verdict, evidence, comparisons, detects, unit, tuple(involved))
 
 
 def attention_beats_fixed_vector(evidence: Evidence, variants: Variants, improving: dict[str, float]) -> Claim:
@@ -385,6 +386,7 @@ def from_lab(lab: dict | None, claim: Claim) -> Claim:
         found.get("comparisons", []),
         found.get("detectable"),
         found.get("unit", claim.unit),
+        tuple(found.get("arms", ())),
     )
 
 

@@ -10,8 +10,11 @@ and "long_alignment": {"aer", "precision", "recall", "entropy", "diagonality", "
 from __future__ import annotations
 
 from dataclasses import asdict
+from pathlib import Path
 
+from nmt.paths import read_json
 from nmt.study.significance import CONTRADICTED, INCONCLUSIVE, SUPPORTED, Evidence, Interval, holm
+from nmt.study.sources import trained
 
 # Each variant against the one it changes (the lab's table of AER differences, Holm over the table): Bahdanau's
 # normalisers and hard attention against his softmax, the window against the global Transformer, Luong's other scores
@@ -160,3 +163,42 @@ def tables(results: list[dict], claims: list[dict], train_words: int, found: lis
         "",
         *claims_table(claims),
     ]
+
+
+def window_table(folder: Path) -> str:
+    """How the lab's local window D was chosen: each local variant at each D tried (results/runs/lab_window/D<D>, and
+    today's lab runs, results/runs/lab), beside global attention, one seed, each at its best checkpoint's validation."""
+    runs = folder / "runs"
+    tried = list((runs / "lab_window").glob("D*/lab_luong_local_p/*.record.json"))
+    if not tried:
+        return "No runs of the window's choice recorded (results/runs/lab_window).\n"
+    seed = read_json(tried[0], "restore it from git")["seed"]
+    rows: dict[tuple[str, int], tuple[dict, bool]] = {}
+    variants = [f"lab_luong_{name}".rstrip("_") for name in ("local_p", "local_m", "", "location")]
+    for variant in variants:
+        for path, today in [
+            *((p, False) for p in runs.glob(f"lab_window/D*/{variant}/seed{seed}.record.json")),
+            (runs / "lab" / variant / f"seed{seed}.record.json", True),
+        ]:
+            if path.is_file():
+                record = read_json(path, "restore it from git")
+                model = record["config"]["model"]
+                local = model["alignment"] != "global"
+                rows[(variant, model["window"] if local else 0)] = (record, today)
+    lines = [
+        "| attention | D | best valid loss | its valid AER | its valid BLEU | its update |",
+        "|---|---|---|---|---|---|",
+    ]
+    for (_, window), (record, today) in sorted(rows.items(), key=lambda item: (variants.index(item[0][0]), item[0][1])):
+        best, model = record.get("best_validation", {}), record["config"]["model"]
+        figures = [
+            f"{best[k]:.{digits}f}" if k in best else "-" for k, digits in (("loss", 3), ("aer", 3), ("bleu", 1))
+        ]
+        score = model["attention"]["_target_"].rsplit(".", 1)[-1].removesuffix("Attention").lower()
+        kind = f"{model['alignment'].replace('_', '-')}, {score}"
+        size = f"{window} (the lab's)" if window and today else str(window or "-")
+        lines.append(f"| {kind} | {size} | {' | '.join(figures)} | {record['best_step']} |")
+    provenances = [record["provenance"] for record, _ in rows.values()]
+    return "\n".join(
+        [*lines, "", f"Luong's lab model, seed {seed}, the lab's budget; {len(rows)} runs, {trained(provenances)}.", ""]
+    )

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nmt.paths import read_json
-from nmt.study.published import CAP, RESULTS, UNFINISHED, finished, load, of_protocol
+from nmt.study.design import CLAIM_RUNS
+from nmt.study.published import CAP, EARLIER, RESULTS, UNFINISHED, finished, load
 from nmt.study.significance import MIN_SEEDS
-from nmt.study.variants import CLAIM_VARIANTS, FAMILIES, LAB_CLAIM_VARIANTS, VARIANTS
+from nmt.study.variants import FAMILIES, LAB_CLAIM_VARIANTS, VARIANTS
 
 
 def part_state(wanted: list[str], seeds: dict[str, int], more: dict[str, int] | None = None) -> str:
@@ -55,8 +55,8 @@ def parts_table(folder: Path = RESULTS) -> str:
     else:
         lab_row = lab_state(lab_variants, seeds("lab"), shown)
     rows = [
-        ("claims", f"{len(CLAIM_VARIANTS)} variants, fp32", final_state("claims", CLAIM_VARIANTS, seeds, folder)),
         ("main", f"the {len(FAMILIES)} families' defaults", final_state("main", FAMILIES, seeds, folder)),
+        ("claims", f"{', '.join(CLAIM_RUNS)}, beside main's runs", final_state("claims", CLAIM_RUNS, seeds, folder)),
         ("lab", "the attention variants on the sample grammar", lab_row),
         (
             "others",
@@ -76,20 +76,15 @@ def parts_table(folder: Path = RESULTS) -> str:
 
 
 def final_state(part: str, wanted: list[str], seeds, folder: Path) -> str:
-    """How far the claims' or the main part is under the final runs' protocol (`published.PROTOCOL`): where its
-    tables come from runs of an earlier one, the runs of today's recorded so far and what the tables show."""
-    report = load(part, folder) or {}
-    runs = [r for v in report.get("variants", {}).values() for r in v.get("runs", [])]
-    earlier = [r for r in runs if not of_protocol(r.get("config", {}).get("trainer", {}))]
-    if not earlier:
-        return part_state(wanted, seeds(part))
-    today: dict[str, int] = {}
-    for path in (folder / "runs" / part).glob("*/seed*.record.json"):
-        config = read_json(path, "delete it and rerun: its run trains again").get("config", {})
-        if of_protocol(config.get("trainer", {})):
-            today[path.parent.name] = today.get(path.parent.name, 0) + 1
-    then = ", ".join(sorted({r.get("budget", "?") for r in earlier}))
-    return f"{part_state(wanted, today)} under today's protocol; tables: {len(earlier)} earlier runs at {then}"
+    """How far the claims' or the main part is (its runs are all of today's protocol, `published.PROTOCOL`); where
+    it has no report yet, the earlier protocol's that its tables show instead (`published.EARLIER`)."""
+    state = part_state(wanted, seeds(part))
+    earlier = load(EARLIER[part], folder) if load(part, folder) is None else None
+    if earlier is None:
+        return state
+    runs = [r for v in earlier.get("variants", {}).values() for r in v.get("runs", [])]
+    then = ", ".join(sorted({r.get("budget", "?") for r in runs}))
+    return f"{state} under today's protocol; tables: {len(runs)} earlier runs at {then}"
 
 
 def lab_train_words() -> int:

@@ -19,10 +19,14 @@ RESULTS = ROOT / "results"
 # Each finished run of make results as its record (nmt.study.records.save_record):
 # <part>/<variant>/seed<N>.record.json
 RECORDS = RESULTS / "runs"
-# make results' parts, in order; the variants the first two train are nmt.study.variants' CLAIM_VARIANTS and
-# FAMILIES
-PARTS = ("claims", "main", "lab", "others")
-# What the claims' runs pin, so that a seed gives the same model on any CPU: fp32 (`precision=auto` picks bf16 on
+# make results' parts, in order; the first two train the FAMILIES and nmt.study.design's CLAIM_RUNS
+PARTS = ("main", "claims", "lab", "others")  # the claims judge main's runs too: main first
+# The reports and records of the protocol before the converged study's (5e14 FLOPs each, the defaults untuned; the
+# claims part trained every variant a claim rests on, fp32 and one thread pinned): kept under a name that says what
+# they were, results/<name>.json and results/runs/<name>/, and shown where today's runs have not replaced them (the
+# main table until its runs are made; the claims the converged runs do not test again)
+EARLIER = {"claims": "claims_5e14", "main": "main_5e14"}
+# What the lab's runs pin, so that a seed gives the same model on any CPU: fp32 (`precision=auto` picks bf16 on
 # CPUs with native bf16 and fp32 on others) and one thread (a reduction over more threads sums in another order).
 # Their records hold both, and the report names the machines; on a GPU, fp32 without TF32 (nmt.device.exact_fp32).
 PINNED = ["trainer.precision=fp32", "trainer.threads=1"]
@@ -32,11 +36,6 @@ FINAL = {"max_flops": design.CAP, "patience": design.PATIENCE, "validations": de
 CAP = FINAL["max_flops"]
 STOPPING = tuple(f"trainer.{key}={value}" for key, value in FINAL.items() if key != "max_flops")  # tuning adds its cap
 PROTOCOL = (f"trainer.max_flops={CAP:g}", *STOPPING)
-
-
-def of_protocol(trainer: dict) -> bool:
-    """Whether a run's trainer options (its record's) are the final runs' protocol (`FINAL`)."""
-    return all(trainer.get(key) == value for key, value in FINAL.items())
 
 
 # The files whose marked blocks are generated
@@ -82,6 +81,15 @@ def load(part: str, folder: Path = RESULTS) -> dict | None:
         "restore it from git, or make it again with the command that wrote it (docs/results.md: "
         "`python -m nmt.study results --parts PART --record` for a part's report)",
     )
+
+
+def shown_report(part: str, folder: Path = RESULTS) -> tuple[dict | None, str]:
+    """The report a part's tables show and its name: today's protocol's (results/<part>.json), or where it has none
+    yet the earlier protocol's (EARLIER)."""
+    record = load(part, folder)
+    if record is None and part in EARLIER:
+        return load(EARLIER[part], folder), EARLIER[part]
+    return record, part
 
 
 def spread(values: list[float], digits: int = 2) -> str:

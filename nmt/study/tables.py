@@ -15,80 +15,29 @@ from functools import partial
 from pathlib import Path
 
 from nmt import UserError
-from nmt.paths import read_json
+from nmt.study.claims_table import claims_table
 from nmt.study.comparison import stops
-from nmt.study.parts import lab_train_words, parts_table
+from nmt.study.lab_plan import window_table
+from nmt.study.parts import parts_table
 from nmt.study.published import (
     FIGURE_FILES,
     FIGURES,
     MEASUREMENTS,
     RESULTS,
     load,
+    shown_report,
     spread,
 )
-from nmt.study.significance import MIN_SEEDS, NOT_MEASURED, p_value
+from nmt.study.significance import MIN_SEEDS, p_value
+from nmt.study.sources import missing, provenance_line, runs_line, trained
 
 MARKER = re.compile(r"<!-- results:(?P<name>[a-z0-9_]+) -->\n(?P<body>.*?)<!-- /results:(?P=name) -->", re.DOTALL)
-
-
-def trained(provenances: list[dict]) -> str:
-    """When, at which commits, on which machines and with which torch runs were trained (from the first start to the
-    last end, where the runs recorded when they ended), from their provenance; a machine named before runs recorded
-    their precision says so. The torch that analysed them is the report's own (runs_line)."""
-    from nmt.device import PRECISIONS  # read_provenance names a machine "<name> (<precision>)"
-
-    recorded = tuple(f"({name})" for name in PRECISIONS)
-    # a commit shortened, keeping the mark of a run started with uncommitted changes (nmt.experiment)
-    commits = sorted({c[:7] + "+changes" * c.endswith("+changes") for p in provenances for c in p["commits"]})
-    dates = sorted(d for p in provenances for d in [*p["dates"], p.get("finished")] if d)
-    machines = sorted(
-        {m if m.endswith(recorded) else f"{m} (precision not recorded)" for p in provenances for m in p["machines"]}
-    )
-    torches = sorted({t for p in provenances for t in p.get("torch", [])})
-    kernels = sorted({k for p in provenances for k in p.get("kernels", [])})  # recorded since 2026-11-27
-    first, last = (d[:16].replace("T", " ") for d in (dates[0], dates[-1])) if dates else ("", "")
-    span = f"{first} to {last} UTC" if dates else "at dates not recorded"
-    return (
-        f"trained {span} at commit{'s' * (len(commits) != 1)} "
-        f"{', '.join(commits) or 'not recorded'} "
-        f"on {'; '.join(machines) or 'a machine not recorded'}"
-        + (f", ATen {', '.join(kernels)}" if kernels else "")
-        + (" (where recorded)" if kernels and not all(p.get("kernels") for p in provenances) else "")
-        + (f" with torch {', '.join(torches)}" if torches else "")
-        + (" (not recorded by some)" if torches and not all(p.get("torch") for p in provenances) else "")
-    )
-
-
-def runs_line(record: dict) -> str:
-    """Where the figures come from: the command, the runs' commits and dates, the machine; the variants whose seeds
-    were trained on machines, CPU kernels or precisions of different kinds, named (their seeds are pooled all the
-    same)."""
-    runs = [r for v in record["variants"].values() for r in v["runs"]]
-    when = trained([r["provenance"] for r in runs])
-    mixed = []
-    for name, variant in record["variants"].items():
-        machines = sorted({m for r in variant["runs"] for m in r["provenance"]["machines"]})
-        kernels = sorted({k for r in variant["runs"] for k in r["provenance"].get("kernels", [])})  # AVX2 or AVX512
-        if len(machines) > 1 or len(kernels) > 1:  # each rounds fp32 sums its own way: other bits from one seed
-            mixed.append(f"{name} ({'; '.join(machines + [f'ATen {k}' for k in kernels])})")
-    pooled = f" Seeds pooled across machine kinds, CPU kernels or precisions: {', '.join(mixed)}." if mixed else ""
-    analysis = record.get("analysis", {})
-    changes = "+changes" if analysis.get("uncommitted_changes") else ""
-    code = f" Analysed at commit {analysis['commit'][:7]}{changes}." if analysis.get("commit") else ""
-    return (
-        f"{len(runs)} run{'s' * (len(runs) != 1)}, `{record['command']}`, {when}, "
-        f"analysed with torch {record['torch']}, sacreBLEU `{record['signatures'].get('BLEU', '')}`.{pooled}{code}"
-    )
-
-
-def missing(part: str) -> str:
-    return f"Not run yet: `make results` writes results/{part}.json, then this table.\n"
 
 
 def main_table(folder: Path = RESULTS, short: bool = False) -> str:
     """The four families at README's budget: BLEU greedy and beam 5, chrF, over seeds; `short`: for README, where
     the runs come from in a link (docs/results.md says it in full)."""
-    record = load("main", folder)
+    record, _ = shown_report("main", folder)
     if record is None:
         return missing("main")
     stopped = "" if short else " stopped by |"  # README's table stays short; docs/results.md says it
@@ -128,115 +77,6 @@ def main_table(folder: Path = RESULTS, short: bool = False) -> str:
             "",
         ]
     )
-
-
-def brief(claim: dict) -> str:
-    """A claim's differences with their intervals, without the variants' names (docs/results.md has those); of more
-    than two, their range and the range their intervals span."""
-    if not claim.get("comparisons"):
-        return claim["evidence"]
-    if claim.get("from") == "lab":
-        return "the lab: " + brief({k: v for k, v in claim.items() if k != "from"})
-    unit = claim.get("unit") or ("AER" if "AER" in claim["claim"] else "BLEU")
-    comparisons = claim["comparisons"]
-    primary = next((c for c in comparisons if c.get("role") == "primary"), None)
-    if primary is not None:  # the primary comparison in full, the secondary ones in a word
-        text = (
-            f"{primary['label']}: {primary['delta']:+.2f} {unit} [{primary['low']:+.2f}, {primary['high']:+.2f}], "
-            f"p {p_value(primary['p'])}"
-        )
-        secondary = [c["verdict"] for c in comparisons if c.get("role") == "secondary"]
-        counts = ", ".join(f"{secondary.count(v)} {v}" for v in sorted(set(secondary)))
-        return text + (f"; secondary: {counts}" if secondary else "")
-    count = len(comparisons)
-    if count > 2:
-        deltas = sorted(c["delta"] for c in comparisons)
-        lows, highs = [c["low"] for c in comparisons], [c["high"] for c in comparisons]
-        if min(lows) > 0:
-            intervals = f"every 95% interval above 0 (the lowest bound {min(lows):+.2f})"
-        elif max(highs) < 0:
-            intervals = f"every 95% interval below 0 (the highest bound {max(highs):+.2f})"
-        else:
-            intervals = f"their 95% intervals within [{min(lows):+.2f}, {max(highs):+.2f}]"
-        return f"{count} comparisons, {unit}: {deltas[0]:+.2f} to {deltas[-1]:+.2f}, {intervals}"
-    differences = ", ".join(f"{c['delta']:+.2f} [{c['low']:+.2f}, {c['high']:+.2f}]" for c in comparisons)
-    return f"{count} comparison{'s' * (count != 1)}, {unit}: {differences}"
-
-
-def detects(claim: dict) -> str:
-    """What a claim's primary test finds 80% of the time, in its unit (`power.of_claim`); `-` where not computed."""
-    from nmt.study import power
-
-    found = power.of_claim(claim)
-    return f"{found:.2f} {claim.get('unit', 'BLEU')}" if found is not None else "-"
-
-
-def with_lab(claims: list[dict], lab: dict | None) -> list[dict]:
-    """The comparison's claims, each one it could not measure or test (the alignment claim: Multi30k has no gold
-    links; the length claim: no sentences over 30 words) taken from the lab where the lab measured it: its verdict, or
-    that it needs more seeds (marked "from": "lab")."""
-    from nmt.study.claims import UNTESTABLE
-
-    found = {c["claim"]: c for c in (lab or {}).get("claims", []) if c["verdict"] != NOT_MEASURED}
-    return [
-        {**found[c["claim"]], "from": "lab"}
-        if c["verdict"] in (NOT_MEASURED, UNTESTABLE) and c["claim"] in found
-        else c
-        for c in claims
-    ]
-
-
-def claims_table(folder: Path = RESULTS, short: bool = False, part: str = "claims") -> str:
-    """The papers' claims with their verdicts over seeds: the claims part's (its variants at the main budget, with
-    the lab's where it could not measure one), or another part's (main: the claims its four families can test;
-    compare: the comparison's early-training runs); `short`: each claim's differences and intervals alone, for
-    README."""
-    record = load(part, folder)
-    if record is None:
-        return missing(part)
-    seeds = min(len(v["runs"]) for v in record["variants"].values())
-    claims = [c for c in record["claims"] if part == "claims" or c["verdict"] != NOT_MEASURED]
-    lab = load("lab", folder) if part == "claims" else None
-    claims = with_lab(claims, lab)
-    lines = ["| claim | paper | verdict | evidence | detects |", "|---|---|---|---|---|"]
-    lines += [
-        f"| {c['claim']} | {c['source']} | **{c['verdict']}** | {brief(c) if short else c['evidence']} | {detects(c)} |"
-        for c in claims
-    ]
-    note = ""
-    if seeds < MIN_SEEDS:
-        note = (
-            f' Some variants have {seeds} seed{"s" * (seeds != 1)} so far: their claims read "needs {MIN_SEEDS} '
-            'seeds" until `make results` ends.'
-        )
-    source = ""
-    if any(c.get("from") == "lab" for c in claims):  # where its runs are told in full: docs/alignment.md
-        runs = [run["provenance"] for result in lab["results"] for run in result["seeds"] if "provenance" in run]
-        words = lab.get("train_words", 20)  # a lab.json of the protocol before today's names it
-        where = f" of the earlier protocol (at most {words} words; " if words != lab_train_words() else " ("
-        where += "`results/lab.json`)"
-        source = f" The lab's claims: its {len(runs)} runs{where}, {trained(runs)}."
-    if short:  # README: what and where; docs/results.md has the commands, commits and dates
-        machines = sorted(
-            {m for v in record["variants"].values() for r in v["runs"] for m in r["provenance"]["machines"]}
-        )
-        runs = sum(len(v["runs"]) for v in record["variants"].values())
-        earlier = " of the earlier protocol" if source and lab.get("train_words", 20) != lab_train_words() else ""
-        lab_runs = f"; the lab's claims, its {len(runs_of(lab))} runs{earlier}" if source else ""
-        return "\n".join(
-            [
-                *lines,
-                "",
-                f"Detects: the true difference the primary test finds 80% of the time. {runs} "
-                f"runs on {'; '.join(machines)}{lab_runs} ([their provenance](docs/results.md)).",
-                "",
-            ]
-        )
-    return "\n".join([*lines, "", f"{record['power']}{note} {runs_line(record)}{source}", ""])
-
-
-def runs_of(lab: dict) -> list[dict]:
-    return [run for result in lab["results"] for run in result["seeds"]]
 
 
 def interval(record: dict, against: str, name: str) -> str:
@@ -321,45 +161,6 @@ def lab_family_table(folder: Path = RESULTS) -> str:
     )
 
 
-def lab_window_table(folder: Path = RESULTS) -> str:
-    """How the lab's local window D was chosen: each local variant at each D tried (results/runs/lab_window/D<D>, and
-    today's lab runs, results/runs/lab), beside global attention, one seed, each at its best checkpoint's validation."""
-    runs = folder / "runs"
-    tried = list((runs / "lab_window").glob("D*/lab_luong_local_p/*.record.json"))
-    if not tried:
-        return "No runs of the window's choice recorded (results/runs/lab_window).\n"
-    seed = read_json(tried[0], "restore it from git")["seed"]
-    rows: dict[tuple[str, int], tuple[dict, bool]] = {}
-    variants = [f"lab_luong_{name}".rstrip("_") for name in ("local_p", "local_m", "", "location")]
-    for variant in variants:
-        for path, today in [
-            *((p, False) for p in runs.glob(f"lab_window/D*/{variant}/seed{seed}.record.json")),
-            (runs / "lab" / variant / f"seed{seed}.record.json", True),
-        ]:
-            if path.is_file():
-                record = read_json(path, "restore it from git")
-                model = record["config"]["model"]
-                local = model["alignment"] != "global"
-                rows[(variant, model["window"] if local else 0)] = (record, today)
-    lines = [
-        "| attention | D | best valid loss | its valid AER | its valid BLEU | its update |",
-        "|---|---|---|---|---|---|",
-    ]
-    for (_, window), (record, today) in sorted(rows.items(), key=lambda item: (variants.index(item[0][0]), item[0][1])):
-        best, model = record.get("best_validation", {}), record["config"]["model"]
-        figures = [
-            f"{best[k]:.{digits}f}" if k in best else "-" for k, digits in (("loss", 3), ("aer", 3), ("bleu", 1))
-        ]
-        score = model["attention"]["_target_"].rsplit(".", 1)[-1].removesuffix("Attention").lower()
-        kind = f"{model['alignment'].replace('_', '-')}, {score}"
-        size = f"{window} (the lab's)" if window and today else str(window or "-")
-        lines.append(f"| {kind} | {size} | {' | '.join(figures)} | {record['best_step']} |")
-    provenances = [record["provenance"] for record, _ in rows.values()]
-    return "\n".join(
-        [*lines, "", f"Luong's lab model, seed {seed}, the lab's budget; {len(rows)} runs, {trained(provenances)}.", ""]
-    )
-
-
 # Whose figures README shows: the main table's runs once they are made, the claims part's until then
 FIGURE_PARTS = (("main", "the main table's runs"), ("compare", "the comparison's runs, 1e14 FLOPs each"))
 
@@ -381,15 +182,6 @@ def measured_table(name: str, folder: Path = RESULTS) -> str:
     lines = ["| " + " | ".join(record["columns"]) + " |", "|" + "---|" * len(record["columns"])]
     lines += ["| " + " | ".join(row) + " |" for row in record["rows"]]
     return "\n".join([*lines, "", f"{record['note']} {provenance_line(record)}".strip(), ""])
-
-
-def provenance_line(record: dict) -> str:
-    """Where a measurement comes from: its command, when, the commit, the machine."""
-    commit = (record["commit"] or "not recorded")[:7] + ("+changes" if record["uncommitted_changes"] else "")
-    return (
-        f"`{record['command']}`, {record['date'][:16].replace('T', ' ')} UTC at commit {commit} on "
-        f"{record['machine']} ({record['threads']} threads), torch {record['torch']}."
-    )
 
 
 # Our model beside each of Joey NMT's (nmt/study/measures/joeynmt.py's names): its RNN with attention, its Transformer
@@ -440,20 +232,15 @@ def main_short(folder: Path = RESULTS) -> str:
     return main_table(folder, short=True)
 
 
-def main_claims(folder: Path = RESULTS) -> str:
-    return claims_table(folder, part="main")
-
-
 TABLES: dict[str, Callable[[Path], str]] = {
     "main": main_table,
     "main_short": main_short,
-    "main_claims": main_claims,
     "claims": claims_table,
     "claims_short": claims_short,
     "compare": compare_table,
     "lab": lab_table,
     "lab_family": lab_family_table,
-    "lab_window": lab_window_table,
+    "lab_window": window_table,
     "figures": figures_block,
     "parts": parts_table,
 }

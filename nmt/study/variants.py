@@ -16,19 +16,6 @@ from nmt.config import CONFIGS
 VARIANTS = sorted(path.stem for path in (CONFIGS / "variant").glob("*.yaml"))
 # The four families' defaults: make results' main table, and what the tuning tunes
 FAMILIES = ("sutskever", "bahdanau", "luong", "transformer")
-# The variants the claims rest on (nmt/study/claims.py), which make results' claims part trains at the main table's
-# budget: Bahdanau's model with and without attention, Luong's defaults with and without input feeding and with
-# local-m and local-p, Sutskever's model and the Transformer
-CLAIM_VARIANTS = (
-    "sutskever",
-    "bahdanau",
-    "bahdanau_fixed",
-    "luong",
-    "luong_feeding",
-    "luong_local_m",
-    "luong_local_p",
-    "transformer",
-)
 # The variants the lab's two claims compare (Bahdanau's model with and without attention for the length claim;
 # Luong's local-p, local-m and global attention with the general score, and global with the location score, for the
 # alignment claim)

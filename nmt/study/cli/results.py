@@ -1,19 +1,21 @@
 """`make results`: train what README.md and docs/results.md report, 3 seeds each, then write results/*.json (every
 figure, with the commit, config, seed and machine of each run) and the tables between markers in those files.
 
-python -m nmt.study results [--parts claims,main,lab,others] [--seeds 3] [--jobs 2] [--runs multirun/results]
+python -m nmt.study results [--parts main,claims,lab,others] [--seeds 3] [--jobs 2] [--runs multirun/results]
 python -m nmt.study results --render      # only the tables again, from the committed results/*.json
 python -m nmt.study results --parts main --record   # no training: record the runs finished so far, then the tables
 python -m nmt.study results --parts lab --record    # the lab's tables on the seeds every variant has so far
 python -m nmt.study results --parts main --only luong,transformer   # train only these (share runs out over machines)
+python -m nmt.study results --parts claims,main --earlier   # the earlier protocol's reports again, from their records
 
 The parts, in this order (each resumable: a rerun keeps finished runs with today's settings and continues the rest):
-  claims  the variants the papers' claims need (Bahdanau's model with and without attention among them), trained as
-          `python train.py variant=X` trains them under the final runs' protocol (published.PROTOCOL: up to 2e15
-          FLOPs, stopped earlier by patience on valid BLEU) with fp32 and one thread pinned (published.PINNED), then
-          their report and the claims (results/claims.json)
-  main    the four families' (tuned) defaults, as `python train.py model=X` trains them, under the same protocol,
-          greedy and beam 5 (results/main.json)
+  main    the four families' (tuned) defaults, as `python train.py model=X` trains them, under the final runs'
+          protocol (published.PROTOCOL: up to the cap, stopped earlier by patience on valid BLEU), greedy and beam 5
+          (results/main.json)
+  claims  the claims' own converged runs (nmt/study/design.py's CLAIM_RUNS: the arms the main table does not hold),
+          trained as `python train.py variant=X` trains them under the same protocol, then the claims' report on
+          them and the main table's runs together, each run trained once for both (results/claims.json); the claims
+          they cannot test keep the earlier protocol's verdicts (results/claims_5e14.json)
   lab     the alignment lab, `python -m nmt.study lab`, with fp32 and one thread pinned, 8 seeds of the variants its
           claims compare (--claim-seeds) (results/lab.json; its runs' records in results/runs/lab)
   others  the comparison of every variant at `make compare`'s budget (1e14 FLOPs each: early training, not the
@@ -23,8 +25,8 @@ Runs go to RUNS/<part>/runs/<variant>/seed<N> (the others part: RUNS/compare/run
 than a machine may be kept (about an hour each on 2 cores): each one that finishes is recorded in
 results/runs/<part>/<variant>/seed<N>.record.json (its figures, curves, attention on our own sentence, provenance,
 and its test output as sacreBLEU's statistics per sentence), which is committed; a later invocation, on any machine,
-trains only the runs without a record and makes the report from the records. On a GPU the claims part's 24 runs
-take minutes (scripts/device_check.sh study).
+trains only the runs without a record and makes the report from the records. On a GPU a part takes minutes
+(scripts/device_check.sh study; nmt/study/design.py's cost).
 """
 
 from __future__ import annotations
@@ -41,11 +43,12 @@ from nmt.paths import read_json, write_text
 from nmt.provenance import loaded_code, read_provenance
 from nmt.study import published, tables
 from nmt.study.cli import compare, lab
+from nmt.study.design import CLAIM_RUNS
 from nmt.study.lab_plan import CLAIM_SEEDS
-from nmt.study.published import PARTS, PINNED, PROTOCOL
+from nmt.study.published import EARLIER, PARTS, PINNED, PROTOCOL
 from nmt.study.records import record_runs, recorded_sweep
 from nmt.study.sweep import ROOT, chosen, from_root, launcher_options
-from nmt.study.variants import CLAIM_VARIANTS, FAMILIES, VARIANTS
+from nmt.study.variants import FAMILIES, VARIANTS
 
 MAIN_BEAM = 5  # the main table's beam: its test BLEU beam 5 beside greedy
 COMPARE_BEAM = 5  # the comparison's headline beam (nmt.study compare's default)
@@ -55,7 +58,7 @@ MULTI30K_DIR = "data.dir="
 
 def part_variants(part: str) -> list[str]:
     """What `part` (claims, main or others; the lab's are nmt.study lab's) trains, each with 3 seeds."""
-    return {"claims": CLAIM_VARIANTS, "main": FAMILIES, "others": VARIANTS}[part]
+    return {"claims": list(CLAIM_RUNS), "main": FAMILIES, "others": VARIANTS}[part]
 
 
 def only(given: str | None, parts: list[str]) -> dict[str, list[str]]:
@@ -102,8 +105,11 @@ def train_comparison(variants: list[str], args: argparse.Namespace, runs: Path) 
 
 
 def report_on(part: str, runs: Path, beam: int) -> None:
-    """A part's report (RUNS/<part>: report.md, compare.json, figures) on every run in its records."""
-    compare.main([str(published.RECORDS / part), "--output", str(runs / part), "--beam", str(beam)])
+    """A part's report (RUNS/<part>: report.md, compare.json, figures) on every run in its records; the claims' on
+    the main table's records too (their arms trained once for both: nmt/study/design.py)."""
+    folders = [published.RECORDS / p for p in ((part, "main") if part == "claims" else (part,))]
+    found = [str(folder) for folder in folders if folder.is_dir()] or [str(folders[0])]
+    compare.main([*found, "--output", str(runs / part), "--beam", str(beam)])
 
 
 def lab_seeds_recorded() -> int:
@@ -215,6 +221,12 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--render", action="store_true", help="only render the tables from results/*.json")
     parser.add_argument(
+        "--earlier",
+        action="store_true",
+        help="no training: the earlier protocol's reports of the claims and main parts again, from their records "
+        f"(results/runs/{{{','.join(EARLIER.values())}}}), then the tables",
+    )
+    parser.add_argument(
         "--record",
         action="store_true",
         help="no training: record each part's runs finished here "
@@ -230,6 +242,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.render:
         return render()
     parts = chosen("--parts", args.parts, PARTS)
+    if args.earlier:
+        return remake_earlier([p for p in parts if p in EARLIER], args.runs.resolve())
     if args.seeds < 1 or args.jobs < 1:
         raise UserError("--seeds and --jobs must be at least 1")
     runs = args.runs.resolve()
@@ -239,15 +253,14 @@ def main(argv: list[str] | None = None) -> None:
             print(f"== make results: {part}: none of --only {args.only}", flush=True)
             continue
         print(f"== make results: {part}", flush=True)
-        if part in ("claims", "main"):  # trained as train.py trains them; claims with precision and threads pinned
+        if part in ("claims", "main"):  # trained as train.py trains them
             if args.record:  # no training: the records so far, and the report on them
                 record_runs(runs / part / "runs", published.RECORDS / part, MAIN_BEAM)
                 report_on(part, runs, MAIN_BEAM)
             else:
-                protocol = [*PROTOCOL, *(PINNED if part == "claims" else [])]  # to convergence, as tuned
-                train_recorded(part, trained[part], protocol, args, runs)
+                train_recorded(part, trained[part], list(PROTOCOL), args, runs)  # to convergence, as tuned
             export(runs / part, part, published.RECORDS / part)
-            if part == "main" and published.complete(published.load("main")["finished"], FAMILIES):
+            if part == "main" and published.complete((published.load("main") or {}).get("finished", {}), FAMILIES):
                 published.copy_figures(runs / "main", "main")  # README's figures: all seeds or none
         elif part == "others":
             if args.record:  # no training: the runs finished here recorded, then the report on every record
@@ -260,6 +273,20 @@ def main(argv: list[str] | None = None) -> None:
         else:
             train_lab(args, runs)
         render()
+
+
+def remake_earlier(parts: list[str], runs: Path) -> None:
+    """The earlier protocol's reports of `parts` (claims, main) from their records (results/runs/<part>_5e14), as
+    results/<part>_5e14.json, then the tables."""
+    if not parts:
+        raise UserError(f"--earlier: the earlier reports are those of {' and '.join(EARLIER)}; name one in --parts")
+    for part in parts:
+        name = EARLIER[part]
+        if not (published.RECORDS / name).is_dir():
+            raise UserError(f"--earlier: no records in {published.RECORDS / name}; restore them from git")
+        report_on(name, runs, MAIN_BEAM)
+        export(runs / name, name, published.RECORDS / name)
+    render()
 
 
 def train_lab(args: argparse.Namespace, runs: Path) -> None:
