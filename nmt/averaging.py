@@ -1,5 +1,6 @@
-"""Checkpoint averaging: the element-wise mean of a run's last checkpoints' weights, for decoding; and which of a
-run's checkpoints it reports (`reported_model`: best.pt, or the average of its last k validations)."""
+"""Checkpoint averaging: the element-wise mean of a run's checkpoints' weights, for decoding (`average`), and the
+average of the validations ending at a run's best one, which a run with trainer.average_last=k reports
+(`average_last`; which checkpoint a run reports: RunFolder.reported)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 from nmt import UserError, checkpoint
 from nmt.resume import changes
-from nmt.validation import best_step
+from nmt.run_folder import RunFolder
 
 
 def average(paths: list[str | Path]) -> dict:
@@ -46,36 +47,18 @@ def average(paths: list[str | Path]) -> dict:
     }
 
 
-def averaged_name(count: int) -> str:
-    """The file of the average of the weights of a run's `count` validations ending at its best one
-    (trainer.average_last=count); the averaging tool's own output, averaged.pt by default, is another file."""
-    return f"averaged_last{count}.pt"
-
-
-def reported_model(run_dir: Path, trainer: dict) -> Path:
-    """The checkpoint a run reports (its test output, the study's records), as its trainer config (`trainer`, the
-    checkpoint's resolved one) says: best.pt, or with trainer.average_last=k > 1 the average of the weights of its k
-    validations ending at the best one."""
-    count = trainer.get("average_last", 1) if isinstance(trainer, dict) else 1
-    return run_dir / (averaged_name(count) if isinstance(count, int) and count > 1 else "best.pt")
-
-
-def average_last(run_dir: Path, count: int) -> tuple[Path, dict]:
-    """The average of the weights of `run_dir`'s `count` validations ending at its best one (its `step<N>.pt` up to
-    the best update; fewer where it kept fewer), written atomically as `averaged_last<count>.pt`: (its path, its
-    payload). The window always holds the best checkpoint: a run stopped by patience has trained past it, and an
-    average of its last validations alone would leave it out. Without validation records, its newest `count`."""
-    best = best_step(run_dir)
-    paths = sorted(run_dir.glob("step*.pt"))
-    if best is not None:
-        paths = [p for p in paths if int(p.stem.removeprefix("step")) <= best]
-    paths = paths[-count:]
+def average_last(folder: RunFolder, count: int) -> tuple[Path, dict]:
+    """The average of the weights of the run's `count` validations ending at its best one (its step<N>.pt up to the
+    best update; fewer where it kept fewer), written atomically (RunFolder.averaged): (its path, its payload). The
+    window always holds the best checkpoint: a run stopped by patience has trained past it, and an average of its
+    last validations alone would leave it out. Without validation records, its newest `count`."""
+    paths = folder.step_files(folder.best_step())[-count:]
     if not paths:
         raise UserError(
-            f"{run_dir}: no step<N>.pt to average (trainer.keep_checkpoints was 0?); set trainer.average_last=1 to "
-            "report best.pt"
+            f"{folder}: no step<N>.pt to average (trainer.keep_checkpoints was 0?); set trainer.average_last=1 to "
+            "report the best checkpoint"
         )
     payload = average(paths)
-    path = run_dir / averaged_name(count)
+    path = folder.averaged(count)
     checkpoint.save(payload, path)
     return path, payload

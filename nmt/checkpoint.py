@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from nmt import UserError, build
+from nmt import UserError, build, run_files
 from nmt.config import GrammarOptions, TrainerConfig
 
 # Options added after checkpoints had been written without them, with the value that keeps such a checkpoint's
@@ -77,30 +77,6 @@ def sync_folder(folder: Path) -> None:
         os.fsync(directory)
     finally:
         os.close(directory)
-
-
-def write_run_file(state: dict, path: Path, best: bool = False) -> None:
-    """A training run's full checkpoint: the `last.pt` it replaces becomes `previous.pt` first, by a second name, so
-    that a `last.pt` is on disk at every instant (a `kill -9` mid-write leaves the old one); `best`: the file is also
-    the run's best.pt."""
-    if path.name == "last.pt" and path.is_file():
-        same_as(path, path.with_name("previous.pt"))
-    save(state, path)
-    if best:
-        same_as(path, path.with_name("best.pt"))
-
-
-def write_weights(state: dict, path: Path, keep: int, best: int | None = None) -> None:
-    """A validation's weights as `step<N>.pt`, keeping the newest `keep` of its folder and the `keep` that end at the
-    best validation's (update `best`; None: this one), so that an average of up to `keep` validations ending at the
-    best can still be made after patience has run on past it."""
-    save(state, path)
-    saved = sorted(path.parent.glob("step*.pt"))
-    to_best = [p for p in saved if best is None or int(p.stem.removeprefix("step")) <= best]
-    kept = set(saved[-keep:]) | set(to_best[-keep:])
-    for old in saved:
-        if old not in kept:
-            old.unlink()
 
 
 def on_host(payload):
@@ -188,10 +164,13 @@ def load(path: str | Path) -> dict:
         found = ", ".join(sorted(p.name for p in path.glob("*.pt"))[:6])
         inside = f" ({found})" if found else ", and it holds none"
         raise UserError(
-            f"{path}: is a folder; name a checkpoint file in it{inside}: best.pt to decode, last.pt to resume"
+            f"{path}: is a folder; name a checkpoint file in it{inside}: {run_files.BEST} to decode, "
+            f"{run_files.LAST} to resume"
         )
     if path.exists() and not path.is_file():
-        raise UserError(f"{path}: not a regular file (a device, FIFO or socket); name a checkpoint file (best.pt)")
+        raise UserError(
+            f"{path}: not a regular file (a device, FIFO or socket); name a checkpoint file ({run_files.BEST})"
+        )
     if not path.is_file():
         raise UserError(f"{path}: no such checkpoint")
     problem = damaged(path)
@@ -214,6 +193,17 @@ def load(path: str | Path) -> dict:
     check_contents(payload, path)
     upgrade(payload["config"])
     check_config(payload["config"], path)
+    return payload
+
+
+def load_training(path: Path) -> dict:
+    """A full checkpoint a run continues from (`load`), refused where it holds weights only."""
+    payload = load(path)
+    if "optimizer" not in payload or "rng" not in payload:
+        raise UserError(
+            f"{path}: holds weights only (a step<N>.pt or averaged checkpoint), not the optimizer and counters a run "
+            f"continues from. Resume from the run's {run_files.LAST}; decode this one with evaluate.py or translate.py"
+        )
     return payload
 
 

@@ -63,10 +63,10 @@ class Vocabulary:
     def decode_target(self, ids: list[list[int]]) -> list[str]:
         return self.target.decode(ids)
 
-    def save(self, folder: str | Path) -> None:
-        """Write the models a run used into its folder (`spm.src.model`, `spm.tgt.model`)."""
-        Path(folder, "spm.src.model").write_bytes(self.source_model)
-        Path(folder, "spm.tgt.model").write_bytes(self.target_model)
+    def save(self, source: Path, target: Path) -> None:
+        """Write the sentencepiece models a run used (into its folder: RunFolder.subword_model)."""
+        source.write_bytes(self.source_model)
+        target.write_bytes(self.target_model)
 
 
 def train_sentencepiece(sentences: list[str], vocab_size: int, model_type: str, character_coverage: float) -> bytes:

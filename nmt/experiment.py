@@ -1,12 +1,12 @@
 """One training run from the command line's config: build, resume, train, test the reported checkpoint, write results.
 
-`train(cfg, run_dir)` is what `python train.py` calls; each stage is a short function of its own.
+`train(cfg, run_dir)` is what `python train.py` calls; each stage is a short function of its own. The run's folder is
+one `RunFolder`, built here and passed on: it names, writes and reads every file in it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 from pathlib import Path
 
@@ -25,16 +25,15 @@ from nmt import Interrupted, UserError, averaging, build, checkpoint, distribute
 from nmt.config import TrainConfig, check_options
 from nmt.corpus import Splits
 from nmt.data import Vocabulary
-from nmt.decoding import check_input_lengths, decode_split
+from nmt.decoding import check_input_lengths
 from nmt.device import Precision, place
 from nmt.multirun import in_sweep, rerun_advice
 from nmt.optim import set_lr
-from nmt.provenance import loaded_code, record_provenance
+from nmt.provenance import loaded_code
 from nmt.resume import LOCATIONS, plan, same_run_options, saved_locations
-from nmt.run_folder import own_files, run_lock
-from nmt.runlog import RunLog, user_options
+from nmt.run_folder import RunFolder
+from nmt.runlog import user_options
 from nmt.trainer import Trainer
-from nmt.validation import continue_from
 
 log = logging.getLogger(__name__)
 
@@ -53,56 +52,55 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
         torch.set_num_threads(settings.trainer.threads)
     where, precision = place(settings.trainer.device, settings.trainer.precision, settings.trainer.deterministic)
     log.info("device %s; precision %s", where, precision.reason)
-    run_dir = Path(distributed.share(str(run_dir)))  # under torchrun, every process works in rank 0's run directory
+    folder = RunFolder(distributed.share(str(run_dir)))  # under torchrun, every process works in rank 0's folder
     if distributed.is_main():
-        own_files(run_dir)  # links, FIFOs, folders in a run file's place refused; hard links broken
-    with run_lock(run_dir) if distributed.is_main() else contextlib.nullcontext():  # one run folder, one writer
-        return train_in(settings, resolved, run_dir, where, precision)
+        folder.own_files()  # links, FIFOs, folders in a run file's place refused; hard links broken
+    with folder.lock() if distributed.is_main() else contextlib.nullcontext():  # one run folder, one writer
+        return train_in(settings, resolved, folder, where, precision)
 
 
-def train_in(settings: TrainConfig, resolved: dict, run_dir: Path, where: torch.device, precision: Precision) -> dict:
-    """`train` once this process holds the run directory: keep a finished run, or continue or start one."""
-    decided = plan(run_dir, settings.trainer.resume, resolved, precision.name, in_sweep())  # before it is written
+def train_in(
+    settings: TrainConfig, resolved: dict, folder: RunFolder, where: torch.device, precision: Precision
+) -> dict:
+    """`train` once this process holds the run folder: keep a finished run, or continue or start one."""
+    decided = plan(folder, settings.trainer.resume, resolved, precision.name, in_sweep())  # before it is written
     if (kept := decided.kept) is not None:
-        log.info("%s holds this run, finished with these settings: kept (test BLEU %s)", run_dir, kept.get("test/bleu"))
+        log.info("%s holds this run, finished with these settings: kept (test BLEU %s)", folder, kept.get("test/bleu"))
         return kept
     if decided.checkpoint:  # where the corpus lies: the checkpoint's, unless given on this command line
         read_where_it_was(settings, resolved, decided.checkpoint[1]["config"], decided.changes)
-    splits, vocabulary = corpus_and_vocabulary(settings, run_dir)
+    splits, vocabulary = corpus_and_vocabulary(settings, folder)
     if settings.trainer.test_at_end:
         check_test_split(splits.test, vocabulary, settings.trainer.decode_max_input_len)
-    trainer = make_trainer(settings, resolved, run_dir, splits, vocabulary, (where, precision))
+    trainer = make_trainer(settings, resolved, folder, splits, vocabulary, (where, precision))
     if decided.checkpoint:
         trainer.restore_payload(*decided.checkpoint)
         if "trainer.lr" in decided.changes:
             set_lr(trainer.optimizer, trainer.schedule, settings.trainer.lr)
-    if distributed.is_main():  # every check passed: this invocation trains
-        open_records(trainer, resolved, run_dir, where)
-    if trainer.train() == "interrupted":
-        trainer.log.close()
-        how = rerun_advice(settings.trainer.resume) if in_sweep() else f"run {resume_command(run_dir)}"
+    if trainer.train(user_options(resolved, same_run_options())) == "interrupted":  # every check passed: it trains
+        trainer.close()
+        how = rerun_advice(settings.trainer.resume) if in_sweep() else f"run {resume_command(folder)}"
         raise Interrupted(
-            f"interrupted at step {trainer.step}; {run_dir / 'last.pt'} holds the run. To continue, {how}",
-            trainer.stop_signal,
+            f"interrupted at step {trainer.step}; {folder.last} holds the run. To continue, {how}", trainer.stop_signal
         )
     if not replicas_agree(trainer):
         distributed.barrier()  # the other processes end with rank 0, after its test: none leaves the group early
         return {}
-    results = summary(trainer)
-    reported = averaging.reported_model(run_dir, resolved["trainer"])  # best.pt, or the last validations' average
-    if reported.name != "best.pt":
-        score_average(trainer, run_dir, results)
+    results = trainer.report()
+    reported = folder.reported(resolved["trainer"])  # best.pt, or the average of the validations ending at it
+    if reported != folder.best:
+        score_average(trainer, folder, results)
     if settings.trainer.test_at_end:
         score_test_split(trainer, splits.test, reported, results)
-    trainer.log.close()
+    trainer.close(results if settings.trainer.test_at_end else None)
     if distributed.is_main() and not in_sweep():
-        print(written(run_dir, settings.trainer))
+        print(folder.saved_line(settings.trainer))
     distributed.barrier()
     return results
 
 
 def make_trainer(
-    settings: TrainConfig, resolved: dict, run_dir: Path, splits: Splits, vocabulary: Vocabulary, placed: tuple
+    settings: TrainConfig, resolved: dict, folder: RunFolder, splits: Splits, vocabulary: Vocabulary, placed: tuple
 ) -> Trainer:
     """The model of the resolved config and its trainer, on the device and in the precision decided (`placed`)."""
     model = build.model(resolved["model"], vocabulary)
@@ -112,7 +110,7 @@ def make_trainer(
         vocabulary,
         splits.train,
         splits.valid,
-        run_dir,
+        folder,
         settings.trainer,
         max_tokens=settings.data.max_tokens,
         max_len=settings.data.max_len,
@@ -123,16 +121,12 @@ def make_trainer(
     )
 
 
-def score_average(trainer: Trainer, run_dir: Path, results: dict[str, float]) -> None:
-    """With trainer.average_last=k > 1: the average of the run's last k validations' weights written
-    (`averaging.average_last`) and decoded greedily on the valid split as validations are, its BLEU in `results` as
-    valid/averaged_bleu."""
-    trainer.writer.wait()  # the newest step<N>.pt is on disk
-    path, payload = averaging.average_last(run_dir, trainer.config.average_last)
-    trainer.model.load_state_dict(payload["model"])
-    progress = "validating the averaged weights" if trainer.config.progress else ""
-    model, valid, where = trainer.model, trainer.validator.pairs, (trainer.device, trainer.dtype)
-    _, _, scores = decode_split(model, trainer.vocabulary, valid, trainer.search, *where, progress)
+def score_average(trainer: Trainer, folder: RunFolder, results: dict[str, float]) -> None:
+    """With trainer.average_last=k > 1: the average of the weights of the run's k validations ending at the best
+    written (`averaging.average_last`) and decoded greedily on the valid split as validations are, its BLEU in
+    `results` as valid/averaged_bleu."""
+    path, payload = averaging.average_last(folder, trainer.config.average_last)
+    _, _, scores = trainer.decode(trainer.validator.pairs, payload["model"], "validating the averaged weights")
     results["valid/averaged_bleu"] = scores.bleu
     steps = payload["progress"]["averaged_steps"]
     log.info(
@@ -145,7 +139,7 @@ def score_average(trainer: Trainer, run_dir: Path, results: dict[str, float]) ->
 
 
 def score_test_split(trainer: Trainer, test_pairs, reported: Path, results: dict[str, float]) -> None:
-    """The reported checkpoint's scores on the test split added to the run's `results`, and logged with them; Ctrl-C
+    """The reported checkpoint's scores on the test split added to the run's `results`; Ctrl-C
     while decoding says that training is done and how to score it."""
     try:
         results.update(evaluate_best(trainer, test_pairs, reported, results))
@@ -155,26 +149,6 @@ def score_test_split(trainer: Trainer, test_pairs, reported: Path, results: dict
             f"checkpoint with: python evaluate.py checkpoint={reported}",
             2,
         ) from None
-    trainer.log.results(results, trainer.step)
-
-
-def open_records(trainer: Trainer, resolved: dict, run_dir: Path, where: torch.device) -> None:
-    """validations.jsonl as the update this run starts from left it (`continue_from`), this invocation in
-    provenance.json, and TensorBoard's log opened with the run's options in HParams."""
-    continue_from(run_dir, trainer.step)
-    record_provenance(run_dir, where, trainer.precision.name)
-    trainer.log = RunLog(run_dir)
-    trainer.log.hparams(user_options(resolved, same_run_options()))
-
-
-def written(run_dir: Path, config) -> str:
-    """What a finished run left in its folder, for the console's last line."""
-    files = [f"best.pt (best valid {config.select})", "last.pt"]
-    files += [f"{averaging.averaged_name(config.average_last)} (the run's model)"] if config.average_last > 1 else []
-    files += ["best.test.hyp", "results.json"] if config.test_at_end else []
-    files += ["validations.jsonl", "train.log", "TensorBoard's events"]
-    runs = run_dir.parent.parent if run_dir.parent.parent.name == "outputs" else run_dir.parent  # every model's runs
-    return f"saved in {run_dir}: {', '.join(files)}; compare runs with: tensorboard --logdir {runs}"
 
 
 def read_where_it_was(settings: TrainConfig, resolved: dict, saved: dict, changed: dict[str, tuple]) -> None:
@@ -197,22 +171,22 @@ def given_options() -> list[str]:
     return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
 
 
-def resume_command(run_dir: Path) -> str:
-    """The command that continues the run in `run_dir`, word for word: this command line's options (so the run is
+def resume_command(folder: RunFolder) -> str:
+    """The command that continues the run in `folder`, word for word: this command line's options (so the run is
     the same run), with trainer.resume=true and the run's folder."""
     kept = [o for o in given_options() if o.split("=", 1)[0].lstrip("+") not in ("trainer.resume", "hydra.run.dir")]
-    return " ".join(["python train.py", *kept, "trainer.resume=true", f"hydra.run.dir={run_dir}"])
+    return " ".join(["python train.py", *kept, "trainer.resume=true", f"hydra.run.dir={folder}"])
 
 
-def corpus_and_vocabulary(settings: TrainConfig, run_dir: Path) -> tuple[Splits, Vocabulary]:
-    """The corpus and its subword models, saved into the run directory. Under torchrun, rank 0 downloads the corpus
+def corpus_and_vocabulary(settings: TrainConfig, folder: RunFolder) -> tuple[Splits, Vocabulary]:
+    """The corpus and its subword models, saved into the run folder. Under torchrun, rank 0 downloads the corpus
     and trains the subword models first; the other processes then reuse them from the cache."""
     if not distributed.is_main():
         distributed.barrier()
     splits = build.load_corpus(settings.data)
     vocabulary = build.vocabulary(settings.data, splits)
     if distributed.is_main():
-        vocabulary.save(run_dir)
+        vocabulary.save(folder.subword_model("source"), folder.subword_model("target"))
         distributed.barrier()
     log.info(
         "corpus: %d train / %d valid / %d test pairs; vocabulary %d source / %d target subwords",
@@ -245,34 +219,18 @@ def replicas_agree(trainer: Trainer) -> bool:
     return distributed.is_main()
 
 
-def summary(trainer: Trainer) -> dict[str, float]:
-    progress = trainer.progress
-    return {
-        "valid/best_bleu": progress.best_bleu,
-        "train/minutes": progress.train_seconds / 60,
-        "train/steps": progress.step,
-        "train/tokens_per_second": trainer.tokens_per_second,
-        "parameters": parameter_count(trainer.model),
-    }
-
-
 def evaluate_best(trainer: Trainer, test_pairs, reported: Path, before: dict[str, float]) -> dict[str, float]:
     """Greedy test BLEU and chrF of the reported checkpoint (best.pt, or the average of the validations ending at the
-    best: `averaging.reported_model`): `best.test.hyp`, and `results.json` in the run directory with the figures
-    `before` it."""
-    run_dir, tested = reported.parent, checkpoint.load(reported)
-    best = checkpoint.load(run_dir / "best.pt") if reported.name != "best.pt" else tested
-    trainer.model.load_state_dict(tested["model"])
+    best: RunFolder.reported): the hypotheses and the results, with the figures `before` it, in the run folder."""
+    folder, tested = trainer.folder, checkpoint.load(reported)
+    best = checkpoint.load(folder.best) if reported != folder.best else tested
     what = (
         "best checkpoint"
         if tested is best
         else f"average of the {trainer.config.average_last} validations ending at the best"
     )
-    progress = f"testing the {what}" if trainer.config.progress else ""
-    texts, _, scores = decode_split(
-        trainer.model, trainer.vocabulary, test_pairs, trainer.search, trainer.device, trainer.dtype, progress
-    )
-    (run_dir / "best.test.hyp").write_text("".join(h + "\n" for h in texts), encoding="utf-8")
+    texts, _, scores = trainer.decode(test_pairs, tested["model"], f"testing the {what}")
+    folder.write_hypotheses(texts)
     results = {"test/bleu": scores.bleu, "test/chrf": scores.chrf, "best/step": best["progress"]["step"]}
     report = {
         **before,
@@ -282,7 +240,7 @@ def evaluate_best(trainer: Trainer, test_pairs, reported: Path, before: dict[str
         "precision": trainer.precision.name,
         "signature": scores.bleu_signature,
     }
-    (run_dir / "results.json").write_text(json.dumps(report, indent=2) + "\n")
+    folder.write_results(report)
     log.info("test (%s, greedy): BLEU %.2f chrF %.2f  [%s]", what, scores.bleu, scores.chrf, scores.bleu_signature)
     print(f"test BLEU {scores.bleu:.2f} chrF {scores.chrf:.2f} ({what}, greedy; {scores.bleu_signature})")
     return results

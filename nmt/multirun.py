@@ -18,7 +18,8 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-FAILED = "failed.txt"  # in a sweep job's folder: why it stopped (FailedJobs and nmt.study.sweep list them)
+from nmt import run_files
+from nmt.run_folder import RunFolder
 
 
 class SweepStop:
@@ -38,17 +39,11 @@ def failures_written(sweep_dir: Path) -> dict[Path, tuple[int, int]]:
     """Each failed.txt under `sweep_dir`, with what tells one writing of it from another (written by replacement:
     a new inode each time, whatever the file system's clock resolution)."""
     written = {}
-    for path in sweep_dir.rglob(FAILED):
+    for path in sweep_dir.rglob(run_files.FAILED):
         with contextlib.suppress(OSError):
             status = path.stat()
             written[path] = (status.st_ino, status.st_mtime_ns)
     return written
-
-
-def failure(run_dir: Path) -> str | None:
-    """Why the job in `run_dir` failed, as it wrote in its `failed.txt`; None where it did not."""
-    path = run_dir / FAILED
-    return path.read_text(encoding="utf-8").strip() if path.is_file() else None
 
 
 class FailedJobs(Callback):
@@ -99,7 +94,7 @@ class FailedJobs(Callback):
             signal.signal(number, handler)
         written = failures_written(Path(config.hydra.sweep.dir))
         failed = sorted(path for path, stamp in written.items() if self.before.get(path) != stamp)
-        reasons = "".join(f"  {path.parent}: {failure(path.parent)}\n" for path in failed)
+        reasons = "".join(f"  {path.parent}: {RunFolder(path.parent).failure()}\n" for path in failed)
         rerun = rerun_advice(OmegaConf.select(config, "trainer.resume"))  # the sweep's own resume option
         if SweepStop.signal_number:
             print(
@@ -113,7 +108,7 @@ class FailedJobs(Callback):
             return
         jobs = "1 job" if len(failed) == 1 else f"{len(failed)} jobs"
         raise SystemExit(
-            f"error: {jobs} of this sweep failed (the reason stays in each folder's {FAILED}):\n{reasons}"
+            f"error: {jobs} of this sweep failed (the reason stays in each folder's {run_files.FAILED}):\n{reasons}"
             f"Fix the cause, then {rerun}: finished jobs are kept, the others train."
         )
 

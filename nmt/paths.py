@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 from nmt import UserError
-from nmt.run_folder import run_file
+from nmt.run_files import run_file
 
 UMASK = os.umask(0o022)
 os.umask(UMASK)  # the process's umask, read once (reading it means setting it)

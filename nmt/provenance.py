@@ -1,12 +1,12 @@
 """Where a run's figures come from: the commit of the code that trained it, the machine, torch and the precision of
-each invocation (run_dir/provenance.json, `record_provenance`), read back for the study's records (`read_provenance`).
+each invocation (`provenance_entry`, which RunFolder.record_provenance appends to the run's provenance.json), read
+back for the study's records (`provenance_summary`, through RunFolder.provenance).
 """
 
 from __future__ import annotations
 
 import datetime
 import functools
-import json
 import os
 import platform
 import subprocess
@@ -15,7 +15,6 @@ from pathlib import Path
 import torch
 
 from nmt.device import cpu_kernels, cpu_name
-from nmt.paths import write_text
 
 NOT_CODE = (":(exclude)results", ":(exclude)docs", ":(exclude)*.md")  # git pathspecs
 REPOSITORY = Path(__file__).resolve().parents[1]
@@ -47,13 +46,12 @@ def loaded_code() -> dict:
     return code_version()
 
 
-def record_provenance(run_dir: Path, where: torch.device, precision: str = "") -> None:
-    """Append this invocation (commit, time, machine, torch, the precision it trained in, a CPU's vector kernels) to
-    run_dir/provenance.json: a resumed run lists each.
-    The commit is the one checked out when this process started its first run (`loaded_code`)."""
-    path = run_dir / "provenance.json"
+def provenance_entry(where: torch.device, precision: str = "") -> dict:
+    """This invocation, as provenance.json lists it (RunFolder.record_provenance): the commit checked out when this
+    process started its first run (`loaded_code`), the time, machine, torch, the precision it trained in, and a
+    CPU's vector kernels or a GPU's CUDA stack."""
     machine = torch.cuda.get_device_name(where) if where.type == "cuda" else cpu_name()
-    entry = {
+    return {
         **loaded_code(),
         "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": machine,
@@ -63,8 +61,6 @@ def record_provenance(run_dir: Path, where: torch.device, precision: str = "") -
         "precision": precision,
         **(gpu_stack() if where.type == "cuda" else {"kernels": cpu_kernels()}),
     }
-    history = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
-    write_text(path, json.dumps([*history, entry], indent=1) + "\n")
 
 
 def gpu_stack() -> dict:
@@ -83,25 +79,15 @@ def gpu_stack() -> dict:
     return {"cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(), "driver": driver}
 
 
-def read_provenance(run_dir: Path) -> dict:
-    """The commits, start times, machines and torch versions of a run's invocations (run_dir/provenance.json,
-    which train.py appends to), and when it finished (its results.json written). A run started before train.py
-    recorded them has its dates from Hydra's records and no commit: the commit checked out at that time need not be
-    the code a long-lived worker process had loaded."""
-    path = run_dir / "provenance.json"
-    results = run_dir / "results.json"
-    finished = (
-        {
-            "finished": datetime.datetime.fromtimestamp(results.stat().st_mtime, datetime.timezone.utc).isoformat(
-                timespec="seconds"
-            )
-        }
-        if results.is_file()
-        else {}
-    )
-    if path.is_file():
-        entries = json.loads(path.read_text(encoding="utf-8"))
-        return finished | {
+def provenance_summary(entries: list[dict] | None, finished: float | None, invocations: list[str]) -> dict:
+    """The commits, start times, machines and torch versions of a run's invocations (`entries`, its provenance.json),
+    and when it finished (`finished`: its results' modification time). A run started before train.py recorded them
+    (`entries` None) has its dates from Hydra's records (`invocations`: their folders' names, <%Y-%m-%d_%H-%M-%S[.%f]>)
+    and no commit: the commit checked out at that time need not be the code a long-lived worker process had loaded."""
+    ended = datetime.datetime.fromtimestamp(finished, datetime.timezone.utc) if finished is not None else None
+    done = {"finished": ended.isoformat(timespec="seconds")} if ended else {}
+    if entries is not None:
+        return done | {
             "commits": sorted(
                 {e["commit"] + ("+changes" if e["uncommitted_changes"] else "") for e in entries if e["commit"]}
             ),
@@ -118,6 +104,5 @@ def read_provenance(run_dir: Path) -> dict:
                 if any(e.get(key) for e in entries)
             },
         }
-    records = sorted(p.name for p in run_dir.glob(".hydra/*") if p.is_dir())  # .hydra/<%Y-%m-%d_%H-%M-%S[.%f]>
-    dates = [f"{day}T{time.replace('-', ':')}" for day, time in (r.split("_") for r in records)]
-    return finished | {"commits": [], "dates": dates, "machines": []}  # the commit was not recorded
+    dates = [f"{day}T{time.replace('-', ':')}" for day, time in (r.split("_") for r in invocations)]
+    return done | {"commits": [], "dates": dates, "machines": []}  # the commit was not recorded

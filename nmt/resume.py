@@ -19,7 +19,7 @@ from pathlib import Path
 from nmt import UserError, checkpoint
 from nmt.build import constructor_defaults
 from nmt.config import FilesConfig, Multi30kConfig, SampleConfig, TrainerConfig, flatten
-from nmt.run_folder import holds_a_run
+from nmt.run_folder import RunFolder
 
 log = logging.getLogger(__name__)
 
@@ -78,38 +78,39 @@ class Plan:
     changes: dict[str, tuple] = field(default_factory=dict)
 
 
-def plan(run_dir: Path, option, new: dict, precision_now: str | None = None, sweep: bool = False) -> Plan:
-    """What `trainer.resume=option` does with `run_dir` for the command line's resolved config `new`: with auto, a
-    finished run that is the run asked for is kept (`finished_run`); otherwise the checkpoint it names is continued
-    when its config differs only in safe options (`checkpoint_to_resume`, `check_changes`), or a new run starts.
+def plan(folder: RunFolder, option, new: dict, precision_now: str | None = None, sweep: bool = False) -> Plan:
+    """What `trainer.resume=option` does with the run `folder` for the command line's resolved config `new`: with
+    auto, a finished run that is the run asked for is kept (`finished_run`); otherwise the checkpoint it names is
+    continued when its config differs only in safe options (`checkpoint_to_resume`, `check_changes`), or a new run
+    starts.
     Whatever cannot be done is refused, named, before anything is written. `precision_now`: what today's
     trainer.precision resolves to here; `sweep`: a job of `train.py -m`."""
-    if option == "auto" and (kept := finished_run(run_dir, new, precision_now)) is not None:
+    if option == "auto" and (kept := finished_run(folder, new, precision_now)) is not None:
         return Plan(kept=kept)
-    resumed = checkpoint_to_resume(run_dir, option, sweep)
+    resumed = checkpoint_to_resume(folder, option, sweep)
     if resumed is None:
         return Plan()
     return Plan(checkpoint=resumed, changes=check_changes(resumed[1]["config"], new, resumed[0]))
 
 
-def checkpoint_to_resume(run_dir: Path, option, sweep: bool = False) -> tuple[Path, dict] | None:
+def checkpoint_to_resume(folder: RunFolder, option, sweep: bool = False) -> tuple[Path, dict] | None:
     """(path, payload) of the checkpoint `trainer.resume` asks for, or None for a new run. Refuses a new run in a
     directory that holds one, and a checkpoint that holds weights only. `sweep`: a job of `train.py -m`, whose
     directory the sweep's options name, and which continues with trainer.resume=auto."""
-    resume, folder = ("auto", "hydra.sweep.dir=... or .subdir=...") if sweep else ("true", "hydra.run.dir=...")
-    existing = holds_a_run(run_dir)
+    run_dir, existing = folder.path, folder.holds_a_run()
+    resume, elsewhere = ("auto", "hydra.sweep.dir=... or .subdir=...") if sweep else ("true", "hydra.run.dir=...")
     if option is False or option in ("false", "False", None, ""):
         if existing:
             raise UserError(
                 f"{run_dir} already holds a run ({existing}); a new run would overwrite it. Continue it with "
-                f"trainer.resume={resume}, or give the new run its own directory ({folder})"
+                f"trainer.resume={resume}, or give the new run its own directory ({elsewhere})"
             )
         return None
     if option is True or option in ("true", "True", "auto"):
-        if not (run_dir / "last.pt").is_file() and not (run_dir / "previous.pt").is_file():
+        if not folder.has_checkpoint():
             log.warning("trainer.resume=%s: %s holds no checkpoint yet; starting a new run there", option, run_dir)
             return None
-        return latest_good(run_dir)
+        return folder.latest_good()
     path = Path(str(option)).expanduser()
     if not path.exists() and path.suffix != ".pt" and len(path.parts) == 1:  # a word, not a path: resume=yes
         raise UserError(
@@ -119,18 +120,18 @@ def checkpoint_to_resume(run_dir: Path, option, sweep: bool = False) -> tuple[Pa
     if existing and path.resolve().parent != run_dir.resolve():
         raise UserError(
             f"{run_dir} already holds a run ({existing}); continuing {path} there would overwrite it. "
-            f"Give the continued run its own directory ({folder})"
+            f"Give the continued run its own directory ({elsewhere})"
         )
-    return path, training_checkpoint(path)
+    return path, checkpoint.load_training(path)
 
 
-def finished_run(run_dir: Path, new: dict, precision_now: str | None = None) -> dict | None:
-    """For `trainer.resume=auto` (a sweep's job, rerun): the results of the run finished in `run_dir` when it is the
+def finished_run(folder: RunFolder, new: dict, precision_now: str | None = None) -> dict | None:
+    """For `trainer.resume=auto` (a sweep's job, rerun): the results of the run finished in `folder` when it is the
     run `new` (the command line's resolved config) asks for (`another_run`; `precision_now`: what today's
     `trainer.precision` resolves to here), None when there is no finished run there; a finished run that is another
     run is refused, naming the options. A damaged results.json leaves the run unfinished: it is continued."""
-    results, last = run_dir / "results.json", run_dir / "last.pt"
-    if not (results.is_file() and last.is_file()):
+    results = folder.results
+    if not (results.is_file() and folder.last.is_file()):
         return None
     try:
         kept = json.loads(results.read_bytes().decode("utf-8"))
@@ -143,23 +144,14 @@ def finished_run(run_dir: Path, new: dict, precision_now: str | None = None) -> 
             str(error).splitlines()[0] if str(error) else type(error).__name__,
         )
         return None
-    saved = latest_good(run_dir, "reading the run's settings from")[1]["config"]  # as resume=true would continue
-    changed, other = another_run(saved, new, trained_precision(run_dir), precision_now)
+    saved = folder.latest_good("reading the run's settings from")[1]["config"]  # as resume=true would continue
+    changed, other = another_run(saved, new, folder.trained_precision(), precision_now)
     if other:
         raise UserError(
-            f"{run_dir} holds a finished run trained with other settings than asked for "
+            f"{folder} holds a finished run trained with other settings than asked for "
             f"({listed(changed, other, 'then')}): move it away, or ask for its settings"
         )
     return kept
-
-
-def trained_precision(run_dir: Path) -> str | None:
-    """The precision the run in `run_dir` last trained in, from its provenance.json; None where it is not there."""
-    try:
-        entries = json.loads((run_dir / "provenance.json").read_text(encoding="utf-8"))
-        return entries[-1].get("precision") or None
-    except (OSError, ValueError, IndexError, AttributeError, TypeError):
-        return None
 
 
 def same_run_options() -> set[str]:
@@ -203,28 +195,6 @@ def another_run(
         if then is not None and then == now:
             other.remove("trainer.precision")
     return changed, other
-
-
-def latest_good(run_dir: Path, doing: str = "resuming from") -> tuple[Path, dict]:
-    """`last.pt`, or `previous.pt` (one validation older) when `last.pt` is missing or unreadable (said, with what
-    is `doing` with it)."""
-    try:
-        return run_dir / "last.pt", training_checkpoint(run_dir / "last.pt")
-    except UserError as error:
-        if not (run_dir / "previous.pt").is_file():
-            raise
-        log.warning("%s; %s %s instead", error, doing, run_dir / "previous.pt")
-        return run_dir / "previous.pt", training_checkpoint(run_dir / "previous.pt")
-
-
-def training_checkpoint(path: Path) -> dict:
-    payload = checkpoint.load(path)
-    if "optimizer" not in payload or "rng" not in payload:
-        raise UserError(
-            f"{path}: holds weights only (a step<N>.pt or averaged checkpoint), not the optimizer and counters a run "
-            "continues from. Resume from the run's last.pt; decode this one with evaluate.py or translate.py"
-        )
-    return payload
 
 
 def added_at_its_default(key: str, old_flat: dict, new_flat: dict) -> bool:

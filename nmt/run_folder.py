@@ -1,6 +1,15 @@
-"""A run folder's files are the run's own: which files mark a folder as holding a training run and which are its
-(`run_file`), each checked before the run writes it (`own_file`: never a link, FIFO or folder followed elsewhere, a
-hard link replaced by a copy of its own), and the lock that gives a run folder one writer (`run_lock`).
+"""A training run's folder as one object: `RunFolder` knows its files (named once, in nmt/run_files.py), holds its
+lock, writes and finds its checkpoints, appends and reads its validation records, records its provenance and results,
+and says what a finished run left there. It is built where a run starts (nmt.experiment) or where a run's folder is
+read (the study, averaging), and passed where the folder's path travelled before: nothing else in nmt/ builds a path
+inside a run folder.
+
+    folder = RunFolder("outputs/bahdanau/2026-11-29_10-00-00")
+    folder.validations()        # every validation's record, in order
+    folder.latest_good()        # (path, payload) of the checkpoint a resumed run continues from
+
+It loads light: what reads or writes checkpoints, records or the TensorBoard log imports those modules (torch) when
+called, so that a command refused before training (nmt.cli.train) names a job's files without waiting for torch.
 """
 
 from __future__ import annotations
@@ -8,163 +17,262 @@ from __future__ import annotations
 import contextlib
 import datetime
 import fcntl
-import fnmatch
+import json
 import logging
 import os
-import shutil
 import socket
-import stat
-import sys
-import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from nmt import UserError
+from nmt import UserError, run_files
+from nmt.paths import write_text
 
-# A folder holds a training run when it has one of these: a checkpoint, or any record a run writes once it trains
-# (an older run whose checkpoints were deleted still holds its validations); then RUN_FILES name the run's own files.
-RUN_MARKS = (
-    "last.pt",
-    "previous.pt",
-    "best.pt",
-    "step*.pt",
-    "results.json",
-    "validations.jsonl",
-    "provenance.json",
-    "events.out.tfevents.*",
-)
-LOCK = ".lock"  # a run folder's lock file: who trains in it now (`run_lock`)
-RUN_FILES = (
-    "last.pt",
-    "previous.pt",
-    "best.pt",
-    "step*.pt",
-    "results.json",
-    "provenance.json",
-    "spm.*.model",
-    "spm.*.vocab",
-    "events.out.tfevents.*",
-    "train.log",
-    "best.test.hyp",
-    "validations.jsonl",
-    "validations.past.jsonl",
-    LOCK,
-)
+if TYPE_CHECKING:
+    import torch
+
+    from nmt.runlog import RunLog
+
+log = logging.getLogger(__name__)
 
 
-def holds_a_run(folder: Path) -> str | None:
-    """The name of a file that shows `folder` already holds a training run, or None."""
-    for pattern in RUN_MARKS:
-        found = sorted(folder.glob(pattern))
-        if found:
-            return found[0].name
-    return None
+class RunFolder:
+    """The folder at `path` and the files of the training run in it."""
 
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
 
-KINDS = {  # what a folder entry is, when it is not a regular file
-    stat.S_IFLNK: "a symbolic link",
-    stat.S_IFIFO: "a FIFO",
-    stat.S_IFDIR: "a folder",
-    stat.S_IFCHR: "a device",
-    stat.S_IFBLK: "a device",
-    stat.S_IFSOCK: "a socket",
-}
+    def __str__(self) -> str:
+        return str(self.path)
 
+    def __fspath__(self) -> str:
+        return str(self.path)
 
-def own_file(path: Path) -> None:
-    """`path`, which this run is about to write or append, is a regular file of this run's alone, or absent. A link
-    (dangling or not), FIFO, folder, device or socket is refused, named: a run never writes through one to a file
-    elsewhere, nor waits on a pipe. A file hard-linked from elsewhere (a copy made with `cp -al` or `rsync
-    --link-dest`) is first replaced by a copy of its own, so that appending to it leaves the other run untouched."""
-    try:
-        info = os.lstat(path)
-    except FileNotFoundError:
-        return
-    kind = KINDS.get(stat.S_IFMT(info.st_mode))
-    if kind is not None:
-        raise UserError(
-            f"{path} is {kind}, not a file: a run folder's files are the run's own and are never followed "
-            "elsewhere. Remove it, or train into another folder (hydra.run.dir=...)"
-        )
-    if info.st_nlink > 1:
-        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", delete=False) as copy:
-            with open(path, "rb") as original:
-                shutil.copyfileobj(original, copy)
-        shutil.copystat(path, copy.name)
-        os.replace(copy.name, path)
+    def file(self, name: str) -> Path:
+        """The path of one of the run's files (a name of nmt.run_files)."""
+        return self.path / name
 
+    @property
+    def last(self) -> Path:
+        return self.file(run_files.LAST)
 
-class RunLogFile(logging.FileHandler):
-    """The handler of a run's train.log (configs/train.yaml sets it for Hydra's job log): the file is opened only
-    when it is the run's own (`own_file`); otherwise the command stops there, with the reason, before Hydra's first
-    log line would have gone through it."""
+    @property
+    def previous(self) -> Path:
+        return self.file(run_files.PREVIOUS)
 
-    def __init__(self, filename, mode: str = "a", encoding: str | None = None, delay: bool = False, errors=None):
+    @property
+    def best(self) -> Path:
+        return self.file(run_files.BEST)
+
+    @property
+    def results(self) -> Path:
+        return self.file(run_files.RESULTS)
+
+    @property
+    def hypotheses(self) -> Path:
+        return self.file(run_files.HYPOTHESES)
+
+    @property
+    def log_file(self) -> Path:
+        return self.file(run_files.LOG)
+
+    @property
+    def failed(self) -> Path:
+        return self.file(run_files.FAILED)
+
+    def failure(self) -> str | None:
+        """Why a sweep's job in this folder failed, as it wrote (`write_failure`); None where it did not."""
+        return self.failed.read_text(encoding="utf-8").strip() if self.failed.is_file() else None
+
+    def write_failure(self, reason: str) -> None:
+        write_text(self.failed, f"{reason}\n")
+
+    def step_file(self, step: int) -> Path:
+        """A validation's weights: step<N>.pt, N zero-padded so that names sort as updates do."""
+        return self.file(f"step{step:08d}.pt")
+
+    def step_files(self, up_to: int | None = None) -> list[Path]:
+        """The validations' weights kept, oldest first; `up_to`: those of updates up to it."""
+        found = sorted(self.path.glob(run_files.STEPS))
+        return [p for p in found if up_to is None or int(p.stem.removeprefix("step")) <= up_to]
+
+    def averaged(self, count: int) -> Path:
+        """The average of the weights of `count` validations ending at the best (trainer.average_last=count)."""
+        return self.file(run_files.AVERAGED.format(count=count))
+
+    def reported(self, trainer: dict) -> Path:
+        """The checkpoint the run reports (its test output, the study's records), as its trainer options (the
+        checkpoint's resolved ones) say: best.pt, or with trainer.average_last=k > 1 the average of k validations."""
+        count = trainer.get("average_last", 1) if isinstance(trainer, dict) else 1
+        return self.averaged(count) if isinstance(count, int) and count > 1 else self.best
+
+    def subword_model(self, side: str) -> Path:
+        return self.file(run_files.SUBWORDS[side])
+
+    def holds_a_run(self) -> str | None:
+        """The name of a file that shows the folder already holds a training run, or None."""
+        return run_files.holds_a_run(self.path)
+
+    def has_checkpoint(self) -> bool:
+        return self.last.is_file() or self.previous.is_file()
+
+    def finished(self) -> bool:
+        return self.results.is_file()
+
+    def own_files(self) -> None:
+        """Every file the run writes checked before it writes any (nmt.run_files.own_files)."""
+        run_files.own_files(self.path)
+
+    @contextlib.contextmanager
+    def lock(self):
+        """This process's hold on the folder for the life of a run: one run folder, one writer. A second train.py
+        into it (or a sweep job whose folder collides with another's) is refused, naming the first: its process,
+        machine and start, which the lock file holds while it runs. The lock is the kernel's (flock), released when
+        its process ends however it ends: after `kill -9` the next run takes it over. Left empty when released, so a
+        finished run's folder does not change."""
+        path = self.file(run_files.LOCK)
+        handle = open(path, "a+", encoding="utf-8")
         try:
-            own_file(Path(filename))
-        except UserError as error:
-            print(f"error: {error}", file=sys.stderr)
-            raise SystemExit(2) from None
-        super().__init__(filename, mode, encoding, delay, errors)
-
-
-def own_files(run_dir: Path) -> None:
-    """`own_file` for every file a run writes or appends in `run_dir` (RUN_FILES, its Hydra records' folder), before
-    it writes any: checked as a run starts, before its lock is taken."""
-    for pattern in (*RUN_FILES, ".hydra"):
-        names = {p.name for p in run_dir.glob(pattern)} | ({pattern} if "*" not in pattern else set())
-        for name in sorted(names):
-            if name == ".hydra" and (run_dir / name).is_dir() and not (run_dir / name).is_symlink():
-                continue  # Hydra's records: a folder of its own
-            own_file(run_dir / name)
-
-
-@contextlib.contextmanager
-def run_lock(run_dir: Path):
-    """This process's hold on `run_dir` for the life of a run: one run folder, one writer. A second train.py into
-    it (or a sweep job whose folder collides with another's) is refused, naming the first: its process, machine and
-    start, which the lock file holds while it runs. The lock is the kernel's (flock), released when its process ends
-    however it ends: after `kill -9` the next run takes it over. Left empty when released, so a finished run's
-    folder does not change."""
-    path = run_dir / LOCK
-    handle = open(path, "a+", encoding="utf-8")
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        handle.seek(0)
-        holder = handle.read().strip() or "another process"
-        handle.close()
-        raise UserError(
-            f"{run_dir} is being trained by {holder} (it holds {path}): one run folder has one "
-            "writer. Wait for it to end, or give this run its own folder (hydra.run.dir=...)"
-        ) from None
-    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    handle.seek(0)
-    handle.truncate()
-    handle.write(f"process {os.getpid()} on {socket.gethostname()}, since {started}\n")
-    handle.flush()
-    try:
-        yield
-    finally:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            handle.close()
+            raise UserError(
+                f"{self.path} is being trained by {holder} (it holds {path}): one run folder has one "
+                "writer. Wait for it to end, or give this run its own folder (hydra.run.dir=...)"
+            ) from None
+        started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         handle.seek(0)
         handle.truncate()
-        fcntl.flock(handle, fcntl.LOCK_UN)
-        handle.close()
+        handle.write(f"process {os.getpid()} on {socket.gethostname()}, since {started}\n")
+        handle.flush()
+        try:
+            yield
+        finally:
+            handle.seek(0)
+            handle.truncate()
+            fcntl.flock(handle, fcntl.LOCK_UN)
+            handle.close()
 
+    # Checkpoints
 
-# Files that are a run's own wherever they lie: a study's records of finished runs (results/runs/**), and Hydra's
-# record of each invocation (.hydra/<time>/config.yaml), which resume and the study read
-RECORD_FILES = ("*.record.json", "*.lab.json")
+    def write_last(self, state: dict, best: bool = False) -> None:
+        """The run's full checkpoint, last.pt: the one it replaces becomes previous.pt first, by a second name, so
+        that a last.pt is on disk at every instant (a `kill -9` mid-write leaves the old one); `best`: the file is
+        also the run's best.pt."""
+        from nmt import checkpoint
 
+        if self.last.is_file():
+            checkpoint.same_as(self.last, self.previous)
+        checkpoint.save(state, self.last)
+        if best:
+            checkpoint.same_as(self.last, self.best)
 
-def run_file(path: Path) -> str | None:
-    """Why `path` belongs to a training run ("best.pt, a file of the training run in DIR"), or None."""
-    folder = path.parent
-    if any(fnmatch.fnmatch(path.name, pattern) for pattern in RECORD_FILES):
-        return f"{path.name}, the record of a finished run"
-    if ".hydra" in path.absolute().parts:
-        return f"{path.name}, Hydra's record of a run's invocation"
-    if holds_a_run(folder) is None:
-        return None
-    if any(fnmatch.fnmatch(path.name, pattern) for pattern in RUN_FILES):
-        return f"{path.name}, a file of the training run in {folder}"
-    return None
+    def write_weights(self, state: dict, step: int, keep: int, best: int | None = None) -> None:
+        """A validation's weights as step<N>.pt, keeping the newest `keep` and the `keep` that end at the best
+        validation's (update `best`; None: this one), so that an average of up to `keep` validations ending at the
+        best can still be made after patience has run on past it."""
+        from nmt import checkpoint
+
+        checkpoint.save(state, self.step_file(step))
+        saved, to_best = self.step_files(), self.step_files(best)
+        kept = set(saved[-keep:]) | set(to_best[-keep:])
+        for old in saved:
+            if old not in kept:
+                old.unlink()
+
+    def latest_good(self, doing: str = "resuming from") -> tuple[Path, dict]:
+        """last.pt, or previous.pt (one validation older) when last.pt is missing or unreadable (said, with what is
+        `doing` with it): (its path, its payload)."""
+        from nmt import checkpoint
+
+        try:
+            return self.last, checkpoint.load_training(self.last)
+        except UserError as error:
+            if not self.previous.is_file():
+                raise
+            log.warning("%s; %s %s instead", error, doing, self.previous)
+            return self.previous, checkpoint.load_training(self.previous)
+
+    # Validation records
+
+    def append_validation(self, figures: dict) -> None:
+        """A validation's record as a line of validations.jsonl (a run resumed from last.pt may repeat one the
+        stopped process had recorded: a reader keeps the last line of each update)."""
+        from nmt.validation import line_of
+
+        with open(self.file(run_files.VALIDATIONS), "a", encoding="utf-8") as handle:
+            handle.write(line_of(figures))
+
+    def validations(self) -> list[dict]:
+        """The run's validations, the last line of each update, in order (nmt.validation.read_validations)."""
+        from nmt.validation import read_validations
+
+        return read_validations(self.file(run_files.VALIDATIONS))
+
+    def best_step(self) -> int | None:
+        """The update of the run's best validation (the last its records mark best), None without one."""
+        marked = [v["step"] for v in self.validations() if v.get("best")]
+        return marked[-1] if marked else None
+
+    def continue_from(self, step: int) -> None:
+        """The validation records as a run continuing from update `step` finds them: later ones moved apart
+        (nmt.validation.continue_from)."""
+        from nmt.validation import continue_from
+
+        continue_from(self.file(run_files.VALIDATIONS), self.file(run_files.PAST), step)
+
+    # Provenance, results, the TensorBoard log
+
+    def record_provenance(self, where: torch.device, precision: str = "") -> None:
+        """This invocation appended to provenance.json (nmt.provenance.provenance_entry): a resumed run lists each."""
+        from nmt.provenance import provenance_entry
+
+        path = self.file(run_files.PROVENANCE)
+        history = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
+        write_text(path, json.dumps([*history, provenance_entry(where, precision)], indent=1) + "\n")
+
+    def provenance(self) -> dict:
+        """The commits, dates, machines and torch versions of the run's invocations, and when it finished
+        (nmt.provenance.provenance_summary); a run from before provenance.json, its dates from Hydra's records."""
+        from nmt.provenance import provenance_summary
+
+        path = self.file(run_files.PROVENANCE)
+        entries = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+        finished = self.results.stat().st_mtime if self.results.is_file() else None
+        invocations = sorted(p.name for p in self.path.glob(f"{run_files.HYDRA}/*") if p.is_dir())
+        return provenance_summary(entries, finished, invocations)
+
+    def trained_precision(self) -> str | None:
+        """The precision the run last trained in, from its provenance.json; None where it is not there."""
+        try:
+            entries = json.loads(self.file(run_files.PROVENANCE).read_text(encoding="utf-8"))
+            return entries[-1].get("precision") or None
+        except (OSError, ValueError, IndexError, AttributeError, TypeError):
+            return None
+
+    def hydra_configs(self) -> list[Path]:
+        """Hydra's record of each invocation's config, oldest first."""
+        return sorted(self.path.glob(f"{run_files.HYDRA}/**/config.yaml"), key=lambda path: path.stat().st_mtime)
+
+    def write_results(self, report: dict) -> None:
+        self.results.write_text(json.dumps(report, indent=2) + "\n")
+
+    def write_hypotheses(self, texts: list[str]) -> None:
+        self.hypotheses.write_text("".join(h + "\n" for h in texts), encoding="utf-8")
+
+    def open_log(self) -> RunLog:
+        """The run's TensorBoard log, opened on the folder."""
+        from nmt.runlog import RunLog
+
+        return RunLog(self.path)
+
+    def saved_line(self, config) -> str:
+        """What a finished run left in the folder, for the console's last line (`config`: its TrainerConfig)."""
+        files = [f"{run_files.BEST} (best valid {config.select})", run_files.LAST]
+        if config.average_last > 1:
+            files.append(f"{self.averaged(config.average_last).name} (the run's model)")
+        files += [run_files.HYPOTHESES, run_files.RESULTS] if config.test_at_end else []
+        files += [run_files.VALIDATIONS, run_files.LOG, "TensorBoard's events"]
+        runs = self.path.parent.parent if self.path.parent.parent.name == "outputs" else self.path.parent
+        return f"saved in {self.path}: {', '.join(files)}; compare runs with: tensorboard --logdir {runs}"

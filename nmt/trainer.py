@@ -5,8 +5,9 @@
     trainer = Trainer(model, vocabulary, train_pairs, valid_pairs, "runs/a", TrainerConfig(max_steps=100))
     trainer.train()
 
-What it writes to TensorBoard goes through `nmt.runlog`, decoding and BLEU through `nmt.decoding`, the checkpoint
-payload through `nmt.checkpoint`; `nmt.experiment` builds everything from the command line's config.
+What it writes to TensorBoard goes through `nmt.runlog`, decoding and BLEU through `nmt.decoding`, every file of the
+run folder through its `nmt.run_folder.RunFolder`; `nmt.experiment` builds everything from the command line's config
+and asks a finished training for what it reports (`report`, `decode`, `close`).
 """
 
 from __future__ import annotations
@@ -26,19 +27,22 @@ from nmt.batches import StaticShapes, TokenBatchSampler, UpdateBatches, check_sp
 from nmt.config import TrainerConfig
 from nmt.corpus import Pairs
 from nmt.data import ParallelDataset, Vocabulary, collate
+from nmt.decoding import decode_split
 from nmt.device import Precision, place
 from nmt.meters import Clock, ProgressBar, StopRequests, Window, stop_reason, validation_due
 from nmt.optim import make_optimizer, make_schedule, steps_on_validation
+from nmt.run_folder import RunFolder
 from nmt.runlog import RunLog
 from nmt.state import WEIGHTS_ONLY, Progress, restore_training, rng_state, training_state
 from nmt.update import Mode, Update, features_of
-from nmt.validation import Validator, best_step, improves, publish, record
+from nmt.validation import Validator, improves, publish, record
 
 log = logging.getLogger(__name__)
 
 
 class Trainer:
-    """Trains `model` on `train_pairs`, validating on `valid_pairs` and writing checkpoints into `run_dir`.
+    """Trains `model` on `train_pairs`, validating on `valid_pairs` and writing checkpoints into `run_dir` (a path, or
+    its RunFolder).
 
     `progress` holds every counter (saved in each checkpoint); `last_metrics` the last validation's figures. Under
     torchrun each process trains its share of every update and rank 0 alone validates and writes.
@@ -50,7 +54,7 @@ class Trainer:
         vocabulary: Vocabulary,
         train_pairs: Pairs,
         valid_pairs: Pairs,
-        run_dir: str | Path,
+        run_dir: str | Path | RunFolder,
         config: TrainerConfig | None = None,
         *,
         max_tokens: int = 4096,
@@ -66,7 +70,8 @@ class Trainer:
         and the device and precision (nmt.device.place) where decided already, else decided here from `config`."""
         self.config = config = config or TrainerConfig()
         config.check()
-        self.vocabulary, self.run_dir, self.seed = vocabulary, Path(run_dir), seed
+        self.vocabulary, self.seed = vocabulary, seed
+        self.folder = run_dir if isinstance(run_dir, RunFolder) else RunFolder(run_dir)
         self.run_config = run_config or {"trainer": asdict(config)}
         self.place(model, seed, placed)
         self.mode = mode or Mode.decide(config.cuda_graphs, self.device, self.world, config.accumulate, self.dtype)
@@ -75,7 +80,7 @@ class Trainer:
         self.progress = Progress(static_batches=self.mode.static)
         self.stream: UpdateBatches | None = None  # the batches of every update, from training's start
         self.last_metrics: dict[str, float] = {}
-        self.log = RunLog(None)  # opened on the run directory when training starts (rank 0)
+        self.log = RunLog(None)  # opened on the run folder when training starts (rank 0: `open_records`)
         self.stop_signal = 0  # the signal that interrupted training, if one did
         self.writer = checkpoint.Writer(background=self.device.type == "cuda")  # checkpoints: on a GPU, on a thread
 
@@ -146,23 +151,22 @@ class Trainer:
         parts = self.model, self.optimizer, self.schedule, self.scaler, self.progress, self.last_metrics
         return training_state(*parts, self.run_config, self.vocabulary, ranks)
 
-    def save(self, name: str, best: bool = False, weights: bool = False) -> None:
-        """Write a full checkpoint atomically; `best`: it is also best.pt (a second name of the same file). The
-        `last.pt` it replaces stays as `previous.pt`, which resuming falls back to should `last.pt` ever be unreadable
-        (a disk error, a copy cut short). `weights`: first this validation's weights as `step<N>.pt` (no optimizer:
-        for averaging), the newest `keep_checkpoints` kept and those ending at the best. Every process calls it: each
-        one's random state goes into the checkpoint. On a GPU the files are written on a thread of their own
-        (checkpoint.Writer) from one copy of the state on the host."""
+    def save(self, best: bool = False, weights: bool = False) -> None:
+        """Write the full checkpoint, last.pt, atomically (RunFolder.write_last: the last.pt it replaces stays as
+        previous.pt); `best`: it is also best.pt. `weights`: first this validation's weights as step<N>.pt (no
+        optimizer: for averaging), the newest `keep_checkpoints` kept and those ending at the best. Every process
+        calls it: each one's random state goes into the checkpoint. On a GPU the files are written on a thread of
+        their own (checkpoint.Writer) from one copy of the state on the host."""
         ranks = distributed.gather(rng_state(self.device)) if self.world > 1 else None
         if self.rank != 0:
             return
         state = self.writer.own(self.state(ranks))
         if weights and self.config.keep_checkpoints > 0:
-            path = self.run_dir / f"step{self.progress.step:08d}.pt"
             only = {k: v for k, v in state.items() if k in WEIGHTS_ONLY}
-            best_at = None if best else best_step(self.run_dir)  # the best validation's update (None: this one)
-            self.writer.write(partial(checkpoint.write_weights, only, path, self.config.keep_checkpoints, best_at))
-        self.writer.write(partial(checkpoint.write_run_file, state, self.run_dir / name, best))
+            best_at = None if best else self.folder.best_step()  # the best validation's update (None: this one)
+            keep = self.config.keep_checkpoints
+            self.writer.write(partial(self.folder.write_weights, only, self.progress.step, keep, best_at))
+        self.writer.write(partial(self.folder.write_last, state, best))
 
     def restore(self, path: str | Path) -> None:
         """Continue from the full checkpoint at `path` (see nmt.resume for which one and whether it may)."""
@@ -193,10 +197,22 @@ class Trainer:
         """Batches of the epoch being trained (0 before training starts)."""
         return self.stream.batches_in_epoch if self.stream else 0
 
-    def train(self) -> str:
-        """Train until a stop condition; returns the reason. Ctrl-C saves `last.pt` and returns "interrupted"."""
+    def open_records(self, hparams: dict | None = None) -> None:
+        """The run folder's records as this invocation starts (rank 0): the validation records as the update it
+        starts from left them, this invocation in provenance.json, and the TensorBoard log opened (with `hparams`,
+        the run's options, in HParams)."""
+        self.folder.path.mkdir(parents=True, exist_ok=True)
+        self.folder.continue_from(self.step)
+        self.folder.record_provenance(self.device, self.precision.name)
+        self.log = self.folder.open_log()
+        if hparams:
+            self.log.hparams(hparams)
+
+    def train(self, hparams: dict | None = None) -> str:
+        """Train until a stop condition; returns the reason. Ctrl-C saves last.pt and returns "interrupted".
+        `hparams`: the run's options, for TensorBoard's HParams."""
         if self.rank == 0 and self.log.writer is None:
-            self.log = RunLog(self.run_dir)
+            self.open_records(hparams)
         clock = Clock(self.progress)
         reason = distributed.share(stop_reason(self.config, self.progress, clock))
         window = Window(self.device)
@@ -244,14 +260,14 @@ class Trainer:
 
     def save_interrupted(self) -> None:
         try:
-            self.save("last.pt")
+            self.save()
         except NonFiniteLoss as error:
             self.writer.wait()
             raise self.non_finite(error) from None
         self.writer.wait()  # the command says where it is and how to continue (nmt.experiment)
 
     def non_finite(self, error: NonFiniteLoss) -> UserError:
-        last = self.run_dir / "last.pt"
+        last = self.folder.last
         good = f"the last good checkpoint is {last}" if last.is_file() else "no checkpoint had been written yet"
         advice = "Lower trainer.lr" + ("" if self.precision.name == "fp32" else " or use trainer.precision=fp32")
         return UserError(
@@ -290,6 +306,35 @@ class Trainer:
             progress.bad_validations = 0
         else:
             progress.bad_validations += 1
-        self.save("last.pt", best=improved, weights=True)  # best.pt names last.pt's file (written once, not twice)
+        self.save(best=improved, weights=True)  # best.pt names last.pt's file (written once, not twice)
         if self.rank == 0:
-            publish(record(metrics, progress, improved, self.tokens_per_second), self.log, self.run_dir)
+            figures = record(metrics, progress, improved, self.tokens_per_second)
+            publish(figures, self.log, self.folder.append_validation)
+
+    def report(self) -> dict[str, float]:
+        """What a finished training reports, once every checkpoint it gave is on disk: its best valid BLEU, minutes,
+        updates, speed and parameters."""
+        self.writer.wait()
+        return {
+            "valid/best_bleu": self.progress.best_bleu,
+            "train/minutes": self.progress.train_seconds / 60,
+            "train/steps": self.progress.step,
+            "train/tokens_per_second": self.tokens_per_second,
+            "parameters": sum(p.numel() for p in self.model.parameters()),
+        }
+
+    def decode(self, pairs: Pairs, weights: dict | None = None, progress: str = "") -> tuple:
+        """`pairs` decoded as validation decodes (greedy, the trainer's batches and limits), with `weights` loaded
+        first where given: (hypotheses, references, scores) of nmt.decoding.decode_split."""
+        if weights is not None:
+            self.model.load_state_dict(weights)
+        shown = progress if self.config.progress else ""
+        return decode_split(self.model, self.vocabulary, pairs, self.search, self.device, self.dtype, shown)
+
+    def close(self, results: dict | None = None) -> None:
+        """Every checkpoint on disk and the TensorBoard log closed; `results`: the finished run's figures, logged
+        first as its table."""
+        self.writer.wait()
+        if results:
+            self.log.results(results, self.step)
+        self.log.close()

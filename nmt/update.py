@@ -31,6 +31,7 @@ import torch
 from nmt.data import Batch
 from nmt.loss import batch_loss
 from nmt.optim import steps_on_validation
+from nmt.rnn import Encoder
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +101,7 @@ def refusal(device: torch.device, world: int, accumulate: int, dtype: torch.dtyp
 @contextlib.contextmanager
 def static_shapes(model: torch.nn.Module, static: bool = True) -> Iterator[None]:
     """The model's RNN encoders run unpacked while the block runs (packing sizes a tensor by the batch's tokens)."""
-    encoders = [module for module in model.modules() if hasattr(module, "packed")] if static else []
+    encoders = [module for module in model.modules() if isinstance(module, Encoder)] if static else []
     for encoder in encoders:
         encoder.packed = False
     try:

@@ -1,5 +1,6 @@
-"""One validation: loss, greedy decoding with BLEU and chrF; its figures made once, as one record, and handed to every
-sink (TensorBoard's curves, a line of validations.jsonl, the console): a new figure is one line in `record`."""
+"""One validation: loss, greedy decoding with BLEU and chrF, and attention against gold links where there are some;
+its figures made once, as one record (`record`), and handed to every sink by `publish`: TensorBoard's curves, a line
+of the run's validation records (`line_of`, read back by `read_validations`), the console and the log."""
 
 from __future__ import annotations
 
@@ -27,10 +28,8 @@ from nmt.state import Progress
 
 log = logging.getLogger(__name__)
 READABLE = 16  # subwords: up to about this length a heatmap's labels stay legible at TensorBoard's card size
-VALIDATIONS = "validations.jsonl"  # in a run directory: one JSON line per validation (`publish`)
 FIGURES = ("epochs", "petaflops", "train_minutes", "loss", "perplexity", "chrf", "aer", "seconds", "best_bleu")
 FIGURES += ("tokens_per_second",)  # of a record's fields, the numbers besides step and bleu (`parsed`)
-PAST = "validations.past.jsonl"  # validations of updates past the checkpoint a run continued from (`continue_from`)
 RECORDED = ("loss", "perplexity", "bleu", "chrf", "aer", "seconds")  # of a validation's metrics, what its record keeps
 
 
@@ -153,14 +152,13 @@ def record(metrics: dict[str, float], progress: Progress, improved: bool, tokens
     }
 
 
-def publish(figures: dict, run_log: RunLog, run_dir: Path) -> None:
-    """A validation's record to each sink: TensorBoard (`RunLog.validation`), a line of `validations.jsonl` (the
-    plain record the study, the tests and a person read; a run resumed from last.pt may repeat a validation the
-    stopped process had recorded: a reader keeps the last line of each update), the console and the log."""
+def publish(figures: dict, run_log: RunLog, append) -> None:
+    """A validation's record to each sink: TensorBoard (`RunLog.validation`), the run's validation records
+    (`append`: RunFolder.append_validation, the plain record the study, the tests and a person read), the console and
+    the log."""
     step = figures["step"]
     run_log.validation(figures)
-    with open(run_dir / VALIDATIONS, "a", encoding="utf-8") as handle:
-        handle.write(json.dumps(figures) + "\n")
+    append(figures)
     alignment = f"AER {figures['aer']:.3f} " if "aer" in figures else ""
     tqdm.write(
         f"step {step:>6} epoch {max(1, math.ceil(figures['epochs'])):>3} | valid loss {figures['loss']:.3f} "
@@ -171,6 +169,11 @@ def publish(figures: dict, run_log: RunLog, run_dir: Path) -> None:
     log.info(
         "validation at step %d: %s", step, {k: v if isinstance(v, bool) else round(v, 4) for k, v in figures.items()}
     )
+
+
+def line_of(figures: dict) -> str:
+    """A validation's record as a line of its file: one JSON object."""
+    return json.dumps(figures) + "\n"
 
 
 def parsed(line: str) -> dict | None:
@@ -192,11 +195,10 @@ def number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def read_validations(run_dir: Path) -> list[dict]:
-    """A run's validations (validations.jsonl), the last line of each update (a resumed run may repeat one), in order:
-    the one reader of the file. Lines that are not records (`parsed`) are skipped, said once, naming the file and
-    lines: the others still hold."""
-    path = run_dir / VALIDATIONS
+def read_validations(path: Path) -> list[dict]:
+    """A run's validations (its file at `path`), the last line of each update (a resumed run may repeat one), in
+    order: the one reader of the file. Lines that are not records (`parsed`) are skipped, said once, naming the file
+    and lines: the others still hold."""
     if not path.is_file():
         return []
     found, skipped = {}, []
@@ -212,28 +214,21 @@ def read_validations(run_dir: Path) -> list[dict]:
     return [found[step] for step in sorted(found)]
 
 
-def best_step(run_dir: Path) -> int | None:
-    """The update of a run's best validation (the last its validations.jsonl marks best), None without one."""
-    marked = [v["step"] for v in read_validations(run_dir) if v.get("best")]
-    return marked[-1] if marked else None
-
-
-def continue_from(run_dir: Path, step: int) -> None:
-    """validations.jsonl as a run continuing from update `step` finds it: the lines of later updates (validated after
-    the checkpoint it continues from, by the process that stopped, or by an older run in this folder whose checkpoints
-    are gone) moved to validations.past.jsonl, so that the file holds one history and its readers see only it."""
-    path = run_dir / VALIDATIONS
+def continue_from(path: Path, past: Path, step: int) -> None:
+    """The validation records at `path` as a run continuing from update `step` finds them: the lines of later updates
+    (validated after the checkpoint it continues from, by the process that stopped, or by an older run in this folder
+    whose checkpoints are gone) moved to `past`, so that the file holds one history and its readers see only it."""
     if not path.is_file():
         return
-    kept, past = [], []
+    kept, later = [], []
     for line in path.read_bytes().decode("utf-8", errors="replace").splitlines(keepends=True):
         entry = parsed(line)  # a line that is not a record stays: readers skip it
-        (past if entry is not None and entry["step"] > step else kept).append(line)
-    if past:
-        with open(run_dir / PAST, "a", encoding="utf-8") as handle:
-            handle.writelines(past)
+        (later if entry is not None and entry["step"] > step else kept).append(line)
+    if later:
+        with open(past, "a", encoding="utf-8") as handle:
+            handle.writelines(later)
         write_text(path, "".join(kept))
-        log.warning("%s: %d validations past update %d moved to %s", path, len(past), step, PAST)
+        log.warning("%s: %d validations past update %d moved to %s", path, len(later), step, past.name)
 
 
 def improves(select: str, metrics: dict[str, float], progress: Progress) -> bool:

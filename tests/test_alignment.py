@@ -19,12 +19,11 @@ from nmt.alignment import (
     word_attention,
     word_weights,
 )
-from nmt.sample import (
-    GrammarOptions,
+from nmt.sample import GrammarOptions, generate_aligned
+from nmt.sample_words import (
     complex_sentence,
     english,
     fronted,
-    generate_aligned,
     links,
     main_clause,
     make_clause,

@@ -107,7 +107,7 @@ def test_training_and_decoding_choose_for_the_cpu_they_run_on(tmp_path, sample_s
     trainer = Trainer(
         model, sample_vocabulary, sample_splits.train[:16], sample_splits.valid[:4], tmp_path, config, run_config=stored
     )
-    trainer.save("last.pt")  # a checkpoint trained in bf16
+    trainer.save()  # last.pt, a checkpoint trained in bf16
     monkeypatch.setattr(nmt.device, "cpu_capability", lambda: AVX2_CPU)
     assert Translator.load(tmp_path / "last.pt", DecodeOptions(device="cpu")).dtype == torch.float32
     with pytest.raises(UserError, match="precision=bf16: .* has no bf16 kernels"):

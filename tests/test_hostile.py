@@ -18,7 +18,7 @@ from nmt.corpus import read_lines, read_parallel
 from nmt.decoding import Search, Translator, load_model
 from nmt.evaluate import translate_file
 from nmt.trainer import Trainer
-from nmt.transformer import Embedding, sinusoids
+from nmt.transformer_layers import Embedding, sinusoids
 
 SETTINGS = settings(
     max_examples=60,
@@ -112,8 +112,8 @@ def saved_checkpoint(tmp_path_factory, sample_vocabulary):
     config = TrainerConfig(precision="fp32", device="cpu", decode_extra=5)
     run_config = {"model": OmegaConf.to_container(cfg.model), "trainer": dataclasses.asdict(config)}
     pairs = [("Der Hund läuft.", "The dog runs.")]
-    Trainer(model, sample_vocabulary, pairs, pairs, folder, config, run_config=run_config).save("model.pt")
-    return folder / "model.pt"
+    Trainer(model, sample_vocabulary, pairs, pairs, folder, config, run_config=run_config).save()
+    return folder / "last.pt"
 
 
 @settings(
@@ -155,8 +155,8 @@ def test_a_checkpoint_from_before_an_option_existed_still_loads_with_its_old_beh
     pairs = [("Der Hund läuft.", "The dog runs.")]
     torch.manual_seed(0)
     built = build.model(cfg.model, sample_vocabulary)
-    Trainer(built, sample_vocabulary, pairs, pairs, tmp_path, config, run_config=run_config).save("old.pt")
-    model, _, loaded = load_model(tmp_path / "old.pt", torch.device("cpu"))
+    Trainer(built, sample_vocabulary, pairs, pairs, tmp_path, config, run_config=run_config).save()
+    model, _, loaded = load_model(tmp_path / "last.pt", torch.device("cpu"))
     assert model.feed_dropout is True and loaded["model"]["uniform_embeddings"] is True  # as the code was then
     assert model.bidirectional is False and not model.encoder.rnn.bidirectional
     assert loaded["model"]["attention"]["scaled"] is False and loaded["data"]["grammar"]["clauses"] == 2

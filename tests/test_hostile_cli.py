@@ -1026,7 +1026,7 @@ def test_an_unexpected_exception_in_a_sweep_job_is_a_named_failure_not_a_traceba
     (tmp_path / "patch").mkdir()
     (tmp_path / "patch" / "sitecustomize.py").write_text(
         "import os\nif os.environ.get('NMT_TEST_BOOM'):\n    import nmt.trainer\n"
-        "    def boom(self):\n        raise RuntimeError('boom at ' + str(self.seed))\n"
+        "    def boom(self, *options):\n        raise RuntimeError('boom at ' + str(self.seed))\n"
         "    nmt.trainer.Trainer.train = boom\n"
     )
     sweep = tmp_path / "sweep"
@@ -1060,21 +1060,22 @@ def test_one_plan_decides_what_a_run_directory_is_for(trained, tmp_path):
     """resume.plan: keep the finished run (auto, same settings), continue it with the safe changes (true), start a
     new run where there is none, and refuse a new run over it or a finished run of other settings, before any write."""
     from nmt.resume import Plan, plan
+    from nmt.run_folder import RunFolder
 
     run_dir, _ = trained
     before = snapshot(run_dir)
     config = checkpoint.load(run_dir / "last.pt")["config"]
-    kept = plan(run_dir, "auto", config)
+    kept = plan(RunFolder(run_dir), "auto", config)
     assert kept.kept == json.loads((run_dir / "results.json").read_text()) and kept.checkpoint is None
     faster = {**config, "trainer": {**config["trainer"], "lr": config["trainer"]["lr"] * 2}}
-    continued = plan(run_dir, True, faster)
+    continued = plan(RunFolder(run_dir), True, faster)
     assert continued.kept is None and continued.checkpoint[0].name == "last.pt"
     assert continued.changes == {"trainer.lr": (config["trainer"]["lr"], config["trainer"]["lr"] * 2)}
-    assert plan(tmp_path / "empty", False, config) == Plan()
+    assert plan(RunFolder(tmp_path / "empty"), False, config) == Plan()
     with pytest.raises(UserError, match="already holds a run"):
-        plan(run_dir, False, config)
+        plan(RunFolder(run_dir), False, config)
     with pytest.raises(UserError, match="finished run trained with other settings.*trainer.lr"):
-        plan(run_dir, "auto", faster)
+        plan(RunFolder(run_dir), "auto", faster)
     assert unchanged(before, snapshot(run_dir))
 
 

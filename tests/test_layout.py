@@ -77,7 +77,7 @@ def python_files() -> list[Path]:
 
 
 def test_the_code_keeps_to_its_size_limits():
-    """No function over 50 lines, no module over 500 and at most 10 over 300 (nmt/ and scripts/): a module a reader
+    """No function over 50 lines, no module over 500 and at most 8 over 300 (nmt/ and scripts/): a module a reader
     holds in one sitting; the formatter switched off only for a few aligned tables."""
     code = [path for path in python_files() if "tests" not in path.relative_to(ROOT).parts]
     long_functions, long_modules, over_300 = [], [], []
@@ -92,7 +92,7 @@ def test_the_code_keeps_to_its_size_limits():
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno - node.lineno + 1 > 50:
                 long_functions.append(f"{path.relative_to(ROOT)}:{node.name}")
     assert not long_modules and not long_functions
-    assert len(over_300) <= 10, over_300
+    assert len(over_300) <= 8, over_300
     switched_off = sum(path.read_text(encoding="utf-8").count("# fmt: skip") for path in python_files())
     assert switched_off < 40
 

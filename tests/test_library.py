@@ -16,6 +16,7 @@ from nmt.config import Multi30kConfig, SampleConfig, SampleSizes, TrainConfig, T
 from nmt.data import PAD_ID
 from nmt.experiment import set_seed, train
 from nmt.rnn import BahdanauSeq2Seq
+from nmt.run_folder import RunFolder
 from nmt.trainer import Trainer
 
 
@@ -136,13 +137,14 @@ def test_a_process_loads_every_model_at_once_and_records_the_commit_it_loaded(tm
     assert "currsize=0" in loaded  # the commit is not found at import: when a run starts
     assert provenance.loaded_code()["commit"] == (head or None)
     monkeypatch.setattr(provenance, "code_version", lambda: {"commit": "checked out later"})
-    provenance.record_provenance(tmp_path, torch.device("cpu"), "bf16")
+    folder = RunFolder(tmp_path)
+    folder.record_provenance(torch.device("cpu"), "bf16")
     assert json.loads((tmp_path / "provenance.json").read_text())[0]["commit"] == (head or None)
-    assert provenance.read_provenance(tmp_path)["machines"] == [f"{provenance.cpu_name()} (bf16)"]  # its precision
-    assert provenance.read_provenance(tmp_path)["kernels"] == [torch.backends.cpu.get_cpu_capability()]  # AVX2...
-    assert "finished" not in provenance.read_provenance(tmp_path)
+    assert folder.provenance()["machines"] == [f"{provenance.cpu_name()} (bf16)"]  # its precision
+    assert folder.provenance()["kernels"] == [torch.backends.cpu.get_cpu_capability()]  # AVX2...
+    assert "finished" not in folder.provenance()
     (tmp_path / "results.json").write_text("{}")
-    finished = provenance.read_provenance(tmp_path)["finished"]  # when the run ended, for the tables' dates
+    finished = folder.provenance()["finished"]  # when the run ended, for the tables' dates
     assert finished >= json.loads((tmp_path / "provenance.json").read_text())[0]["started"]
 
 

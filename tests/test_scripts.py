@@ -536,7 +536,8 @@ def test_a_sweep_names_only_its_own_failed_jobs_not_those_a_sweep_just_before_le
     the failures it reports are its own jobs', each rewritten failed.txt counted once."""
     from omegaconf import OmegaConf
 
-    from nmt.multirun import FAILED, FailedJobs
+    from nmt.multirun import FailedJobs
+    from nmt.run_files import FAILED
 
     config = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}})
     for job in ("luong/seed1", "luong/seed2", "sutskever/seed1"):

@@ -20,13 +20,12 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 import nmt.decoding
 from nmt import UserError, averaging, build, checkpoint
 from nmt.aer import parse_links
-from nmt.averaging import reported_model
 from nmt.config import DecodeOptions, TrainerConfig
 from nmt.data import PAD_ID
 from nmt.decoding import Search, score, translate
 from nmt.device import cpu_capability
 from nmt.evaluate import evaluate as evaluate_checkpoint
-from nmt.resume import latest_good
+from nmt.run_folder import RunFolder
 from nmt.search import beam_search
 from nmt.study import tune
 from nmt.trainer import Trainer
@@ -300,11 +299,11 @@ def test_train_and_evaluate_command_lines_end_to_end(tmp_path, monkeypatch):
     last = checkpoint.load(run_dir / "last.pt")
     assert last["progress"]["step"] == 9
     kept = [p.name for p in sorted(run_dir.glob("step*.pt"))]
-    best = averaging.best_step(run_dir)  # the newest 2 kept, and the 2 ending at the best
+    best = RunFolder(run_dir).best_step()  # the newest 2 kept, and the 2 ending at the best
     assert kept[-2:] == ["step00000006.pt", "step00000009.pt"] and f"step{best:08d}.pt" in kept
     results = json.loads((run_dir / "results.json").read_text())
     assert results["tested"] == "averaged_last2.pt" and 0 <= results["valid/averaged_bleu"] <= 100
-    assert reported_model(run_dir, last["config"]["trainer"]) == run_dir / "averaged_last2.pt"
+    assert RunFolder(run_dir).reported(last["config"]["trainer"]) == run_dir / "averaged_last2.pt"
     assert tune.averaged_valid_bleu(run_dir, (2,)) == {"2": results["valid/averaged_bleu"]}  # tuning measures the same
     compare = run("-m", "nmt.study", "compare", str(run_dir), "--output", str(tmp_path / "report"))
     assert compare.returncode == 0, compare.stderr
@@ -422,7 +421,7 @@ def test_resume_falls_back_to_the_previous_checkpoint_when_the_last_is_damaged(
     damaged = (tmp_path / "last.pt").read_bytes()
     (tmp_path / "last.pt").write_bytes(damaged[: len(damaged) // 2])  # a copy cut short
     resumed = make_trainer(tmp_path, sample_vocabulary, pairs, "sutskever", max_steps=6, valid_every=3)
-    resumed.restore_payload(*latest_good(tmp_path))
+    resumed.restore_payload(*RunFolder(tmp_path).latest_good())
     assert resumed.step == 3
 
 
@@ -608,12 +607,10 @@ def test_one_loader_serves_every_epoch_its_workers_running_ahead_across_an_epoch
 def test_the_best_checkpoint_is_the_validation_best_by_the_selected_score(tmp_path, sample_vocabulary, sample_splits):
     """trainer.select=loss keeps as best.pt the validation with the lowest valid loss (validations.jsonl marks it),
     and patience counts validations without a lower one; AER needs gold links, and a model with attention."""
-    from nmt.validation import VALIDATIONS
-
     pairs = sample_splits.train[:64]
     trainer = make_trainer(tmp_path, sample_vocabulary, pairs, "luong", 0.1, max_steps=24, valid_every=3, select="loss")
     trainer.train()
-    lines = [json.loads(line) for line in (tmp_path / VALIDATIONS).read_text().splitlines()]
+    lines = [json.loads(line) for line in (tmp_path / "validations.jsonl").read_text().splitlines()]
     best = min(lines, key=lambda line: line["loss"])
     marked = [line["step"] for line in lines if line["best"]]
     assert marked[-1] == best["step"] and all(line["loss"] >= best["loss"] for line in lines)
@@ -662,8 +659,8 @@ def test_last_pt_is_on_disk_at_every_instant_of_the_next_write(tmp_path, monkeyp
     name (a link, or a copy where links are refused), never by moving it away before the new one is complete."""
     if not links:
         monkeypatch.setattr(checkpoint.os, "link", lambda *a: (_ for _ in ()).throw(OSError(1, "links refused")))
-    last = tmp_path / "last.pt"
-    checkpoint.write_run_file({"progress": {"step": 1}}, last, best=True)
+    folder = RunFolder(tmp_path)
+    folder.write_last({"progress": {"step": 1}}, best=True)
     present = []
     real_save = torch.save
 
@@ -672,7 +669,7 @@ def test_last_pt_is_on_disk_at_every_instant_of_the_next_write(tmp_path, monkeyp
         real_save(payload, handle)
 
     monkeypatch.setattr(checkpoint.torch, "save", watched_save)
-    checkpoint.write_run_file({"progress": {"step": 2}}, last)
+    folder.write_last({"progress": {"step": 2}})
     assert present == [["best.pt", "last.pt", "previous.pt"]]
     steps = {p.name: torch.load(p, weights_only=True)["progress"]["step"] for p in tmp_path.glob("*.pt")}
     assert steps == {"best.pt": 1, "previous.pt": 1, "last.pt": 2}

@@ -13,6 +13,7 @@ from omegaconf import OmegaConf
 
 from nmt import UserError, build
 from nmt.optim import make_optimizer, make_schedule, steps_on_validation
+from nmt.run_folder import RunFolder
 from nmt.study import design, published, tune, tuning
 from nmt.study.cli import tune as program
 from nmt.study.variants import FAMILIES, VARIANTS
@@ -208,18 +209,18 @@ def test_averaging_is_a_choice_among_windows_that_end_at_the_best_checkpoint(tmp
     # A run stopped by patience: its best validation (step 3) is kept with the 1 before it, though 4 came after it
     run = tmp_path / "run"
     run.mkdir()
+    folder = RunFolder(run)
     bleus = [10.0, 20.0, 30.0, 25.0, 24.0, 23.0, 22.0]
     for step, bleu in enumerate(bleus, 1):
         best = bleus.index(max(bleus[:step])) + 1
         weights = {"model": {"w": torch.full((2,), float(step))}, "config": {"model": {}}, "vocabulary": {}}
-        path = run / f"step{step:08d}.pt"
-        checkpoint.write_weights(weights | {"progress": {"step": step}}, path, 2, None if best == step else best)
+        folder.write_weights(weights | {"progress": {"step": step}}, step, 2, None if best == step else best)
         with open(run / "validations.jsonl", "a") as handle:
             handle.write(json.dumps({"step": step, "bleu": bleu, "best": best == step, "petaflops": 0.1}) + "\n")
     assert sorted(p.name for p in run.glob("step*.pt")) == [f"step{s:08d}.pt" for s in (2, 3, 6, 7)]
     monkeypatch.setattr(averaging, "average", lambda paths: {"averaged": [p.name for p in paths]})
     monkeypatch.setattr(checkpoint, "save", lambda payload, path: None)
-    assert averaging.average_last(run, 2)[1]["averaged"] == ["step00000002.pt", "step00000003.pt"]
+    assert averaging.average_last(folder, 2)[1]["averaged"] == ["step00000002.pt", "step00000003.pt"]
 
 
 def test_the_choice_becomes_the_targets_defaults_on_multi30k_and_only_there(tmp_path):

@@ -16,8 +16,9 @@ from omegaconf.errors import OmegaConfBaseException
 from nmt import Interrupted, UserError
 from nmt.cli import lean_hydra, said
 from nmt.config import CONFIGS, check_options, register
-from nmt.multirun import FAILED, SweepStop, job_skipped
-from nmt.paths import folder_option, write_text
+from nmt.multirun import SweepStop, job_skipped
+from nmt.paths import folder_option
+from nmt.run_folder import RunFolder
 
 log = logging.getLogger("nmt")
 register()  # the dataclasses of nmt/config.py, which configs/*.yaml fill in
@@ -92,20 +93,20 @@ def main(cfg: DictConfig) -> float:
             raise
         # A bug or a failure of a library in one job: the job's log keeps the traceback, and the sweep names the job
         # with the others that failed instead of losing the summary to one traceback
-        reason = f"failed with {type(error).__name__}: {error} (the traceback is in {Path(output_dir) / 'train.log'})"
-        with open(Path(output_dir) / "train.log", "a", encoding="utf-8") as handle:
+        reason = f"failed with {type(error).__name__}: {error} (the traceback is in {RunFolder(output_dir).log_file})"
+        with open(RunFolder(output_dir).log_file, "a", encoding="utf-8") as handle:
             handle.write(traceback.format_exc())
         log.error("%s", reason)
         return failed_job(output_dir, reason)
     finally:
         distributed.teardown()
-    (Path(output_dir) / FAILED).unlink(missing_ok=True)  # a job that failed before and finishes now
+    RunFolder(output_dir).failed.unlink(missing_ok=True)  # a job that failed before and finishes now
     return results.get("valid/best_bleu", 0.0)  # what a Hydra sweeper (e.g. Optuna) maximises
 
 
 def failed_job(output_dir: str, reason: str) -> float:
     """A sweep's job that did not finish: its reason in its folder's failed.txt (FailedJobs lists them at the end)."""
-    write_text(Path(output_dir) / FAILED, f"{reason}\n")
+    RunFolder(output_dir).write_failure(reason)
     return float("nan")  # what a sweeper that optimises (Optuna) counts as a failed trial
 
 

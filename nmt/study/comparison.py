@@ -55,11 +55,11 @@ def stops(runs: list[dict]) -> str:
     return ", ".join(f"{kind} {count}" for kind, count in counts.items() if count)
 
 
-def spread(values: list[float]) -> str:
-    """`mean ± sd` over seeds, or the one value."""
+def spread(values: list[float], digits: int = 2) -> str:
+    """`mean ± sd` over seeds, or the one value, to `digits` places."""
     if len(values) == 1:
-        return f"{values[0]:.2f}"
-    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
+        return f"{values[0]:.{digits}f}"
+    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
 
 
 def twice(run: str, other: str, name: str, seed) -> UserError:

@@ -18,18 +18,16 @@ import sacrebleu
 from nmt import UserError, checkpoint
 from nmt.aer import read_gold
 from nmt.alignment import attention_report
-from nmt.averaging import reported_model
 from nmt.config import DecodeOptions, GrammarOptions
 from nmt.corpus import read_parallel
 from nmt.decoding import Translator
 from nmt.evaluate import alignment_map_of, corpus_of
 from nmt.paths import read_json, write_text
-from nmt.provenance import read_provenance
+from nmt.run_folder import RunFolder
 from nmt.sample import generate_aligned, write_aligned
 from nmt.study.lab_plan import BUCKETS
 from nmt.study.records import OnFinishedRun
 from nmt.study.sweep import from_root
-from nmt.validation import read_validations
 
 LAB_SUFFIX = ".lab.json"
 REMEDY = "delete it and rerun: the run is measured again from its checkpoint, or trained again"
@@ -75,13 +73,14 @@ def set_digest(long_set: tuple[Path, Path, Path]) -> str:
 
 def valid_aer_curve(run_dir: Path) -> list[tuple[int, float]]:
     """(update, valid AER) at each validation that measured AER, from the run's validations.jsonl."""
-    return [(e["step"], e["aer"]) for e in read_validations(run_dir) if e.get("aer") is not None]
+    return [(e["step"], e["aer"]) for e in RunFolder(run_dir).validations() if e.get("aer") is not None]
 
 
 def measure(run_dir: Path, long_set: tuple[Path, Path, Path]) -> dict:
     """BLEU by length on the length test set, AER on the sample test split and on the length test set."""
-    trainer = checkpoint.load(run_dir / "last.pt")["config"].get("trainer", {})  # as the run ended
-    translator = Translator.load(reported_model(run_dir, trainer), DecodeOptions(device="cpu", precision="trained"))
+    folder = RunFolder(run_dir)
+    trainer = checkpoint.load(folder.last)["config"].get("trainer", {})  # as the run ended
+    translator = Translator.load(folder.reported(trainer), DecodeOptions(device="cpu", precision="trained"))
     splits = corpus_of(translator.config, None)
     pairs = read_parallel(long_set[0], long_set[1])
     gold = read_gold(long_set[2], pairs)
@@ -94,10 +93,10 @@ def measure(run_dir: Path, long_set: tuple[Path, Path, Path]) -> dict:
             by_length[f"{low}-{high}"] = {"bleu": bleu.score, "sentences": len(chosen)}
     result = {
         "run": from_root(run_dir),
-        "provenance": read_provenance(run_dir),
+        "provenance": folder.provenance(),
         "by_length": by_length,
         "valid_aer": valid_aer_curve(run_dir),
-        "test_bleu": json.loads((run_dir / "results.json").read_text())["test/bleu"],
+        "test_bleu": json.loads(folder.results.read_text())["test/bleu"],
         "seed": translator.config.get("seed"),
         "long_hypotheses": hypotheses,
         "long_set": set_digest(long_set),

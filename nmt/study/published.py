@@ -6,7 +6,6 @@ speed and memory (results/measured/). nmt/study/tables.py renders the tables fro
 from __future__ import annotations
 
 import json
-import statistics
 import subprocess
 from pathlib import Path
 
@@ -90,12 +89,6 @@ def shown_report(part: str, folder: Path = RESULTS) -> tuple[dict | None, str]:
     if record is None and part in EARLIER:
         return load(EARLIER[part], folder), EARLIER[part]
     return record, part
-
-
-def spread(values: list[float], digits: int = 2) -> str:
-    if len(values) == 1:
-        return f"{values[0]:.{digits}f}"
-    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
 
 
 def finished(runs: Path) -> dict[str, list[int]]:

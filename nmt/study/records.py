@@ -17,15 +17,14 @@ from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from nmt import UserError, build, checkpoint
+from nmt import UserError, build, checkpoint, run_files
 from nmt.alignment import attention_report, choose_map, parse_key, word_attention
-from nmt.averaging import reported_model
 from nmt.config import DecodeOptions
 from nmt.decoding import Translator
 from nmt.evaluate import bleu_by_length
 from nmt.multirun import skip_job
 from nmt.paths import derived_from, read_json, stamp, write_text
-from nmt.provenance import read_provenance
+from nmt.run_folder import RunFolder
 from nmt.study.comparison import budget, differences, twice
 from nmt.study.significance import Scored
 from nmt.study.sweep import (
@@ -39,7 +38,6 @@ from nmt.study.sweep import (
     sweep,
 )
 from nmt.study.variants import Variant
-from nmt.validation import read_validations
 
 # A finished run's record (save_record): records/<variant>/seed<N>.record.json
 RECORD_SUFFIX = ".record.json"
@@ -86,7 +84,7 @@ def find_runs(folders: list[Path]) -> list[Path]:
             continue
         if not folder.is_dir():
             raise UserError(f"{folder}: not a folder")
-        runs += sorted(p.parent for p in folder.rglob("best.pt") if (p.parent / "best.test.hyp").is_file())
+        runs += sorted(p.parent for p in folder.rglob(run_files.BEST) if RunFolder(p.parent).hypotheses.is_file())
         runs += sorted(folder.rglob(f"*{RECORD_SUFFIX}"))
     if not runs:
         raise UserError(
@@ -96,7 +94,7 @@ def find_runs(folders: list[Path]) -> list[Path]:
 
 
 def beam_hypotheses(run: Path, sources: list[str], beam: int, best: Path) -> list[str]:
-    """The reported checkpoint's (`best`: best.pt, or an average, `reported_model`) beam-search test output,
+    """The reported checkpoint's (`best`: best.pt, or an average, RunFolder.reported) beam-search test output,
     `best.test.beam<N>.hyp`, in the precision the run trained in: decoded here unless the file there was made from
     this very checkpoint with these settings (its `.source` note says so; one that evaluate.py wrote with its own
     settings, or for an earlier best.pt, is decoded again)."""
@@ -160,18 +158,19 @@ def test_pairs(data: dict, cache: dict, origin: Path | str = "the run") -> list[
 def reported_valid_bleu(run: Path, reported: Path, best: dict) -> float:
     """The valid BLEU of the model a run reports: its best checkpoint's, or the average's (results.json's
     valid/averaged_bleu, scored as training ended)."""
-    if reported.name == "best.pt":
+    if reported == RunFolder(run).best:
         return best["progress"]["best_bleu"]
     remedy = "a run with trainer.average_last > 1 writes it as its training ends, with the average's valid BLEU"
-    return read_json(run / "results.json", remedy, {"valid/averaged_bleu": float})["valid/averaged_bleu"]
+    return read_json(RunFolder(run).results, remedy, {"valid/averaged_bleu": float})["valid/averaged_bleu"]
 
 
 def describe(run: Path, test_cache: dict, beam: int) -> dict:
-    best, last = checkpoint.load(run / "best.pt"), checkpoint.load(run / "last.pt")
+    folder = RunFolder(run)
+    best, last = checkpoint.load(folder.best), checkpoint.load(folder.last)
     config = best["config"]
-    reported = reported_model(run, last["config"].get("trainer", {}))  # best.pt, or an average; as the run ended
+    reported = folder.reported(last["config"].get("trainer", {}))  # best.pt, or an average; as the run ended
     pairs = test_pairs(config["data"], test_cache)
-    hypotheses = (run / "best.test.hyp").read_text(encoding="utf-8").split("\n")[: len(pairs)]
+    hypotheses = folder.hypotheses.read_text(encoding="utf-8").split("\n")[: len(pairs)]
     references = [t for _, t in pairs]
     progress = last["progress"]
     sources = [s for s, _ in pairs]
@@ -181,7 +180,7 @@ def describe(run: Path, test_cache: dict, beam: int) -> dict:
     shape, variant = attention_shape(translator, pairs), Variant.of(config["model"])
     return {
         "run": from_root(run),
-        "provenance": read_provenance(run),
+        "provenance": folder.provenance(),
         "name": variant.name,
         "variant": variant.as_record(),
         "seed": config.get("seed"),
@@ -242,7 +241,8 @@ def record_runs(folder: Path, records: Path, beam: int) -> list[Path]:
     what the report needs of it, made once, so that the run's folder (checkpoints) need not be kept or committed.
     Returns every record of a run under `folder`."""
     cache: dict = {}
-    return [record_one(result.parent, records, beam, cache) for result in sorted(folder.glob("*/seed*/results.json"))]
+    finished = sorted(result.parent for result in folder.glob(f"*/seed*/{run_files.RESULTS}"))
+    return [record_one(run, records, beam, cache) for run in finished]
 
 
 def recorded_sweep(
@@ -289,7 +289,7 @@ class OnFinishedRun(Callback):
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs) -> None:
         run = Path(config.hydra.runtime.output_dir)
-        if job_return.status != JobStatus.COMPLETED or not (run / "results.json").is_file():
+        if job_return.status != JobStatus.COMPLETED or not RunFolder(run).finished():
             return
         try:
             self.keep(run)
@@ -344,20 +344,22 @@ def load_record(path: Path) -> dict:
 def validation_at(run: Path, step: int) -> dict:
     """The figures of the validation at update `step` (loss, BLEU, chrF, AER where measured) from validations.jsonl:
     the best checkpoint's, whichever figure chose it; empty where it was not recorded."""
-    entry = next((e for e in read_validations(run) if e["step"] == step), {})
+    entry = next((e for e in RunFolder(run).validations() if e["step"] == step), {})
     return {k: entry[k] for k in ("loss", "perplexity", "bleu", "chrf", "aer") if k in entry}
 
 
 def valid_curve(run: Path) -> list[tuple[float, int, float]]:
     """(minutes trained, validation excluded; update; valid BLEU) at each validation, from validations.jsonl."""
-    return [(e["train_minutes"], e["step"], e["bleu"]) for e in read_validations(run) if "train_minutes" in e]
+    return [(e["train_minutes"], e["step"], e["bleu"]) for e in RunFolder(run).validations() if "train_minutes" in e]
 
 
 def compute_curve(run: Path) -> list[tuple[float, float, float]]:
     """(petaFLOPs trained, epochs trained, valid BLEU) at each validation, from validations.jsonl; with
     trainer.validations, the k-th point of every run of one budget is at the same k/N of it."""
     return [
-        (e["petaflops"], e["epochs"], e["bleu"]) for e in read_validations(run) if {"petaflops", "epochs"} <= set(e)
+        (e["petaflops"], e["epochs"], e["bleu"])
+        for e in RunFolder(run).validations()
+        if {"petaflops", "epochs"} <= set(e)
     ]
 
 

@@ -4,6 +4,11 @@ run (`missing`)."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
 
 def trained(provenances: list[dict]) -> str:
     """When, at which commits, on which machines and with which torch runs were trained (from the first start to the
@@ -50,7 +55,7 @@ def runs_line(record: dict) -> str:
     changes = "+changes" if analysis.get("uncommitted_changes") else ""
     code = f" Analysed at commit {analysis['commit'][:7]}{changes}." if analysis.get("commit") else ""
     return (
-        f"{len(runs)} run{'s' * (len(runs) != 1)}, `{record['command']}`, {when}, "
+        f"{len(runs)} run{'s' * (len(runs) != 1)}, {as_run(record['command'])}, {when}, "
         f"analysed with torch {record['torch']}, sacreBLEU `{record['signatures'].get('BLEU', '')}`.{pooled}{code}"
     )
 
@@ -63,6 +68,20 @@ def provenance_line(record: dict) -> str:
     """Where a measurement comes from: its command, when, the commit, the machine."""
     commit = (record["commit"] or "not recorded")[:7] + ("+changes" if record["uncommitted_changes"] else "")
     return (
-        f"`{record['command']}`, {record['date'][:16].replace('T', ' ')} UTC at commit {commit} on "
+        f"{as_run(record['command'])}, {record['date'][:16].replace('T', ' ')} UTC at commit {commit} on "
         f"{record['machine']} ({record['threads']} threads), torch {record['torch']}."
     )
+
+
+def as_run(command: str) -> str:
+    """A recorded command as a code span. One that ran a script since made a program of the study (scripts/X.py,
+    before `python -m nmt.study`) is shown as today's program with the same options, and says what it ran as; one
+    that ran the study by its file's path is shown as `python -m nmt.study`."""
+    command = re.sub(r"python \S*nmt/study/__main__\.py", "python -m nmt.study", command)
+    found = re.search(r"python scripts/(\w+)\.py", command)
+    if found is None or (ROOT / "scripts" / f"{found[1]}.py").is_file():
+        return f"`{command}`"
+    name = found[1]
+    program = "compare" if name == "compare" else f"measure {'speed' if name == 'benchmark' else name}"
+    today = command.replace(found[0], f"python -m nmt.study {program}")
+    return f"`{today}` (run then as scripts/{name}.py, which that program replaced)"

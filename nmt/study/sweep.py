@@ -27,8 +27,8 @@ from omegaconf.errors import OmegaConfBaseException
 from nmt import UserError
 from nmt.checkpoint import upgrade
 from nmt.config import CONFIGS, register
-from nmt.multirun import failure
-from nmt.resume import another_run, listed, trained_precision
+from nmt.resume import another_run, listed
+from nmt.run_folder import RunFolder
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN = (sys.executable, "-m", "nmt.cli.train")  # train.py, installed or not
@@ -84,7 +84,7 @@ def composed_settings(overrides: tuple[str, ...]) -> dict:
 def saved_settings(run_dir: Path) -> dict | None:
     """The config the run in `run_dir` was last started with (Hydra's record of its latest invocation), or None.
     A record that is not a train.py config (YAML of another shape, not text) is refused, naming it."""
-    records = sorted(run_dir.glob(".hydra/**/config.yaml"), key=lambda path: path.stat().st_mtime)
+    records = RunFolder(run_dir).hydra_configs()
     if not records:
         return None
     try:
@@ -138,9 +138,9 @@ def check_finished(runs: list[tuple[str, list[str], Path]]) -> None:
     """Refuse, before anything trains, the finished runs among (name, overrides, run_dir) that were trained with other
     settings than their overrides give today, naming each run and option."""
     reasons = [
-        stale(f"{name} ({run_dir})", overrides, saved_settings(run_dir), trained_precision(run_dir))
+        stale(f"{name} ({run_dir})", overrides, saved_settings(run_dir), RunFolder(run_dir).trained_precision())
         for name, overrides, run_dir in runs
-        if (run_dir / "results.json").is_file()
+        if RunFolder(run_dir).finished()
     ]
     refuse_stale(
         [r for r in reasons if r],
@@ -281,7 +281,7 @@ def failures(runs: list[tuple[str, list[str], Path]], folder: Path, status: int)
     """Every run of a sweep that did not finish, with its reason (the `failed.txt` train.py leaves in a failed job's
     folder), and what a rerun does; a sweep stopped (`status`: its exit status) after its last run finished says
     so."""
-    unfinished = [(name, run_dir) for name, _, run_dir in runs if not (run_dir / "results.json").is_file()]
+    unfinished = [(name, run_dir) for name, _, run_dir in runs if not RunFolder(run_dir).finished()]
     if not unfinished:
         signalled = f" ({signal.Signals(status - 128).name})" if 128 < status < 128 + signal.NSIG else ""
         return (
@@ -290,7 +290,7 @@ def failures(runs: list[tuple[str, list[str], Path]], folder: Path, status: int)
         )
     lines = []
     for name, run_dir in unfinished:
-        lines.append(f"{name} ({run_dir}): {failure(run_dir) or 'did not finish (its log above)'}")
+        lines.append(f"{name} ({run_dir}): {RunFolder(run_dir).failure() or 'did not finish (its log above)'}")
     return (
         f"{len(unfinished)} of {len(runs)} runs of the sweep did not finish:\n  "
         + "\n  ".join(lines)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from nmt import UserError
 from nmt.study.claims_table import claims_table
-from nmt.study.comparison import stops
+from nmt.study.comparison import spread, stops
 from nmt.study.lab_plan import window_table
 from nmt.study.parts import parts_table
 from nmt.study.published import (
@@ -26,7 +26,6 @@ from nmt.study.published import (
     RESULTS,
     load,
     shown_report,
-    spread,
 )
 from nmt.study.significance import MIN_SEEDS, p_value
 from nmt.study.sources import missing, provenance_line, runs_line, trained

@@ -31,10 +31,10 @@ from nmt.config import DecodeOptions
 from nmt.decoding import Translator, decode_split
 from nmt.evaluate import corpus_of
 from nmt.paths import write_text
-from nmt.provenance import loaded_code, read_provenance
+from nmt.provenance import loaded_code
+from nmt.run_folder import RunFolder
 from nmt.study import design, published
 from nmt.study.comparison import stop_kind
-from nmt.validation import read_validations
 
 TRIALS = design.TRIALS
 CAP = design.CAP
@@ -110,7 +110,7 @@ class Trial:
 
     @classmethod
     def of(cls, run: Path, target: str, number: int, options: dict[str, str], cap: float) -> Trial:
-        validations = read_validations(run)
+        validations = RunFolder(run).validations()
         best = max((v["bleu"] for v in validations), default=0.0)
         petaflops = validations[-1]["petaflops"] if validations else 0.0
         bleus = [v["bleu"] for v in validations]
@@ -118,7 +118,7 @@ class Trial:
         protocol = {"max_flops": cap, "patience": published.FINAL["patience"]}
         stopped = stop_kind(protocol, petaflops, validations[-1]["step"] if validations else 0, after_best)
         curve = [{k: v[k] for k in ("step", "petaflops", "bleu", "loss")} for v in validations]
-        return cls(target, number, options, best, petaflops, stopped, curve, read_provenance(run))
+        return cls(target, number, options, best, petaflops, stopped, curve, RunFolder(run).provenance())
 
 
 def record(trial: Trial, records: Path) -> Path:
@@ -134,7 +134,7 @@ def averaged_valid_bleu(run: Path, counts: tuple[int, ...]) -> dict[str, float]:
     validations were (greedy, its trained precision, its trainer's length limits)."""
     scores = {}
     for count in counts:
-        path, payload = averaging.average_last(run, count)
+        path, payload = averaging.average_last(RunFolder(run), count)
         trainer = payload["config"]["trainer"]  # validations' batches: the same sums, the same BLEU
         options = DecodeOptions(max_tokens=trainer["valid_max_tokens"], precision="trained")
         translator = Translator.load(path, options)

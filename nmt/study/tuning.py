@@ -28,10 +28,9 @@ from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
 from nmt import UserError
-from nmt.multirun import failure
+from nmt.run_folder import RunFolder
 from nmt.study import design, tune
 from nmt.study.sweep import ROOT, TRAIN
-from nmt.validation import read_validations
 
 POLL_SECONDS = 0.5  # how often a running trial's validations are read
 optuna.logging.set_verbosity(optuna.logging.WARNING)  # each trial is said once, by run_trial
@@ -176,7 +175,7 @@ def follow(trial: optuna.Trial, process: subprocess.Popen, run_dir: Path, settin
     seen = 0
     while True:
         ended = process.poll() is not None
-        validations = read_validations(run_dir)
+        validations = RunFolder(run_dir).validations()
         for number in range(seen + 1, len(validations) + 1):
             best = max(v["bleu"] for v in validations[:number])
             if number not in reported:
@@ -218,7 +217,8 @@ def run_trial(study: optuna.Study, trial: optuna.Trial, target: str, settings: S
         print(f"{target} trial {trial.number} failed: {reason(run_dir, Path(log.name))}", flush=True)
         study.tell(trial, state=TrialState.FAIL)
     else:
-        record.averaging = tune.averaged_valid_bleu(run_dir, tune.AVERAGES) if any(run_dir.glob("step*.pt")) else {}
+        kept = RunFolder(run_dir).step_files()
+        record.averaging = tune.averaged_valid_bleu(run_dir, tune.AVERAGES) if kept else {}
         study.tell(trial, record.valid_bleu)
     tune.record(record, settings.records)
 
@@ -228,7 +228,7 @@ def reason(run_dir: Path, log: Path) -> str:
     said = [
         line for line in log.read_text(encoding="utf-8", errors="replace").splitlines() if line.startswith("error:")
     ]
-    return failure(run_dir) or (said[-1].removeprefix("error: ") if said else f"see {log}")
+    return RunFolder(run_dir).failure() or (said[-1].removeprefix("error: ") if said else f"see {log}")
 
 
 def next_trial(study: optuna.Study, target: str, trials: int, taken: set[int]) -> optuna.Trial | None:

@@ -20,13 +20,10 @@ The parts, in this order (each resumable: a rerun keeps finished runs with today
           claims compare (--claim-seeds) (results/lab.json; its runs' records in results/runs/lab)
   others  the comparison of every variant at `make compare`'s budget (1e14 FLOPs each: early training, not the
           claims), then its report (results/compare.json)
-Runs go to RUNS/<part>/runs/<variant>/seed<N> (the others part: RUNS/compare/runs/...), with NMT_DATA_DIR (or
---extra data.dir=...) pointing at the Multi30k files on an offline machine. The runs of claims and main take longer
-than a machine may be kept (about an hour each on 2 cores): each one that finishes is recorded in
-results/runs/<part>/<variant>/seed<N>.record.json (its figures, curves, attention on our own sentence, provenance,
-and its test output as sacreBLEU's statistics per sentence), which is committed; a later invocation, on any machine,
-trains only the runs without a record and makes the report from the records. On a GPU a part takes minutes
-(scripts/device_check.sh study; nmt/study/design.py's cost).
+Runs go to RUNS/<part>/runs/<variant>/seed<N> (others: RUNS/compare/runs/...); NMT_DATA_DIR or --extra data.dir=...
+points at Multi30k offline. Each run that finishes is recorded in results/runs/<part>/<variant>/seed<N>.record.json
+(figures, curves, attention, provenance, sacreBLEU's statistics per test sentence) and committed: a later invocation,
+on any machine, trains only the runs without a record and reports from the records (a GPU: scripts/device_check.sh).
 """
 
 from __future__ import annotations
@@ -40,7 +37,8 @@ import torch
 
 from nmt import UserError
 from nmt.paths import read_json, write_text
-from nmt.provenance import loaded_code, read_provenance
+from nmt.provenance import loaded_code
+from nmt.run_folder import RunFolder
 from nmt.study import published, tables
 from nmt.study.cli import compare, lab
 from nmt.study.design import CLAIM_RUNS
@@ -158,7 +156,7 @@ def export(report: Path, name: str, runs: Path | None = None) -> None:
     commits: set[str] = set()
     for variant in record["variants"].values():
         for run in variant["runs"]:
-            run.setdefault("provenance", read_provenance(Path(run["run"])))
+            run.setdefault("provenance", RunFolder(run["run"]).provenance())
             run["run"] = shown(from_root(Path(run["run"])), report)
             commits.update(run["provenance"].get("commits", []))
     record["command"] = shown(shown(record["command"], report), published.RECORDS)
@@ -175,7 +173,7 @@ def export_lab(folder: Path) -> None:
     commits = set()
     for result in record["results"]:
         for run in result["seeds"]:
-            provenance = run.get("provenance") or read_provenance(Path(run["run"]))  # a record's, or its folder's
+            provenance = run.get("provenance") or RunFolder(run["run"]).provenance()  # a record's, or its folder's
             commits.update(c[:7] for c in provenance["commits"])
             run["run"] = shown(from_root(Path(run["run"])), folder)
     record["command"] = shown(shown(record["command"], folder), published.RECORDS)

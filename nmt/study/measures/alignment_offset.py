@@ -18,6 +18,7 @@ from nmt.alignment import choose_map, map_names, parse_key, shifted_links, word_
 from nmt.config import DecodeOptions
 from nmt.decoding import Translator
 from nmt.evaluate import corpus_of
+from nmt.run_folder import RunFolder
 from nmt.study import published
 from nmt.study.measures import options
 from nmt.study.variants import Variant
@@ -26,9 +27,10 @@ from nmt.study.variants import Variant
 def offsets(run: Path, shifts: int) -> tuple[str, dict[int, float]]:
     """The run's model's name and seed, and {shift: test AER} for its alignment map (the RNNs' attention, the
     Transformer's last layer)."""
-    if not (run / "best.pt").is_file():
-        raise UserError(f"{run}: no best.pt; name the folder of a run trained on the sample corpus")
-    translator = Translator.load(run / "best.pt", DecodeOptions(device="cpu"))
+    best = RunFolder(run).best
+    if not best.is_file():
+        raise UserError(f"{run}: no {best.name}; name the folder of a run trained on the sample corpus")
+    translator = Translator.load(best, DecodeOptions(device="cpu"))
     splits = corpus_of(translator.config, None)
     if splits.alignments is None:
         raise UserError(f"{run}: not trained on the sample corpus, so there are no gold alignments to compare with")

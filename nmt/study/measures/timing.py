@@ -18,6 +18,7 @@ from nmt import build
 from nmt.config import DecodeOptions, TrainConfig
 from nmt.decoding import Translator
 from nmt.paths import output_folder, write_text
+from nmt.run_folder import RunFolder
 from nmt.study.sweep import composed
 from nmt.trainer import Trainer
 
@@ -176,7 +177,7 @@ def checkpoint(folder: str | None, model_name: str) -> Path | None:
     a model spec with overrides (a checkpoint folder is named after the model alone)."""
     if not folder or len(model_name.split()) != 1:
         return None
-    return Path(folder.format(model=model_name) if "{model}" in folder else Path(folder) / model_name) / "best.pt"
+    return RunFolder(folder.format(model=model_name) if "{model}" in folder else Path(folder) / model_name).best
 
 
 def write_profile(trainer: Trainer, updates, model_name: str, args) -> None:

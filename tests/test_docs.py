@@ -1,0 +1,64 @@
+"""What README.md and docs/ tell a user to run exists: every script, module, study program and make target their
+commands name."""
+
+import re
+
+from conftest import ROOT
+
+DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+# A command as the documents write it, in a code span or block: python X.py, python -m MODULE [PROGRAM [KIND]],
+# bash scripts/X.sh, make TARGET (`.venv/bin/python` and `$(BIN)/python` count as python)
+COMMAND = re.compile(
+    r"(?:^|[\s`(;&|])(?:\S*/)?(?:python3?|bash)\s+(?P<script>[\w./-]+\.(?:py|sh))"
+    r"|(?:^|[\s`(;&|])(?:\S*/)?python3?\s+-m\s+(?P<module>[\w.]+)(?:\s+(?P<program>[a-z_]+))?(?:\s+(?P<kind>[a-z_]+))?"
+    r"|(?:^|[\s`(;&|])make\s+(?P<target>[a-z][\w-]*)",
+)
+CODE = re.compile(r"```.*?```|`[^`\n]+`", re.DOTALL)
+
+
+def commands(text: str) -> list[re.Match]:
+    """The commands in the code spans and blocks of a Markdown text (prose like "make up for" is not one)."""
+    return [m for code in CODE.findall(text) for m in COMMAND.finditer(code)]
+
+
+def missing(match: re.Match, targets: set[str]) -> str | None:
+    """What a command names that does not exist, or None."""
+    from nmt.study.__main__ import PROGRAMS
+    from nmt.study.cli.measure import MEASURES
+
+    if match["script"]:
+        return None if (ROOT / match["script"]).is_file() else f"no file {match['script']}"
+    if match["target"]:
+        return None if match["target"] in targets else f"no make target {match['target']}"
+    module = match["module"]
+    path = ROOT / module.replace(".", "/")
+    if not (path.with_suffix(".py").is_file() or (path / "__main__.py").is_file()):
+        return None if not module.startswith("nmt") else f"no module {module}"
+    if module == "nmt.study" and match["program"]:
+        if match["program"] not in PROGRAMS:
+            return f"no study program {match['program']}"
+        if match["program"] == "measure" and match["kind"] and match["kind"] not in MEASURES:
+            return f"no measurement {match['kind']}"
+    return None
+
+
+def test_every_command_the_documents_give_names_something_that_exists():
+    targets = set(re.findall(r"^([a-z][\w-]*):", (ROOT / "Makefile").read_text(encoding="utf-8"), re.MULTILINE))
+    wrong = [
+        f"{path.relative_to(ROOT)}: `{match.group(0).strip()}`: {problem}"
+        for path in DOCUMENTS
+        for match in commands(path.read_text(encoding="utf-8"))
+        if (problem := missing(match, targets))
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_check_of_commands_finds_what_does_not_exist():
+    found = commands("run `python scripts/benchmark.py --x` or `make nothing`; make up for it; `python -m nmt.study x`")
+    targets = {"test"}
+    problems = [missing(m, targets) for m in found]
+    assert problems == ["no file scripts/benchmark.py", "no make target nothing", "no study program x"]
+    assert [missing(m, targets) for m in commands("```\nmake test\npython -m nmt.study measure speed\n```")] == [
+        None,
+        None,
+    ]
