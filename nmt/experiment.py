@@ -7,6 +7,7 @@ one `RunFolder`, built here and passed on: it names, writes and reads every file
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
 from pathlib import Path
 
@@ -14,19 +15,13 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-# The models are built from names in the config (Hydra's _target_), which would import their modules at the first
-# build. They are loaded with the rest instead (train.py loads this module as its first run starts): a process that
-# trains many runs (a sweep's joblib worker) then runs one version of the code from its first run on, the version
-# whose commit it records (`loaded_code`), whatever is edited in the checkout meanwhile. (Loaded lazily, a worker once
-# mixed an older attention.py with a newer transformer.py.)
-import nmt.rnn  # noqa: F401
-import nmt.transformer  # noqa: F401
 from nmt import Interrupted, UserError, averaging, build, checkpoint, distributed
 from nmt.config import TrainConfig, check_options
 from nmt.corpus import Splits
 from nmt.data import Vocabulary
 from nmt.decoding import check_input_lengths
 from nmt.device import Precision, place
+from nmt.model import FAMILY_MODULES
 from nmt.multirun import in_sweep, rerun_advice
 from nmt.optim import set_lr
 from nmt.provenance import loaded_code
@@ -36,6 +31,13 @@ from nmt.runlog import user_options
 from nmt.trainer import Trainer
 
 log = logging.getLogger(__name__)
+# The models are built from names in the config (Hydra's _target_), which would import their modules at the first
+# build. They are loaded with the rest instead (train.py loads this module as its first run starts): a process that
+# trains many runs (a sweep's joblib worker) then runs one version of the code from its first run on, the version
+# whose commit it records (`loaded_code`), whatever is edited in the checkout meanwhile. (Loaded lazily, a worker once
+# mixed an older attention.py with a newer transformer.py.) The families are those nmt.model.FAMILY_MODULES names.
+for family in FAMILY_MODULES:
+    importlib.import_module(family)
 
 
 def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:

@@ -1,0 +1,49 @@
+"""What docs/extending.md says must agree does: each model family and attention score has its module among those nmt
+builds and loads, its schema, its config file, a family that takes it, and its reference test."""
+
+import subprocess
+import sys
+
+from conftest import ROOT, compose_config
+
+from nmt.model_config import ATTENTIONS, MODELS
+
+
+def test_every_family_is_in_the_import_list_with_its_schema_and_config():
+    from nmt.build import buildable
+    from nmt.model import FAMILY_MODULES
+
+    models, _ = buildable()
+    configs = {path.stem for path in (ROOT / "configs" / "model").glob("*.yaml")}
+    assert configs == set(MODELS), "configs/model/<name>.yaml and model_config.MODELS name other families"
+    for name, schema in MODELS.items():
+        target = compose_config(f"model={name}").model._target_
+        assert target == schema._target_ and target in models, f"model={name}: {target} is not a buildable family"
+        assert target.rsplit(".", 1)[0] in FAMILY_MODULES, f"{target}: its module is not in nmt.model.FAMILY_MODULES"
+    loaded = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, nmt.experiment; print(sorted(m for m in sys.modules if m.startswith('nmt')))",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert all(f"'{module}'" in loaded for module in FAMILY_MODULES), "train.py must load every family as it starts"
+
+
+def test_every_score_has_its_schema_config_a_family_that_takes_it_and_its_reference():
+    from test_attention import MODULES
+
+    from nmt.build import buildable, option_name
+
+    models, attentions = buildable()
+    configs = {path.stem for path in (ROOT / "configs" / "model" / "attention").glob("*.yaml")}
+    assert configs == set(ATTENTIONS), "configs/model/attention/<name>.yaml and model_config.ATTENTIONS differ"
+    taken = {score for cls in models.values() for score in getattr(cls, "SCORES", ())}
+    for name, schema in ATTENTIONS.items():
+        assert schema._target_ in attentions and option_name(schema._target_) == name, name
+        assert name in taken, f"model/attention={name}: no family's SCORES takes it"
+        assert name == "none" or name in MODULES, f"{name}: no reference in tests/test_attention.py"
