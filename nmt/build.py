@@ -21,7 +21,7 @@ from omegaconf.errors import OmegaConfBaseException
 from nmt import UserError
 from nmt import model_config as schemas
 from nmt.config import DataConfig, FilesConfig, GrammarOptions, Multi30kConfig, SampleConfig
-from nmt.corpus import Splits, load_files, load_multi30k
+from nmt.corpus import Splits, load_files, load_multi30k, with_text
 from nmt.data import PAD_ID, Vocabulary, build_vocabulary
 from nmt.sample import generate_aligned
 
@@ -48,6 +48,29 @@ def vocabulary(data: DataConfig | DictConfig, splits: Splits) -> Vocabulary:
     return build_vocabulary(
         splits.train, data.vocab_size, data.joint_vocab, data.subword, data.character_coverage, data.spm_cache
     )
+
+
+def with_subwords(splits: Splits, vocabulary: Vocabulary, data: DataConfig | DictConfig) -> Splits:
+    """Each split's pairs that keep text once sentencepiece has normalised them (a line of zero-width or control
+    characters has none left): `corpus.with_text` over their subwords, naming the split's files."""
+    kept, alignments = {}, dict(splits.alignments or {})
+    for name in ("train", "valid", "test"):
+        pairs = splits.split(name)
+        sources, targets = (
+            vocabulary.encode_source([s for s, _ in pairs]),
+            vocabulary.encode_target([t for _, t in pairs]),
+        )
+        if all(sources) and all(targets):
+            kept[name] = pairs
+            continue
+        files = f"the {data.corpus} corpus"
+        if data.corpus == "files":
+            files = f"data.{name}.src={getattr(data, name).src} and data.{name}.tgt={getattr(data, name).tgt}"
+        marked = [(s if a else "", t if b else "") for (s, t), a, b in zip(pairs, sources, targets)]
+        kept[name] = with_text(marked, name, f"{files} (after sentencepiece's normalisation)")
+        if name in alignments:
+            alignments[name] = [g for g, a, b in zip(alignments[name], sources, targets) if a and b]
+    return Splits(kept["train"], kept["valid"], kept["test"], alignments or None)
 
 
 # --- what a config may name ------------------------------------------------------------------------------------

@@ -12,6 +12,8 @@ from __future__ import annotations
 import gzip
 import hashlib
 import logging
+import os
+import stat
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +21,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from nmt import UserError
+from nmt.run_files import KINDS
 
 log = logging.getLogger(__name__)
 
@@ -68,11 +71,18 @@ def read_lines(path: str | Path) -> list[str]:
     Raises UserError naming the file when it is missing or is not UTF-8 text.
     """
     path = Path(path)
-    if path.is_dir():
-        raise UserError(f"{path}: a folder, not a text file; give the path of a file with one sentence per line")
-    if not path.is_file():
-        raise UserError(f"{path}: no such file; check the path")
-    raw = path.read_bytes()
+    try:
+        kind = KINDS.get(stat.S_IFMT(os.stat(path).st_mode))  # followed: a link to a text file is one
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file; check the path") from None
+    except OSError as error:
+        raise UserError(f"{path}: cannot be read ({error.strerror or error})") from None
+    if kind is not None:  # never read: a device or FIFO may give bytes without end, or wait for them
+        raise UserError(f"{path}: {kind}, not a text file; give the path of a file with one sentence per line")
+    try:
+        raw = path.read_bytes()
+    except OSError as error:  # no permission to read it, an I/O error
+        raise UserError(f"{path}: cannot be read ({error.strerror or error})") from None
     if path.suffix == ".gz":
         try:
             raw = gzip.decompress(raw)
@@ -103,11 +113,22 @@ def read_parallel(source_path: str | Path, target_path: str | Path) -> Pairs:
     return list(zip(source, target))
 
 
-def drop_empty(pairs: Pairs) -> Pairs:
-    """Training pairs with text on both sides; empty lines teach nothing and would make empty batches."""
+def with_text(pairs: Pairs, split: str, where: str) -> Pairs:
+    """The pairs of a split with text on both sides (a line of spaces and tabs is read as empty): a blank line
+    teaches nothing, and a blank test line would be scored as a sentence. A split none of whose lines has text is
+    refused, naming `where` (its files) and how many of its lines are blank; one partly blank loses those pairs,
+    said once. An empty split (no lines at all) is left to whoever needs its pairs."""
     kept = [(s, t) for s, t in pairs if s and t]
-    if len(kept) < len(pairs):
-        log.info("dropped %d training pairs with an empty side", len(pairs) - len(kept))
+    blank = len(pairs) - len(kept)
+    if pairs and not kept:
+        raise UserError(
+            f"{where}: the {split} split has no text: all {len(pairs)} of its lines are blank on one side or both; "
+            "give files with one sentence per line"
+        )
+    if blank:
+        log.warning(
+            "%s: %d of the %s split's %d pairs are blank on one side or both: dropped", where, blank, split, len(pairs)
+        )
     return kept
 
 
@@ -166,14 +187,11 @@ def load_multi30k(src_lang: str, tgt_lang: str, folder: str | None, url: str, ca
             raise UserError(f"{option}={lang!r}: Multi30k has {', '.join(MULTI30K_LANGS)}")
     if src_lang == tgt_lang:
         raise UserError(f"data.src_lang and data.tgt_lang are both {src_lang!r}; choose two different languages")
-    pairs = {
-        split: read_parallel(
-            multi30k_file(split, src_lang, folder, url, Path(cache)),
-            multi30k_file(split, tgt_lang, folder, url, Path(cache)),
-        )
-        for split in MULTI30K_SPLITS
-    }
-    return Splits(drop_empty(pairs["train"]), pairs["valid"], pairs["test"])
+    pairs = {}
+    for split in MULTI30K_SPLITS:
+        files = [multi30k_file(split, lang, folder, url, Path(cache)) for lang in (src_lang, tgt_lang)]
+        pairs[split] = with_text(read_parallel(*files), split, " and ".join(map(str, files)))
+    return Splits(pairs["train"], pairs["valid"], pairs["test"])
 
 
 def load_files(train, valid, test) -> Splits:
@@ -182,7 +200,6 @@ def load_files(train, valid, test) -> Splits:
     for name, paths in (("train", train), ("valid", valid), ("test", test)):
         if any(path in (None, "", "???") for path in (paths.src, paths.tgt)):
             raise UserError(f"data.{name}.src and data.{name}.tgt must both name files (data=files)")
-        splits[name] = read_parallel(paths.src, paths.tgt)
-    if not drop_empty(splits["train"]):
-        raise UserError(f"{train.src}: the training corpus has no pair with text on both sides")
-    return Splits(drop_empty(splits["train"]), splits["valid"], splits["test"])
+        where = f"data.{name}.src={paths.src} and data.{name}.tgt={paths.tgt}"
+        splits[name] = with_text(read_parallel(paths.src, paths.tgt), name, where)
+    return Splits(splits["train"], splits["valid"], splits["test"])

@@ -13,7 +13,7 @@ from nmt import UserError, build
 from nmt.aer import Gold, format_links, read_gold
 from nmt.alignment import attention_report, choose_map, links_of, map_names, parse_key, word_attention
 from nmt.config import DecodeOptions
-from nmt.corpus import Pairs, Splits, read_lines, read_parallel
+from nmt.corpus import Pairs, Splits, read_lines, read_parallel, with_text
 from nmt.decoding import Translator
 from nmt.paths import output_file, output_folder, stamp, write_text
 from nmt.plot import close
@@ -50,7 +50,7 @@ def pairs_to_score(
     if source or reference:
         if not (source and reference):
             raise UserError("give both source=FILE and reference=FILE to score your own files")
-        return read_parallel(source, reference), None
+        return with_text(read_parallel(source, reference), "given", f"source={source} and reference={reference}"), None
     splits = corpus_of(config, data_dir)
     return splits.split(split), splits.alignments[split] if splits.alignments else None
 
@@ -184,6 +184,8 @@ def translate_file(
         raise UserError(f"{checkpoint_path}: this model has no attention to plot or align with; leave out {option}")
     chosen = alignment_map_of(translator, alignment_map, None) if links_path else None
     lines = read_lines(source) if source else read_stdin()
+    if lines and not any(line.strip() for line in lines):  # a blank line is kept (a blank output line) among others
+        raise UserError(f"{source or 'stdin'}: all {len(lines)} of its lines are blank: no text to translate")
     if folder:  # a line<N>.png there that no nmt command wrote is the user's: refused before decoding
         output_folder(folder, "attention", tuple(f"line{n}.png" for n, line in enumerate(lines, 1) if line.strip()))
     translations, hypotheses = translator.search_lines(lines)

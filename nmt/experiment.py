@@ -187,6 +187,7 @@ def corpus_and_vocabulary(settings: TrainConfig, folder: RunFolder) -> tuple[Spl
         distributed.barrier()
     splits = build.load_corpus(settings.data)
     vocabulary = build.vocabulary(settings.data, splits)
+    splits = build.with_subwords(splits, vocabulary, settings.data)  # no pair left without a subword on a side
     if distributed.is_main():
         vocabulary.save(folder.subword_model("source"), folder.subword_model("target"))
         distributed.barrier()

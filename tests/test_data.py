@@ -53,13 +53,15 @@ def test_parallel_files_of_different_length_name_both_counts(tmp_path):
         read_parallel(tmp_path / "x.de", tmp_path / "x.en")
 
 
-def test_files_corpus_drops_empty_training_pairs_but_keeps_test_lines(tmp_path):
+def test_files_corpus_drops_pairs_with_an_empty_side_from_every_split(tmp_path):
+    """A blank line teaches nothing, and a blank test line would be scored as a sentence (tests/test_inputs.py: the
+    command says how many it dropped)."""
     for name in ("train", "valid", "test"):
         (tmp_path / f"{name}.src").write_text("ein Hund\n\nzwei Katzen\n")
         (tmp_path / f"{name}.tgt").write_text("a dog\nsomething\ntwo cats\n")
     paths = {n: FilePair(str(tmp_path / f"{n}.src"), str(tmp_path / f"{n}.tgt")) for n in ("train", "valid", "test")}
     splits = load_files(paths["train"], paths["valid"], paths["test"])
-    assert len(splits.train) == 2 and len(splits.test) == 3
+    assert len(splits.train) == len(splits.valid) == len(splits.test) == 2
 
 
 def test_multi30k_language_options_are_checked():
