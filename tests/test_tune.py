@@ -103,7 +103,7 @@ def test_equal_effort_no_two_targets_draw_the_same_configurations_and_no_tuning_
                 assert not any({k: v for k, v in p if k in common} in shared for p in drawn[b]), (a, b)
 
 
-def test_a_study_stopped_after_k_trials_continues_at_trial_k_plus_1_with_its_samplers_state(tmp_path):
+def test_a_study_stopped_after_k_trials_continues_at_trial_k_plus_1_with_its_samplers_state(tmp_path, capsys):
     """The journal holds the sampler's place: a new process opening it proposes what the uninterrupted study would."""
 
     def proposals(records, stops):
@@ -118,6 +118,11 @@ def test_a_study_stopped_after_k_trials_continues_at_trial_k_plus_1_with_its_sam
         return found
 
     assert proposals(tmp_path / "once", [5]) == proposals(tmp_path / "twice", [2, 5])
+    record = tune.trial_path(tmp_path / "once", "bahdanau", 7)  # a trial the records hold and the journal lacks
+    record.parent.mkdir(parents=True)
+    record.write_text(json.dumps({"number": 7}))
+    tuning.open_study("bahdanau", tuning.Settings(design.CAP, design.VALIDATIONS, tmp_path / "once", tmp_path))
+    assert "bahdanau.journal: lacks trials 7, which" in capsys.readouterr().out
     journal = tuning.journal(tmp_path / "twice", "bahdanau")
     other = tuning.Settings(3e14, design.VALIDATIONS, tmp_path / "twice", tmp_path)
     with pytest.raises(UserError, match="bahdanau.journal: a study of another protocol"):
@@ -169,6 +174,19 @@ def test_the_tuning_command_prunes_records_and_refuses_bad_options_before_anythi
             assert t["rung"] == 1 and "pruned at validation 1" in done.stdout
     assert "**bahdanau**: 3 trials" in done.stdout and states[0] == "COMPLETE"
     assert tune.chosen(trials)[0]["stopped_by"] != "pruned"
+    # A tuning killed mid-write leaves its journal's last record cut short: removed and said, its trial continued
+    # from its run (finished: kept, not trained again), the study whole again
+    path = tuning.journal(records, "bahdanau")
+    whole = path.read_bytes()
+    path.write_bytes(whole[:-10])
+    again = commands.run([sys.executable, *line, "--trials", "3", "--extra", *extra], cwd=program.ROOT, text=True)
+    assert again.returncode == 0 and "were a record cut short (a write stopped midway): removed" in again.stdout
+    assert [t["number"] for t in tune.trials_of(records, "bahdanau")] == [0, 1, 2]
+    assert not (runs / "bahdanau" / "trial003").exists()  # no trial run twice or added
+    path.write_text("# notes of mine\n")  # a file of another shape in the journal's place: refused by name
+    other = commands.run([sys.executable, *line, "--trials", "3", "--extra", *extra], cwd=program.ROOT, text=True)
+    assert other.returncode == 1 and "bahdanau.journal: not a readable Optuna journal" in other.stderr
+    assert "Traceback" not in other.stderr
 
 
 def test_a_trial_is_recorded_from_its_validations_and_the_best_finished_on_valid_is_chosen(tmp_path):

@@ -14,6 +14,7 @@ another study, family, space or protocol is refused by name.
 from __future__ import annotations
 
 import fcntl
+import os
 import signal
 import subprocess
 import threading
@@ -75,17 +76,37 @@ def locked(path: Path):
     return handle
 
 
+def mend(path: Path) -> None:
+    """A journal whose last record a write left cut short (a tuning killed mid-append): the partial line, which
+    Optuna would skip without a word, removed and said; the trial it was recording stays RUNNING and continues from
+    its run (`next_trial`). Called with the journal locked."""
+    data = path.read_bytes() if path.is_file() else b""
+    if not data or data.endswith(b"\n"):
+        return
+    kept = data[: data.rfind(b"\n") + 1]
+    os.truncate(path, len(kept))  # in place: the lock is on this file
+    print(
+        f"{path}: its last {len(data) - len(kept)} bytes were a record cut short (a write stopped midway): removed; "
+        "the trial it recorded continues from its run",
+        flush=True,
+    )
+
+
 def open_study(target: str, settings: Settings) -> optuna.Study:
     """The target's study in its journal file, made with its defaults as trial 0 where new; refused where the file
     holds another study or this one under another space or protocol."""
     path = journal(settings.records, target)
     name, wanted = f"tune_{target}", settings.identity(target)
     path.parent.mkdir(parents=True, exist_ok=True)
+    mend(path)
+    damaged = f"{path}: not a readable Optuna journal ({{}}); restore it from git, or remove it to tune afresh"
     try:
         storage = JournalStorage(JournalFileBackend(str(path)))
         names = [summary.study_name for summary in optuna.get_all_study_summaries(storage)]
     except Exception as error:  # a damaged journal: Optuna's own error, named
-        raise UserError(f"{path}: not a readable Optuna journal ({error}); restore it from git") from None
+        raise UserError(damaged.format(error)) from None
+    if not names and path.stat().st_size:  # lines that hold no study: not a journal Optuna wrote
+        raise UserError(damaged.format("it holds no study"))
     if names and names != [name]:
         raise UserError(f"{path}: holds the study {', '.join(names)}, not {name}; give this tuning its own --records")
     with warnings.catch_warnings():  # QMCSampler has been "experimental" since Optuna 3.0
@@ -103,6 +124,13 @@ def open_study(target: str, settings: Settings) -> optuna.Study:
         for key, value in wanted.items():
             study.set_user_attr(key, value)
         study.enqueue_trial(defaults(target), skip_if_exists=True)
+    missing = sorted({t["number"] for t in tune.trials_of(settings.records, target)} - {t.number for t in study.trials})
+    if missing:  # an older copy of the journal: the trials it lacks are asked again at the same points
+        print(
+            f"{path}: lacks trials {', '.join(map(str, missing))}, which {settings.records / target} records; they are "
+            "asked again at the same points (the sampler's), and their finished runs are kept, not trained again",
+            flush=True,
+        )
     held = {key: study.user_attrs.get(key) for key in wanted}
     if held != wanted:
         other = ", ".join(
