@@ -63,20 +63,13 @@ def attend(
       gradient is that of log p(s_t) (DiCE's magic box, Foerster et al. 2018: p(s_t) / p(s_t), value 1). With
       probability `expected_context` a step takes the expected context sum_s a_t(s) h_s instead of a draw (Xu et
       al.'s third device, section 4.1), and reports its renormalised weights, whose sum has no gradient.
-    - gumbel: s_t = argmax_s (log a_t(s) + g_s), g ~ Gumbel(0, 1), which draws from a_t (Jang et al. 2017; Maddison
-      et al. 2017); straight-through: the forward pass uses the one-hot, the backward pass the gradient of
-      softmax((log a_t + g) / temperature).
+    - gumbel: `gumbel_straight_through`.
     Either way the context is the chosen annotation exactly, and the reported weights are one-hot.
     """
     if hard == "none":
         return torch.bmm(weights.to(values.dtype), values), weights
     if hard == "gumbel" and training:
-        log_weights = torch.where(weights > 0, weights.clamp_min(1e-30).log(), float("-inf"))  # -inf: never chosen
-        perturbed = log_weights - torch.empty_like(weights).exponential_().log()  # + Gumbel(0, 1) noise
-        relaxed = torch.softmax(perturbed / temperature, dim=-1)  # (B, T, S)
-        one_hot = torch.zeros_like(weights).scatter_(-1, perturbed.argmax(-1, keepdim=True), 1.0)
-        chosen = one_hot + (relaxed - relaxed.detach())  # exactly the one-hot in value, the relaxed weights' gradient
-        return torch.bmm(chosen.to(values.dtype), values), chosen
+        return gumbel_straight_through(weights, values, temperature)
     probabilities = weights / weights.sum(-1, keepdim=True)  # (B, T, S)
     if training:
         # s_t ~ a_t by the exponential race: argmax_s a_t(s) / E_s with E_s ~ Exp(1) picks s with probability
@@ -95,6 +88,20 @@ def attend(
             context = torch.where(expected, torch.bmm(weights.to(values.dtype), values), context)
             one_hot = torch.where(expected, probabilities, one_hot)
     return context, one_hot
+
+
+def gumbel_straight_through(
+    weights: torch.Tensor, values: torch.Tensor, temperature: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Hard attention in training by the Gumbel-max trick: s_t = argmax_s (log a_t(s) + g_s), g ~ Gumbel(0, 1), which
+    draws from a_t (Jang et al. 2017; Maddison et al. 2017); straight-through: the forward pass uses the one-hot, the
+    backward pass the gradient of softmax((log a_t + g) / temperature). The context (B, T, V) and the one-hot."""
+    log_weights = torch.where(weights > 0, weights.clamp_min(1e-30).log(), float("-inf"))  # -inf: never chosen
+    perturbed = log_weights - torch.empty_like(weights).exponential_().log()  # + Gumbel(0, 1) noise
+    relaxed = torch.softmax(perturbed / temperature, dim=-1)  # (B, T, S)
+    one_hot = torch.zeros_like(weights).scatter_(-1, perturbed.argmax(-1, keepdim=True), 1.0)
+    chosen = one_hot + (relaxed - relaxed.detach())  # exactly the one-hot in value, the relaxed weights' gradient
+    return torch.bmm(chosen.to(values.dtype), values), chosen
 
 
 class Attention(nn.Module):

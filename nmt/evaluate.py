@@ -43,6 +43,20 @@ def corpus_of(config: dict, data_dir: str | None) -> Splits:
     return build.load_corpus(data)
 
 
+def scores_of(sources: list[str], hypotheses: list[str], references: list[str]) -> dict:
+    """BLEU, chrF and TER of `hypotheses` with their signatures, and BLEU by source length, printed; the figures."""
+    metrics = [sacrebleu.metrics.BLEU(), sacrebleu.metrics.CHRF(), sacrebleu.metrics.TER()]
+    scores = [metric.corpus_score(hypotheses, [references]) for metric in metrics]
+    buckets = bleu_by_length(sources, hypotheses, references)
+    print_scores(metrics, scores, buckets)
+    return {
+        "bleu": scores[0].score,
+        "chrf": scores[1].score,
+        "ter": scores[2].score,
+        "bleu_by_length": {f"{low}-{high}": bleu for (low, high), (bleu, _) in buckets.items()},
+    }
+
+
 def pairs_to_score(
     config: dict, split: str, source: str | None, reference: str | None, data_dir: str | None
 ) -> tuple[Pairs, list[Gold] | None]:
@@ -138,21 +152,12 @@ def evaluate(
     chosen = alignment_map_of(translator, alignment_map, data_dir) if gold is not None else None  # checked early
     sources, references = [s for s, _ in pairs], [t for _, t in pairs]
     hypotheses = translator.translate(sources, progress=f"decoding {source or split}")
-    metrics = [sacrebleu.metrics.BLEU(), sacrebleu.metrics.CHRF(), sacrebleu.metrics.TER()]
-    scores = [metric.corpus_score(hypotheses, [references]) for metric in metrics]
     write_text(output_path, "".join(h + "\n" for h in hypotheses))
     stamp(output_path, Path(checkpoint_path), f"beam={beam} alpha={alpha} precision={decoding.precision}")
     search = "greedy decoding" if beam == 1 else f"beam {beam}, length penalty alpha {alpha:g}"
     scored = scored_from(translator.config, split, source, reference, data_dir)
     print(f"{name}: {len(pairs)} sentences of {scored}, {search}; hypotheses in {output_path}")
-    buckets = bleu_by_length(sources, hypotheses, references)
-    print_scores(metrics, scores, buckets)
-    results = {
-        "bleu": scores[0].score,
-        "chrf": scores[1].score,
-        "ter": scores[2].score,
-        "bleu_by_length": {f"{low}-{high}": bleu for (low, high), (bleu, _) in buckets.items()},
-    }
+    results = scores_of(sources, hypotheses, references)
     if gold is not None:
         results.update(score_alignment(translator, pairs, gold, chosen))
     return results

@@ -60,14 +60,8 @@ class Validator:
         dtype: torch.dtype,
         gold: list[Gold] | None = None,
     ):
-        self.vocabulary, self.pairs, self.config, self.device, self.dtype, self.gold = (
-            vocabulary,
-            pairs,
-            config,
-            device,
-            dtype,
-            gold,
-        )
+        self.vocabulary, self.pairs, self.config, self.gold = vocabulary, pairs, config, gold
+        self.device, self.dtype = device, dtype
         self.dataset = ParallelDataset(pairs, vocabulary)
         decoding = DecodeOptions(max_tokens=config.valid_max_tokens, max_input_len=config.decode_max_input_len)
         self.search = Search.of(decoding, config)
@@ -79,14 +73,8 @@ class Validator:
         """{step, loss, perplexity, bleu, chrf, seconds} of the model on the valid pairs, and `aer` when the gold
         alignments of the valid pairs are known; logged to `run_log` with sample translations, attention heatmaps
         and, for each attention map, its entropy, diagonality and AER (`nmt.alignment`)."""
-        vocabulary, pairs, config, device, dtype, gold = (
-            self.vocabulary,
-            self.pairs,
-            self.config,
-            self.device,
-            self.dtype,
-            self.gold,
-        )
+        vocabulary, pairs, config, gold = self.vocabulary, self.pairs, self.config, self.gold
+        device, dtype = self.device, self.dtype
         started = time.perf_counter()
         loss = valid_loss(model, self.dataset, config.valid_max_tokens, device, dtype)
         decoding = time.perf_counter()

@@ -77,10 +77,11 @@ def python_files() -> list[Path]:
 
 
 def test_the_code_keeps_to_its_size_limits():
-    """No function over 50 lines, no module over 500 and at most 8 over 300 (nmt/ and scripts/): a module a reader
-    holds in one sitting; the formatter switched off only for a few aligned tables."""
+    """No function over 50 lines and at most 6 over 45, no module over 500 and at most 8 over 300 (nmt/ and
+    scripts/): a module a reader holds in one sitting; the formatter switched off only for a few aligned tables.
+    Alarms, not targets: a function is split where it holds two ideas, never to pass a count."""
     code = [path for path in python_files() if "tests" not in path.relative_to(ROOT).parts]
-    long_functions, long_modules, over_300 = [], [], []
+    long_functions, long_modules, over_300, over_45 = [], [], [], []
     for path in code:
         text = path.read_text(encoding="utf-8")
         lines = len(text.splitlines())
@@ -89,10 +90,12 @@ def test_the_code_keeps_to_its_size_limits():
         if lines > 300:
             over_300.append(str(path.relative_to(ROOT)))
         for node in ast.walk(ast.parse(text)):
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno - node.lineno + 1 > 50:
-                long_functions.append(f"{path.relative_to(ROOT)}:{node.name}")
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno - node.lineno + 1 > 45:
+                name = f"{path.relative_to(ROOT)}:{node.name}"
+                (long_functions if node.end_lineno - node.lineno + 1 > 50 else over_45).append(name)
     assert not long_modules and not long_functions
     assert len(over_300) <= 8, over_300
+    assert len(over_45) <= 6, over_45
     switched_off = sum(path.read_text(encoding="utf-8").count("# fmt: skip") for path in python_files())
     assert switched_off < 40
 

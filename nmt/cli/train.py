@@ -91,17 +91,22 @@ def main(cfg: DictConfig) -> float:
     except Exception as error:
         if not sweep:
             raise
-        # A bug or a failure of a library in one job: the job's log keeps the traceback, and the sweep names the job
-        # with the others that failed instead of losing the summary to one traceback
-        reason = f"failed with {type(error).__name__}: {error} (the traceback is in {RunFolder(output_dir).log_file})"
-        with open(RunFolder(output_dir).log_file, "a", encoding="utf-8") as handle:
-            handle.write(traceback.format_exc())
-        log.error("%s", reason)
-        return failed_job(output_dir, reason)
+        return crashed(output_dir, error)
     finally:
         distributed.teardown()
     RunFolder(output_dir).failed.unlink(missing_ok=True)  # a job that failed before and finishes now
     return results.get("valid/best_bleu", 0.0)  # what a Hydra sweeper (e.g. Optuna) maximises
+
+
+def crashed(output_dir: str, error: Exception) -> float:
+    """A bug or a failure of a library in one job of a sweep: the job's log keeps the traceback, and the sweep names
+    the job with the others that failed instead of losing the summary to one traceback."""
+    log_file = RunFolder(output_dir).log_file
+    reason = f"failed with {type(error).__name__}: {error} (the traceback is in {log_file})"
+    with open(log_file, "a", encoding="utf-8") as handle:
+        handle.write(traceback.format_exc())
+    log.error("%s", reason)
+    return failed_job(output_dir, reason)
 
 
 def failed_job(output_dir: str, reason: str) -> float:

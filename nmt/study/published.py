@@ -5,8 +5,12 @@ speed and memory (results/measured/). nmt/study/tables.py renders the tables fro
 
 from __future__ import annotations
 
+import datetime
 import json
+import os
+import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 from nmt.paths import read_json
@@ -150,11 +154,6 @@ def record_measurement(
     that made it (with the variables that held the CPU's kernels, if set), when, at which commit, on which machine;
     `render(name)` gives the table with that line under it. `measured_on` replaces the date, machine, threads and
     torch of this process with those of the machine that measured (logs read here of a run on a GPU machine)."""
-    import datetime
-    import os
-    import shlex
-    import sys
-
     import torch
 
     from nmt.device import cpu_name

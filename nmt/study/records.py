@@ -164,6 +164,21 @@ def reported_valid_bleu(run: Path, reported: Path, best: dict) -> float:
     return read_json(RunFolder(run).results, remedy, {"valid/averaged_bleu": float})["valid/averaged_bleu"]
 
 
+def how_trained(best: dict, last: dict) -> dict:
+    """A run's size and training from its best and last checkpoints: parameters (tied ones once), the best update,
+    the updates, minutes, compute and speed it trained, and the budget it trained for."""
+    progress = last["progress"]
+    return {
+        "parameters": sum({t.data_ptr(): t.numel() for t in best["model"].values()}.values()),
+        "best_step": best["progress"]["step"],
+        "updates": progress["step"],
+        "minutes": progress["train_seconds"] / 60,
+        "petaflops": progress.get("flops", 0) / 1e15,
+        "budget": budget(best["config"].get("trainer", {})),
+        "tokens_per_second": progress["tokens_trained"] / max(progress["train_seconds"], 1e-9),
+    }
+
+
 def describe(run: Path, test_cache: dict, beam: int) -> dict:
     folder = RunFolder(run)
     best, last = checkpoint.load(folder.best), checkpoint.load(folder.last)
@@ -172,7 +187,6 @@ def describe(run: Path, test_cache: dict, beam: int) -> dict:
     pairs = test_pairs(config["data"], test_cache)
     hypotheses = folder.hypotheses.read_text(encoding="utf-8").split("\n")[: len(pairs)]
     references = [t for _, t in pairs]
-    progress = last["progress"]
     sources = [s for s, _ in pairs]
     beam_output = beam_hypotheses(run, sources, beam, reported) if beam > 1 else None
     scored = beam_output or hypotheses  # the headline's output: BLEU, chrF, lengths and the tests all read it
@@ -186,13 +200,7 @@ def describe(run: Path, test_cache: dict, beam: int) -> dict:
         "seed": config.get("seed"),
         "config": {k: config[k] for k in ("model", "trainer", "seed") if k in config}
         | {"data": portable(config["data"], pairs)},
-        "parameters": sum({t.data_ptr(): t.numel() for t in best["model"].values()}.values()),  # tied ones once
-        "best_step": best["progress"]["step"],
-        "updates": progress["step"],
-        "minutes": progress["train_seconds"] / 60,
-        "petaflops": progress.get("flops", 0) / 1e15,
-        "budget": budget(config.get("trainer", {})),
-        "tokens_per_second": progress["tokens_trained"] / max(progress["train_seconds"], 1e-9),
+        **how_trained(best, last),
         "reported": reported.name,
         "valid_bleu": reported_valid_bleu(run, reported, best),
         "best_validation": validation_at(run, best["progress"]["step"]),

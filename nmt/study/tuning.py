@@ -85,11 +85,8 @@ def mend(path: Path) -> None:
         return
     kept = data[: data.rfind(b"\n") + 1]
     os.truncate(path, len(kept))  # in place: the lock is on this file
-    print(
-        f"{path}: its last {len(data) - len(kept)} bytes were a record cut short (a write stopped midway): removed; "
-        "the trial it recorded continues from its run",
-        flush=True,
-    )
+    cut = f"{path}: its last {len(data) - len(kept)} bytes were a record cut short (a write stopped midway)"
+    print(f"{cut}: removed; the trial it recorded continues from its run", flush=True)
 
 
 def open_study(target: str, settings: Settings) -> optuna.Study:
@@ -124,13 +121,7 @@ def open_study(target: str, settings: Settings) -> optuna.Study:
         for key, value in wanted.items():
             study.set_user_attr(key, value)
         study.enqueue_trial(defaults(target), skip_if_exists=True)
-    missing = sorted({t["number"] for t in tune.trials_of(settings.records, target)} - {t.number for t in study.trials})
-    if missing:  # an older copy of the journal: the trials it lacks are asked again at the same points
-        print(
-            f"{path}: lacks trials {', '.join(map(str, missing))}, which {settings.records / target} records; they are "
-            "asked again at the same points (the sampler's), and their finished runs are kept, not trained again",
-            flush=True,
-        )
+    say_missing(study, target, settings.records, path)
     held = {key: study.user_attrs.get(key) for key in wanted}
     if held != wanted:
         other = ", ".join(
@@ -138,6 +129,16 @@ def open_study(target: str, settings: Settings) -> optuna.Study:
         )
         raise UserError(f"{path}: a study of another {other}; give this tuning its own --records or remove the file")
     return study
+
+
+def say_missing(study: optuna.Study, target: str, records: Path, path: Path) -> None:
+    """Trials the records hold and the journal lacks (an older copy of it), said: they are asked again at the same
+    points (the sampler's), and their finished runs are kept, not trained again."""
+    missing = sorted({t["number"] for t in tune.trials_of(records, target)} - {t.number for t in study.trials})
+    lacks = f"{path}: lacks trials {', '.join(map(str, missing))}, which {records / target} records"
+    again = "they are asked again at the same points (the sampler's), and their finished runs are kept, not trained"
+    if missing:
+        print(f"{lacks}; {again} again", flush=True)
 
 
 def defaults(target: str) -> dict[str, float | int]:
