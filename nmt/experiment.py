@@ -9,6 +9,8 @@ from __future__ import annotations
 import contextlib
 import importlib
 import logging
+from collections.abc import Generator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -17,10 +19,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from nmt import Interrupted, UserError, averaging, build, checkpoint, distributed
 from nmt.config import TrainConfig, check_options
-from nmt.corpus import Splits
+from nmt.corpus import Pairs, Splits
 from nmt.data import Vocabulary
 from nmt.decoding import check_input_lengths
-from nmt.device import Precision, place
+from nmt.device import place
+from nmt.meters import StopRequests
 from nmt.model import FAMILY_MODULES
 from nmt.multirun import in_sweep, rerun_advice
 from nmt.optim import set_lr
@@ -28,7 +31,7 @@ from nmt.provenance import loaded_code
 from nmt.resume import LOCATIONS, plan, same_run_options, saved_locations
 from nmt.run_folder import RunFolder
 from nmt.runlog import user_options
-from nmt.trainer import Trainer
+from nmt.trainer import Trainer, drained
 
 log = logging.getLogger(__name__)
 # The models are built from names in the config (Hydra's _target_), which would import their modules at the first
@@ -40,15 +43,42 @@ for family in FAMILY_MODULES:
     importlib.import_module(family)
 
 
+@dataclass
+class Started:
+    """A run that trains: its settings, resolved config, folder, trainer (restored where it continues) and test
+    split; `updates` gives its updates one at a time, `finish` reports it."""
+
+    settings: TrainConfig
+    resolved: dict
+    folder: RunFolder
+    trainer: Trainer
+    test: Pairs
+
+    def updates(self, stop: StopRequests | None = None) -> Generator[None, None, str]:
+        """The run's training, one update per `next` (Trainer.steps; `stop`: requests shared with the runs trained
+        beside it), ending with why it stopped."""
+        return self.trainer.steps(user_options(self.resolved, same_run_options()), stop)
+
+
 def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
     """Build everything from the composed config, train, and report test BLEU of the reported checkpoint (best.pt,
     or an average: trainer.average_last)."""
+    with contextlib.ExitStack() as held:
+        started = start(cfg, run_dir, held)
+        if not isinstance(started, Started):
+            return started  # a finished run, kept
+        return finish(started, drained(started.updates()))
+
+
+def start(cfg: DictConfig, run_dir: str | Path, held: contextlib.ExitStack) -> Started | dict:
+    """Everything before the first update: the options checked, the seed set, the device and precision placed, the
+    run folder held (its lock in `held`, released when `held` closes) and planned (a finished run's results, kept),
+    the corpus, vocabulary and trainer built, a checkpoint restored where the run continues."""
     loaded_code()  # the commit of the code this process runs, found as its first run starts
     settings: TrainConfig = OmegaConf.to_object(cfg)  # typed dataclasses, validated by Hydra already
     resolved = OmegaConf.to_container(cfg, resolve=True)  # what checkpoints store
     check_options(settings.trainer, settings.seed)
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
     set_seed(settings.seed)
     if settings.trainer.threads:  # several jobs side by side on one machine: jobs x threads = cores
         torch.set_num_threads(settings.trainer.threads)
@@ -57,14 +87,7 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
     folder = RunFolder(distributed.share(str(run_dir)))  # under torchrun, every process works in rank 0's folder
     if distributed.is_main():
         folder.own_files()  # links, FIFOs, folders in a run file's place refused; hard links broken
-    with folder.lock() if distributed.is_main() else contextlib.nullcontext():  # one run folder, one writer
-        return train_in(settings, resolved, folder, where, precision)
-
-
-def train_in(
-    settings: TrainConfig, resolved: dict, folder: RunFolder, where: torch.device, precision: Precision
-) -> dict:
-    """`train` once this process holds the run folder: keep a finished run, or continue or start one."""
+        held.enter_context(folder.lock())  # one run folder, one writer
     decided = plan(folder, settings.trainer.resume, resolved, precision.name, in_sweep())  # before it is written
     if (kept := decided.kept) is not None:
         log.info("%s holds this run, finished with these settings: kept (test BLEU %s)", folder, kept.get("test/bleu"))
@@ -79,7 +102,14 @@ def train_in(
         trainer.restore_payload(*decided.checkpoint)
         if "trainer.lr" in decided.changes:
             set_lr(trainer.optimizer, trainer.schedule, settings.trainer.lr)
-    if trainer.train(user_options(resolved, same_run_options())) == "interrupted":  # every check passed: it trains
+    return Started(settings, resolved, folder, trainer, splits.test)
+
+
+def finish(started: Started, reason: str) -> dict:
+    """A run whose updates ended (`reason`): interrupted, said with how to continue; else its report, the average of
+    its last validations where asked, its test scores, its TensorBoard log closed and the saved-files line."""
+    settings, folder, trainer = started.settings, started.folder, started.trainer
+    if reason == "interrupted":
         trainer.close()
         how = rerun_advice(settings.trainer.resume) if in_sweep() else f"run {resume_command(folder)}"
         raise Interrupted(
@@ -89,11 +119,11 @@ def train_in(
         distributed.barrier()  # the other processes end with rank 0, after its test: none leaves the group early
         return {}
     results = trainer.report()
-    reported = folder.reported(resolved["trainer"])  # best.pt, or the average of the validations ending at it
+    reported = folder.reported(started.resolved["trainer"])  # best.pt, or the average of the validations ending at it
     if reported != folder.best:
         score_average(trainer, folder, results)
     if settings.trainer.test_at_end:
-        score_test_split(trainer, splits.test, reported, results)
+        score_test_split(trainer, started.test, reported, results)
     trainer.close(results if settings.trainer.test_at_end else None)
     if distributed.is_main() and not in_sweep():
         print(folder.saved_line(settings.trainer))

@@ -12,10 +12,11 @@ and asks a finished training for what it reports (`report`, `decode`, `close`).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import signal
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import asdict
 from functools import partial
 from pathlib import Path
@@ -211,6 +212,13 @@ class Trainer:
     def train(self, hparams: dict | None = None) -> str:
         """Train until a stop condition; returns the reason. Ctrl-C saves last.pt and returns "interrupted".
         `hparams`: the run's options, for TensorBoard's HParams."""
+        return drained(self.steps(hparams))
+
+    def steps(self, hparams: dict | None = None, stop: StopRequests | None = None) -> Generator[None, None, str]:
+        """`train`, one update per `next`: the generator yields after each update (its clock paused meanwhile, so
+        that runs trained in turn in one process each count their own time) and returns why it stopped. `stop`: the
+        stop requests of runs trained together (nmt.pack), shared, so that a signal stops every one of them; by
+        default the run's own."""
         if self.rank == 0 and self.log.writer is None:
             self.open_records(hparams)
         clock = Clock(self.progress)
@@ -218,7 +226,7 @@ class Trainer:
         window = Window(self.device)
         bar = ProgressBar(self.config, self.progress, enabled=self.config.progress and self.rank == 0)
         try:
-            with StopRequests() as stop:
+            with contextlib.nullcontext(stop) if stop is not None else StopRequests() as stop:
                 for batches, tokens, local_tokens, count, flops in self.updates() if reason is None else ():
                     loss_sum, norm = self.update(batches, tokens)  # nmt.update: eager or captured
                     self.progress.counted(count, tokens, flops)
@@ -231,16 +239,12 @@ class Trainer:
                             self.validate_and_save()
                         window.restart()
                         bar.valid_bleu = self.last_metrics["bleu"]
-                    # rank 0's clock and patience decide
-                    reason = stop_reason(self.config, self.progress, clock) if self.rank == 0 else None
-                    signal_number, done = distributed.agree([stop.requested or 0, reason is not None], self.device)
-                    if signal_number:  # Ctrl-C or SIGTERM on any process: every process stops at this update
-                        self.stop_signal = signal_number
-                        raise KeyboardInterrupt
+                    reason = self.stop_or_signal(stop, clock)
                     bar.show(self.batches_in_epoch, clock)
-                    if done:
-                        reason = reason or "rank 0 stopped training"
+                    if reason is not None:
                         break
+                    with clock.paused():
+                        yield
             clock.stop()
             if self.last_metrics.get("step") != self.step:
                 self.validate_and_save()
@@ -257,6 +261,16 @@ class Trainer:
             bar.close()
         log.info("stopped: %s", reason)
         return reason or "done"
+
+    def stop_or_signal(self, stop: StopRequests, clock: Clock) -> str | None:
+        """Why training stops after this update, None to go on: rank 0's clock and patience decide, every process
+        agrees; Ctrl-C or SIGTERM on any process stops every process at this update (KeyboardInterrupt)."""
+        reason = stop_reason(self.config, self.progress, clock) if self.rank == 0 else None
+        signal_number, done = distributed.agree([stop.requested or 0, reason is not None], self.device)
+        if signal_number:
+            self.stop_signal = signal_number
+            raise KeyboardInterrupt
+        return (reason or "rank 0 stopped training") if done else None
 
     def save_interrupted(self) -> None:
         try:
@@ -338,3 +352,12 @@ class Trainer:
         if results:
             self.log.results(results, self.step)
         self.log.close()
+
+
+def drained(steps: Generator[None, None, str]) -> str:
+    """A generator of updates (`Trainer.steps`) run to its end: what it returned."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as end:
+            return end.value

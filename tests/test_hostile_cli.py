@@ -1027,7 +1027,7 @@ def test_an_unexpected_exception_in_a_sweep_job_is_a_named_failure_not_a_traceba
     (tmp_path / "patch" / "sitecustomize.py").write_text(
         "import os\nif os.environ.get('NMT_TEST_BOOM'):\n    import nmt.trainer\n"
         "    def boom(self, *options):\n        raise RuntimeError('boom at ' + str(self.seed))\n"
-        "    nmt.trainer.Trainer.train = boom\n"
+        "    nmt.trainer.Trainer.steps = boom\n"
     )
     sweep = tmp_path / "sweep"
     path = os.pathsep.join([str(tmp_path / "patch"), os.environ.get("PYTHONPATH", "")])

@@ -1,0 +1,98 @@
+"""Several runs trained in one process, in turn, each exactly as it would train alone.
+
+`train_packed(jobs)` starts each job as `train.py` would (`nmt.experiment.start`: its options, seed, folder, lock,
+corpus, trainer), then gives each running job one update in turn (`Started.updates`), until every one has stopped,
+and reports each as `train.py` would (`nmt.experiment.finish`). Each job's random state (torch's, numpy's, Python's)
+is its own: restored before its update and kept after it, so that a job's dropout and draws are those of the job
+trained alone, and on a CPU in fp32 its weights are the same bit for bit. A job that fails (a refused option, a NaN
+loss, a full disk) ends with its own error and record of it; the others train on. A signal (Ctrl-C, a scheduler's
+SIGTERM) reaches every job through one set of stop requests: each saves last.pt at its next update, and the same
+command with trainer.resume=auto continues all of them.
+
+On a CPU this saves nothing but the start of N processes: the cores are shared either way. It is the step on which a
+GPU overlaps runs (one process, many small models; the packing issue's launcher and streams build on it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+from collections.abc import Generator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from omegaconf import DictConfig
+
+from nmt import Interrupted, experiment
+from nmt.meters import StopRequests
+
+log = logging.getLogger(__name__)
+
+RandomState = tuple  # torch's CPU generator, numpy's and Python's
+
+
+def random_state() -> RandomState:
+    return torch.get_rng_state(), np.random.get_state(), random.getstate()
+
+
+def set_random_state(state: RandomState) -> None:
+    torch.set_rng_state(state[0])
+    np.random.set_state(state[1])
+    random.setstate(state[2])
+
+
+@dataclass
+class Running:
+    """A job between its updates: where it stands, its generator of updates and its random state."""
+
+    started: experiment.Started
+    updates: Generator[None, None, str]
+    state: RandomState
+
+
+def train_packed(jobs: list[tuple[DictConfig, str | Path]]) -> list[dict | BaseException]:
+    """Train `jobs` ((composed config, run folder) each) in turn in this process; each job's results (`train.py`'s:
+    those it reports, or a finished run's, kept) or the error that ended it, in the order of `jobs`. An interrupted
+    job's error is its `nmt.Interrupted`, which says how to continue it."""
+    outcomes: list[dict | BaseException | None] = [None] * len(jobs)
+    running: dict[int, Running] = {}
+    with contextlib.ExitStack() as held, StopRequests() as stop:  # each job's lock, held until the pack ends
+        for number, (config, folder) in enumerate(jobs):
+            try:
+                started = experiment.start(config, folder, held)
+            except Exception as error:  # noqa: BLE001 (the job's own end; the others start and train)
+                outcomes[number] = failed(folder, error)
+                continue
+            if isinstance(started, experiment.Started):
+                running[number] = Running(started, started.updates(stop), random_state())
+            else:
+                outcomes[number] = started  # finished with these settings already: kept
+        while running:
+            for number, job in list(running.items()):
+                set_random_state(job.state)
+                try:
+                    next(job.updates)
+                    job.state = random_state()
+                    continue
+                except StopIteration as end:
+                    reason = end.value
+                except Exception as error:  # noqa: BLE001
+                    del running[number]
+                    outcomes[number] = failed(jobs[number][1], error)
+                    continue
+                del running[number]
+                try:
+                    outcomes[number] = experiment.finish(job.started, reason)
+                except Exception as error:  # noqa: BLE001 (an interrupted job's advice, or a failed test)
+                    outcomes[number] = failed(jobs[number][1], error)
+    return outcomes
+
+
+def failed(folder: str | Path, error: BaseException) -> BaseException:
+    """A job's error, logged with its folder (an interrupted job: as a warning, with how to continue it)."""
+    level = logging.WARNING if isinstance(error, Interrupted) else logging.ERROR
+    log.log(level, "%s: %s", folder, error)
+    return error

@@ -1,0 +1,98 @@
+"""Runs trained together in one process (nmt.pack) end as they end alone: on a CPU in fp32, the same weights bit for
+bit, the same validations and results; a job that fails ends alone."""
+
+import json
+
+import torch
+from conftest import compose_config
+
+from nmt import UserError, checkpoint, experiment
+from nmt.pack import train_packed
+
+TINY = [
+    "data=sample",
+    "data.sizes.train=300",
+    "data.sizes.valid=20",
+    "data.sizes.test=20",
+    "size=tiny",
+    "trainer.max_steps=12",
+    "trainer.valid_every=6",
+    "trainer.precision=fp32",
+    "trainer.threads=1",
+    "trainer.progress=false",
+    "trainer.num_plots=0",
+]
+JOBS = [("model=bahdanau", "seed=1"), ("model=transformer", "seed=2"), ("model=luong", "seed=3")]
+
+
+def configs(tmp_path):
+    return [compose_config(*TINY, *job, f"data.spm_cache={tmp_path / 'spm'}") for job in JOBS]
+
+
+def weights(folder) -> dict:
+    return checkpoint.load(folder / "last.pt")["model"]
+
+
+def test_packed_runs_end_bit_for_bit_where_each_ends_alone(tmp_path):
+    alone = [experiment.train(config, tmp_path / "alone" / str(n)) for n, config in enumerate(configs(tmp_path))]
+    jobs = [(config, tmp_path / "packed" / str(n)) for n, config in enumerate(configs(tmp_path))]
+    packed = train_packed(jobs)
+    for n, (one, together) in enumerate(zip(alone, packed, strict=True)):
+        assert isinstance(together, dict), together
+        same = {key: value for key, value in one.items() if key not in ("train/minutes", "train/tokens_per_second")}
+        assert same == {key: together[key] for key in same}, JOBS[n]
+        mine, theirs = weights(tmp_path / "alone" / str(n)), weights(tmp_path / "packed" / str(n))
+        assert mine.keys() == theirs.keys() and all(torch.equal(mine[k], theirs[k]) for k in mine), JOBS[n]
+        lines = [
+            (tmp_path / kind / str(n) / "validations.jsonl").read_text().splitlines() for kind in ("alone", "packed")
+        ]
+        drop = ("seconds", "train_minutes", "tokens_per_second")
+        assert [{k: v for k, v in json.loads(x).items() if k not in drop} for x in lines[0]] == [
+            {k: v for k, v in json.loads(x).items() if k not in drop} for x in lines[1]
+        ]
+    for config, _ in jobs:  # the pack again, as a sweep's rerun: each job finished with these settings, kept
+        config.trainer.resume = "auto"
+    again = train_packed(jobs)
+    assert all(again[n][key] == packed[n][key] for n in range(len(jobs)) for key in packed[n])
+
+
+def test_a_job_that_fails_ends_alone_and_the_others_finish(tmp_path):
+    good = configs(tmp_path)[0]
+    # a model without attention selecting on AER: it fails at its first validation, midway through the pack
+    bad = compose_config(*TINY, "model=sutskever", "trainer.select=aer", f"data.spm_cache={tmp_path / 'spm'}")
+    outcomes = train_packed([(good, tmp_path / "good"), (bad, tmp_path / "bad")])
+    assert isinstance(outcomes[0], dict) and 0 <= outcomes[0]["test/bleu"] <= 100
+    assert isinstance(outcomes[1], UserError) and "trainer.select=aer" in str(outcomes[1])
+    assert (tmp_path / "good" / "results.json").is_file() and not (tmp_path / "bad" / "results.json").exists()
+
+
+def test_a_signal_stops_every_job_of_a_pack_and_the_rerun_ends_each_where_it_would_have(tmp_path, monkeypatch):
+    """SIGTERM midway (here at the first job's first validation): every job saves last.pt at its next update and
+    says how to continue; the same jobs with trainer.resume=auto end with the weights of an uninterrupted run."""
+    import os
+    import signal
+
+    from nmt import Interrupted
+    from nmt.trainer import Trainer
+
+    first = configs(tmp_path)[:2]
+    alone = [experiment.train(config, tmp_path / "alone" / str(n)) for n, config in enumerate(first)]
+    validate = Trainer.validate_and_save
+
+    def signalled(self):
+        validate(self)
+        os.kill(os.getpid(), signal.SIGTERM)  # caught by the pack's stop requests: a flag, read between updates
+
+    monkeypatch.setattr(Trainer, "validate_and_save", signalled)
+    jobs = [(config, tmp_path / "packed" / str(n)) for n, config in enumerate(configs(tmp_path)[:2])]
+    stopped = train_packed(jobs)
+    assert all(isinstance(outcome, Interrupted) and "holds the run" in str(outcome) for outcome in stopped)
+    assert all((folder / "last.pt").is_file() and not (folder / "results.json").exists() for _, folder in jobs)
+    monkeypatch.setattr(Trainer, "validate_and_save", validate)
+    for config, _ in jobs:
+        config.trainer.resume = "auto"
+    resumed = train_packed(jobs)
+    for n, (_, folder) in enumerate(jobs):
+        assert resumed[n]["test/bleu"] == alone[n]["test/bleu"]
+        mine, theirs = weights(tmp_path / "alone" / str(n)), weights(folder)
+        assert all(torch.equal(mine[k], theirs[k]) for k in mine), JOBS[n]
