@@ -96,3 +96,16 @@ def test_a_signal_stops_every_job_of_a_pack_and_the_rerun_ends_each_where_it_wou
         assert resumed[n]["test/bleu"] == alone[n]["test/bleu"]
         mine, theirs = weights(tmp_path / "alone" / str(n)), weights(folder)
         assert all(torch.equal(mine[k], theirs[k]) for k in mine), JOBS[n]
+
+
+def test_a_second_pack_into_the_same_folders_is_refused_before_it_trains(tmp_path):
+    """Each job of a pack holds its run folder's lock from its start: a pack (or train.py) into a folder another one
+    trains in is refused at that job's start, naming the first, and nothing of the folder changes."""
+    from nmt.run_folder import RunFolder
+
+    folder = tmp_path / "busy"
+    folder.mkdir()
+    with RunFolder(folder).lock():  # another process's pack, training there
+        (outcome,) = train_packed([(configs(tmp_path)[0], folder)])
+    assert isinstance(outcome, UserError) and "is being trained by process" in str(outcome)
+    assert sorted(p.name for p in folder.iterdir()) == [".lock"]
