@@ -109,3 +109,30 @@ def test_a_second_pack_into_the_same_folders_is_refused_before_it_trains(tmp_pat
         (outcome,) = train_packed([(configs(tmp_path)[0], folder)])
     assert isinstance(outcome, UserError) and "is being trained by process" in str(outcome)
     assert sorted(p.name for p in folder.iterdir()) == [".lock"]
+
+
+def test_a_sweep_packed_by_its_launcher_trains_each_job_as_the_basic_launcher_does(tmp_path):
+    """`train.py -m ... hydra/launcher=packed`, through the real command: every job's folder, records and weights as
+    under the basic launcher, bit for bit (CPU, fp32); a job that fails is named by the sweep's summary (exit 1), its
+    failed.txt written, and the others finish."""
+    import sys
+
+    import commands
+    from conftest import ROOT
+
+    def sweep(launcher: str, folder: str, *options: str):
+        spm, subdir = f"data.spm_cache={tmp_path / 'spm'}", "hydra.sweep.subdir=${hydra:job.num}"
+        line = ["train.py", "-m", *TINY, spm, subdir, *options, f"hydra/launcher={launcher}"]
+        return commands.run([sys.executable, *line, f"hydra.sweep.dir={tmp_path / folder}"], cwd=ROOT, text=True)
+
+    for launcher in ("basic", "packed"):
+        done = sweep(launcher, launcher, "model=bahdanau,transformer")
+        assert done.returncode == 0, done.stderr[-2000:]
+    for job in ("0", "1"):
+        mine, theirs = weights(tmp_path / "basic" / job), weights(tmp_path / "packed" / job)
+        assert all(torch.equal(mine[k], theirs[k]) for k in mine), job
+        assert list((tmp_path / "packed" / job).glob(".hydra/*/config.yaml"))  # Hydra's record of the job
+    done = sweep("packed", "mixed", "trainer.select=aer", "model=sutskever,bahdanau")  # the first: no AER to select on
+    assert done.returncode == 1 and "error: 1 job of this sweep failed" in done.stderr, done.stderr[-2000:]
+    assert "trainer.select=aer" in (tmp_path / "mixed" / "0" / "failed.txt").read_text()
+    assert (tmp_path / "mixed" / "1" / "results.json").is_file() and "Traceback" not in done.stderr

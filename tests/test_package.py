@@ -17,16 +17,21 @@ PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 
 def test_the_package_list_holds_every_package_under_nmt():
-    """pyproject lists the packages by hand (configs/ ships as nmt.configs, which a glob cannot find): a new
-    subpackage missing from the list would be left out of the wheel."""
-    found = {".".join(path.parent.relative_to(ROOT).parts) for path in (ROOT / "nmt").rglob("__init__.py")}
+    """pyproject lists the packages by hand (configs/ ships as nmt.configs, which a glob cannot find; the packed
+    launcher lives in Hydra's plugins' namespace): a new subpackage missing from the list would be left out of the
+    wheel."""
+    found = {
+        ".".join(path.parent.relative_to(ROOT).parts)
+        for folder in ("nmt", "hydra_plugins")
+        for path in (ROOT / folder).rglob("__init__.py")
+    }
     assert set(PROJECT["tool"]["setuptools"]["packages"]) == found | {"nmt.configs"}
 
 
 def copy_tree(destination: Path) -> Path:
     """What a build needs, copied, so that building leaves nothing (build/, *.egg-info) in the checkout."""
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for name in ("nmt", "configs"):
+    for name in ("nmt", "configs", "hydra_plugins"):
         shutil.copytree(ROOT / name, destination / name, ignore=ignore)
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, destination / name)
@@ -69,6 +74,7 @@ def test_the_wheel_holds_the_study_every_config_and_the_console_scripts(wheel):
         f"nmt/study/{p.relative_to(ROOT / 'nmt' / 'study').as_posix()}" for p in (ROOT / "nmt/study").rglob("*.py")
     }
     assert "nmt/study/__main__.py" in study and study <= names, sorted(study - names)
+    assert "hydra_plugins/nmt_packed_launcher/packed.py" in names  # hydra/launcher=packed, where Hydra finds it
     for script in ("nmt-train", "nmt-evaluate", "nmt-translate", "nmt-study"):
         assert f"{script} = " in entry_points
 

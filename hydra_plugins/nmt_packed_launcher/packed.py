@@ -1,0 +1,112 @@
+"""hydra/launcher=packed: the jobs of a `train.py -m` sweep trained together in this one process, each exactly as it
+would train alone (`nmt.pack.train_packed`): `python train.py -m seed=1,2,3 hydra/launcher=packed`.
+
+Each job gets what train.py gives it under the basic launcher: its folder (the sweep's dir and subdir) with Hydra's
+records of its config, the sweep's callbacks before and after it (a study's records, the failed jobs' summary), its
+failed.txt where it fails, and its results as the sweep's return value. Its log lines go to the sweep's own log, each
+job's train.log is not written (one process holds one logging setup). Hydra discovers the launcher in the
+hydra_plugins namespace: from a checkout, or from the installed package.
+"""
+
+import copy
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from hydra.core.config_store import ConfigStore
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.utils import JobReturn, JobStatus, _save_config, configure_log, filter_overrides, setup_globals
+from hydra.plugins.launcher import Launcher
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PackedLauncherConf:
+    _target_: str = "hydra_plugins.nmt_packed_launcher.packed.PackedLauncher"
+
+
+ConfigStore.instance().store(group="hydra/launcher", name="packed", node=PackedLauncherConf, provider="nmt")
+
+
+class PackedLauncher(Launcher):
+    def setup(self, *, hydra_context, task_function, config: DictConfig) -> None:
+        self.hydra_context, self.task_function, self.config = hydra_context, task_function, config
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        """Every job's config and folder made as run_job makes them, the jobs trained together, each one's end
+        reported to the callbacks as its own."""
+        from nmt.pack import train_packed
+
+        setup_globals()
+        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
+        log.info(f"Launching {len(job_overrides)} jobs packed in one process")
+        jobs = [self.job(number, overrides) for number, overrides in enumerate(job_overrides, initial_job_idx)]
+        trained = [job for job in jobs if job.return_value is None]  # the others: skipped or stopped before
+        outcomes = train_packed([(job.cfg, job.working_dir) for job in trained])
+        for job, outcome in zip(trained, outcomes, strict=True):
+            job.return_value = self.ended(job, outcome)
+        for job in jobs:
+            HydraConfig.instance().set_config(job.hydra_cfg)
+            self.hydra_context.callbacks.on_job_end(config=job.hydra_cfg, job_return=job)
+        return jobs
+
+    def job(self, number: int, overrides: Sequence[str]) -> JobReturn:
+        """A job's config and folder, with Hydra's records of them, its start told to the callbacks; its return value
+        already set where it is not to train (a callback skipped it, or the sweep was stopped)."""
+        from nmt.cli.train import failed_job
+        from nmt.multirun import SweepStop, job_skipped
+
+        log.info(f"\t#{number} : {' '.join(filter_overrides(overrides))}")
+        config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+        with open_dict(config):
+            config.hydra.job.id = config.hydra.job.num = number
+        HydraConfig.instance().set_config(config)
+        folder = os.path.abspath(os.path.join(str(config.hydra.sweep.dir), str(config.hydra.sweep.subdir)))
+        with read_write(config.hydra.runtime), open_dict(config.hydra.runtime):
+            config.hydra.runtime.output_dir = folder
+        HydraConfig.instance().set_config(config)
+        task = copy.deepcopy(config)
+        with read_write(task), open_dict(task):
+            del task["hydra"]
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        records = Path(folder) / str(config.hydra.output_subdir)
+        _save_config(task, "config.yaml", records)
+        _save_config(config, "hydra.yaml", records)
+        _save_config(OmegaConf.create(list(config.hydra.overrides.task)), "overrides.yaml", records)
+        job = JobReturn(overrides=list(config.hydra.overrides.task), cfg=task, hydra_cfg=config, working_dir=folder)
+        job.status = JobStatus.COMPLETED
+        self.hydra_context.callbacks.on_job_start(config=config, task_function=self.task_function)
+        if SweepStop.signal_number:
+            job.return_value = failed_job(folder, "not started: the sweep was stopped")
+        elif reason := job_skipped():  # a callback of the sweep's config said so (the study: recorded already)
+            log.info("%s: %s; not trained again", folder, reason)
+            job.return_value = float("nan")
+        return job
+
+    def ended(self, job: JobReturn, outcome) -> float:
+        """What train.py returns for the job (its best valid BLEU), and what it leaves where the job failed: its
+        failed.txt, which the sweep's summary lists."""
+        from nmt import Interrupted, UserError
+        from nmt.cli import said
+        from nmt.cli.train import crashed, failed_job
+        from nmt.multirun import SweepStop
+        from nmt.run_folder import RunFolder
+
+        HydraConfig.instance().set_config(job.hydra_cfg)
+        if isinstance(outcome, dict):
+            RunFolder(job.working_dir).failed.unlink(missing_ok=True)  # a job that failed before and finishes now
+            return outcome.get("valid/best_bleu", 0.0)
+        if isinstance(outcome, Interrupted):
+            SweepStop.signal_number = outcome.signal_number
+            return failed_job(job.working_dir, str(outcome))
+        if isinstance(outcome, UserError):
+            return failed_job(job.working_dir, said(outcome))
+        try:
+            raise outcome
+        except Exception as error:  # noqa: BLE001 (its traceback into its folder, as train.py keeps it)
+            return crashed(job.working_dir, error)
