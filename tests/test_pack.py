@@ -136,3 +136,29 @@ def test_a_sweep_packed_by_its_launcher_trains_each_job_as_the_basic_launcher_do
     assert done.returncode == 1 and "error: 1 job of this sweep failed" in done.stderr, done.stderr[-2000:]
     assert "trainer.select=aer" in (tmp_path / "mixed" / "0" / "failed.txt").read_text()
     assert (tmp_path / "mixed" / "1" / "results.json").is_file() and "Traceback" not in done.stderr
+
+
+def test_a_job_whose_folder_cannot_be_written_fails_alone_and_its_last_good_checkpoint_stays(tmp_path, monkeypatch):
+    """A full disk under one job's folder (its checkpoint write fails): that job ends with the write's message and
+    keeps the checkpoint it had, the other finishes, as if each trained alone."""
+    import errno
+    from pathlib import Path
+
+    from nmt import checkpoint as checkpoints
+
+    full = tmp_path / "full"
+    save, written = checkpoints.torch.save, []
+
+    def disk(payload, handle):  # torch.save into the temporary file beside the checkpoint (checkpoint.save)
+        target = Path(handle.name)
+        if target.parent == full and target.name == ".last.pt.tmp" and target in written:  # its second last.pt
+            raise OSError(errno.ENOSPC, "No space left on device")
+        written.append(target)
+        save(payload, handle)
+
+    monkeypatch.setattr(checkpoints.torch, "save", disk)
+    good, other = configs(tmp_path)[:2]
+    outcomes = train_packed([(good, tmp_path / "fine"), (other, full)])
+    assert isinstance(outcomes[0], dict) and (tmp_path / "fine" / "results.json").is_file()
+    assert isinstance(outcomes[1], UserError) and "No space left on device" in str(outcomes[1])
+    assert checkpoints.load(full / "last.pt")["progress"]["step"] == 6  # the last good one, whole
