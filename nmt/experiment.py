@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import logging
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,10 +70,13 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
         return finish(started, drained(started.updates()))
 
 
-def start(cfg: DictConfig, run_dir: str | Path, held: contextlib.ExitStack) -> Started | dict:
+def start(
+    cfg: DictConfig, run_dir: str | Path, held: contextlib.ExitStack, on_held: Callable | None = None
+) -> Started | dict:
     """Everything before the first update: the options checked, the seed set, the device and precision placed, the
-    run folder held (its lock in `held`, released when `held` closes) and planned (a finished run's results, kept),
-    the corpus, vocabulary and trainer built, a checkpoint restored where the run continues."""
+    run folder held (its lock in `held`, released when `held` closes; then `on_held(folder)`, where runs packed in
+    one process open the run's own log) and planned (a finished run's results, kept), the corpus, vocabulary and
+    trainer built, a checkpoint restored where the run continues."""
     loaded_code()  # the commit of the code this process runs, found as its first run starts
     settings: TrainConfig = OmegaConf.to_object(cfg)  # typed dataclasses, validated by Hydra already
     resolved = OmegaConf.to_container(cfg, resolve=True)  # what checkpoints store
@@ -83,11 +86,13 @@ def start(cfg: DictConfig, run_dir: str | Path, held: contextlib.ExitStack) -> S
     if settings.trainer.threads:  # several jobs side by side on one machine: jobs x threads = cores
         torch.set_num_threads(settings.trainer.threads)
     where, precision = place(settings.trainer.device, settings.trainer.precision, settings.trainer.deterministic)
-    log.info("device %s; precision %s", where, precision.reason)
     folder = RunFolder(distributed.share(str(run_dir)))  # under torchrun, every process works in rank 0's folder
     if distributed.is_main():
         folder.own_files()  # links, FIFOs, folders in a run file's place refused; hard links broken
         held.enter_context(folder.lock())  # one run folder, one writer
+        if on_held is not None:
+            on_held(folder)
+    log.info("device %s; precision %s", where, precision.reason)
     decided = plan(folder, settings.trainer.resume, resolved, precision.name, in_sweep())  # before it is written
     if (kept := decided.kept) is not None:
         log.info("%s holds this run, finished with these settings: kept (test BLEU %s)", folder, kept.get("test/bleu"))

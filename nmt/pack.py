@@ -5,9 +5,9 @@ corpus, trainer), then gives each running job one update in turn (`Started.updat
 and reports each as `train.py` would (`nmt.experiment.finish`). Each job's random state (torch's, numpy's, Python's)
 is its own: restored before its update and kept after it, so that a job's dropout and draws are those of the job
 trained alone, and on a CPU in fp32 its weights are the same bit for bit. A job that fails (a refused option, a NaN
-loss, a full disk) ends with its own error and record of it; the others train on. A signal (Ctrl-C, a scheduler's
-SIGTERM) reaches every job through one set of stop requests: each saves last.pt at its next update, and the same
-command with trainer.resume=auto continues all of them.
+loss, a full disk) ends with its own error and record of it; the others train on. Each job's log lines go to its
+own train.log while it has its turn. A signal (Ctrl-C, a scheduler's SIGTERM) reaches every job through one set of
+stop requests: each saves last.pt at its next update, and the same command with trainer.resume=auto continues all.
 
 On a CPU this saves nothing but the start of N processes: the cores are shared either way. It is the step on which a
 GPU overlaps runs (one process, many small models; the packing issue's launcher and streams build on it).
@@ -28,6 +28,7 @@ from omegaconf import DictConfig
 
 from nmt import Interrupted, experiment
 from nmt.meters import StopRequests
+from nmt.run_folder import RunFolder
 
 log = logging.getLogger(__name__)
 
@@ -46,11 +47,35 @@ def set_random_state(state: RandomState) -> None:
 
 @dataclass
 class Running:
-    """A job between its updates: where it stands, its generator of updates and its random state."""
+    """A job between its updates: where it stands, its generator of updates, its random state and its log."""
 
     started: experiment.Started
     updates: Generator[None, None, str]
     state: RandomState
+    log: logging.Handler
+
+
+# Hydra's job log format: a packed job's train.log reads as the same job's would alone
+FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
+
+
+def job_log(folder: RunFolder) -> logging.Handler:
+    """The job's train.log, appended to (checked a file of the run's own as the run started: RunFolder.own_files)."""
+    path = folder.log_file
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter(FORMAT))
+    return handler
+
+
+@contextlib.contextmanager
+def logging_to(handler: logging.Handler):
+    """The log lines of the job whose turn it is go to its train.log too (one thread: one job at a time)."""
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
 
 
 def train_packed(jobs: list[tuple[DictConfig, str | Path]]) -> list[dict | BaseException]:
@@ -62,33 +87,60 @@ def train_packed(jobs: list[tuple[DictConfig, str | Path]]) -> list[dict | BaseE
     with contextlib.ExitStack() as held, StopRequests() as stop:  # each job's lock, held until the pack ends
         for number, (config, folder) in enumerate(jobs):
             try:
-                started = experiment.start(config, folder, held)
+                started, handler = start_job(config, folder, held)
             except Exception as error:  # noqa: BLE001 (the job's own end; the others start and train)
                 outcomes[number] = failed(folder, error)
                 continue
             if isinstance(started, experiment.Started):
-                running[number] = Running(started, started.updates(stop), random_state())
+                running[number] = Running(started, started.updates(stop), random_state(), handler)
             else:
                 outcomes[number] = started  # finished with these settings already: kept
         while running:
             for number, job in list(running.items()):
                 set_random_state(job.state)
-                try:
-                    next(job.updates)
-                    job.state = random_state()
-                    continue
-                except StopIteration as end:
-                    reason = end.value
-                except Exception as error:  # noqa: BLE001
+                with logging_to(job.log):
+                    outcome = turn(job, jobs[number][1])
+                if outcome is not None:
                     del running[number]
-                    outcomes[number] = failed(jobs[number][1], error)
-                    continue
-                del running[number]
-                try:
-                    outcomes[number] = experiment.finish(job.started, reason)
-                except Exception as error:  # noqa: BLE001 (an interrupted job's advice, or a failed test)
-                    outcomes[number] = failed(jobs[number][1], error)
+                    outcomes[number] = outcome
+                else:
+                    job.state = random_state()
     return outcomes
+
+
+def start_job(
+    config: DictConfig, folder: str | Path, held: contextlib.ExitStack
+) -> tuple[experiment.Started | dict, logging.Handler]:
+    """A job started as train.py starts it (`experiment.start`), its train.log opened once its folder is its own (its
+    lock held) and closed when `held` closes."""
+    opened: list[logging.Handler] = []
+
+    def own_log(run: RunFolder) -> None:
+        opened.append(held.enter_context(contextlib.closing(job_log(run))))
+        logging.getLogger().addHandler(opened[0])
+
+    try:
+        started = experiment.start(config, folder, held, own_log)
+    finally:
+        for handler in opened:
+            logging.getLogger().removeHandler(handler)
+    return started, (opened[0] if opened else logging.NullHandler())
+
+
+def turn(job: Running, folder: str | Path) -> dict | BaseException | None:
+    """The job's next update; None while it trains on, else how it ended: its report (`experiment.finish`) or the
+    error that ended it (an interrupted job's advice among them)."""
+    try:
+        next(job.updates)
+        return None
+    except StopIteration as end:
+        reason = end.value
+    except Exception as error:  # noqa: BLE001 (the job's own end; the others train on)
+        return failed(folder, error)
+    try:
+        return experiment.finish(job.started, reason)
+    except Exception as error:  # noqa: BLE001
+        return failed(folder, error)
 
 
 def failed(folder: str | Path, error: BaseException) -> BaseException:

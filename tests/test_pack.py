@@ -132,6 +132,8 @@ def test_a_sweep_packed_by_its_launcher_trains_each_job_as_the_basic_launcher_do
         mine, theirs = weights(tmp_path / "basic" / job), weights(tmp_path / "packed" / job)
         assert all(torch.equal(mine[k], theirs[k]) for k in mine), job
         assert list((tmp_path / "packed" / job).glob(".hydra/*/config.yaml"))  # Hydra's record of the job
+        logged = (tmp_path / "packed" / job / "train.log").read_text()  # its own lines, not the other job's
+        assert "validation at step 12" in logged and logged.count("stopped: reached trainer.max_steps=12") == 1
     done = sweep("packed", "mixed", "trainer.select=aer", "model=sutskever,bahdanau")  # the first: no AER to select on
     assert done.returncode == 1 and "error: 1 job of this sweep failed" in done.stderr, done.stderr[-2000:]
     assert "trainer.select=aer" in (tmp_path / "mixed" / "0" / "failed.txt").read_text()

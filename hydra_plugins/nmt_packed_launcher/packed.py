@@ -3,9 +3,9 @@ would train alone (`nmt.pack.train_packed`): `python train.py -m seed=1,2,3 hydr
 
 Each job gets what train.py gives it under the basic launcher: its folder (the sweep's dir and subdir) with Hydra's
 records of its config, the sweep's callbacks before and after it (a study's records, the failed jobs' summary), its
-failed.txt where it fails, and its results as the sweep's return value. Its log lines go to the sweep's own log, each
-job's train.log is not written (one process holds one logging setup). Hydra discovers the launcher in the
-hydra_plugins namespace: from a checkout, or from the installed package.
+failed.txt where it fails, its train.log (written while it has its turn; the sweep's log has every job's lines), and
+its results as the sweep's return value. Hydra discovers the launcher in the hydra_plugins namespace: from a
+checkout, or from the installed package.
 """
 
 import copy
