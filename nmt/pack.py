@@ -2,12 +2,13 @@
 
 `train_packed(jobs)` starts each job as `train.py` would (`nmt.experiment.start`: its options, seed, folder, lock,
 corpus, trainer), then gives each running job one update in turn (`Started.updates`), until every one has stopped,
-and reports each as `train.py` would (`nmt.experiment.finish`). Each job's random state (torch's, numpy's, Python's)
-is its own: restored before its update and kept after it, so that a job's dropout and draws are those of the job
-trained alone, and on a CPU in fp32 its weights are the same bit for bit. A job that fails (a refused option, a NaN
-loss, a full disk) ends with its own error and record of it; the others train on. Each job's log lines go to its
-own train.log while it has its turn. A signal (Ctrl-C, a scheduler's SIGTERM) reaches every job through one set of
-stop requests: each saves last.pt at its next update, and the same command with trainer.resume=auto continues all.
+and reports each as `train.py` would (`nmt.experiment.finish`). Each job's random state (what its checkpoints keep:
+the CPU generator's and its GPU's, nmt.state.rng_state) is its own: set before its update and kept after it, so that
+a job's dropout and draws are those of the job trained alone, and on a CPU in fp32 its weights are the same bit for
+bit. A job that fails (a refused option, a NaN loss, a full disk) ends with its own error and record of it; the
+others train on. Each job's log lines go to its own train.log while it has its turn. A signal (Ctrl-C, a
+scheduler's SIGTERM) reaches every job through one set of stop requests: each saves last.pt at its next update, and
+the same command with trainer.resume=auto continues all.
 
 On a CPU this saves nothing but the start of N processes: the cores are shared either way. It is the step on which a
 GPU overlaps runs (one process, many small models; the packing issue's launcher and streams build on it).
@@ -17,32 +18,18 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import random
 from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-import torch
 from omegaconf import DictConfig
 
 from nmt import Interrupted, experiment
 from nmt.meters import StopRequests
 from nmt.run_folder import RunFolder
+from nmt.state import rng_state, set_rng_state
 
 log = logging.getLogger(__name__)
-
-RandomState = tuple  # torch's CPU generator, numpy's and Python's
-
-
-def random_state() -> RandomState:
-    return torch.get_rng_state(), np.random.get_state(), random.getstate()
-
-
-def set_random_state(state: RandomState) -> None:
-    torch.set_rng_state(state[0])
-    np.random.set_state(state[1])
-    random.setstate(state[2])
 
 
 @dataclass
@@ -51,7 +38,7 @@ class Running:
 
     started: experiment.Started
     updates: Generator[None, None, str]
-    state: RandomState
+    state: dict  # nmt.state.rng_state
     log: logging.Handler
 
 
@@ -92,19 +79,20 @@ def train_packed(jobs: list[tuple[DictConfig, str | Path]]) -> list[dict | BaseE
                 outcomes[number] = failed(folder, error)
                 continue
             if isinstance(started, experiment.Started):
-                running[number] = Running(started, started.updates(stop), random_state(), handler)
+                state = rng_state(started.trainer.device)
+                running[number] = Running(started, started.updates(stop), state, handler)
             else:
                 outcomes[number] = started  # finished with these settings already: kept
         while running:
             for number, job in list(running.items()):
-                set_random_state(job.state)
+                set_rng_state(job.state, job.started.trainer.device)
                 with logging_to(job.log):
                     outcome = turn(job, jobs[number][1])
                 if outcome is not None:
                     del running[number]
                     outcomes[number] = outcome
                 else:
-                    job.state = random_state()
+                    job.state = rng_state(job.started.trainer.device)
     return outcomes
 
 

@@ -53,6 +53,13 @@ def rng_state(device: torch.device) -> dict:
     return {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None}
 
 
+def set_rng_state(rng: dict, device: torch.device) -> None:
+    """This process's random state set to `rng` (`rng_state`'s): the CPU generator's and its own GPU's."""
+    torch.set_rng_state(rng["torch"])
+    if device.type == "cuda" and rng.get("cuda") is not None:
+        torch.cuda.set_rng_state(rng["cuda"], device)
+
+
 def restore_rng(rng: dict, rank: int, device: torch.device, seed: int, step: int) -> None:
     """This process's random state from a checkpoint's `rng`: under data parallelism each rank's own (`ranks`, one
     entry per process of the saving job), so that a resumed run's ranks go on drawing different dropout masks; a rank
@@ -68,9 +75,7 @@ def restore_rng(rng: dict, rank: int, device: torch.device, seed: int, step: int
     if rank >= len(ranks):
         torch.manual_seed(seed + 1_000_003 * rank + step)  # CPU and every GPU
         return
-    torch.set_rng_state(ranks[rank]["torch"])
-    if device.type == "cuda" and ranks[rank].get("cuda") is not None:
-        torch.cuda.set_rng_state(ranks[rank]["cuda"], device)
+    set_rng_state(ranks[rank], device)
 
 
 def training_state(

@@ -177,29 +177,6 @@ def test_option_values_that_make_no_sense_stop_before_training(tmp_path, options
     assert not list((tmp_path / "run").glob("*.pt"))
 
 
-@pytest.mark.parametrize("empty", ["valid", "test"])
-def test_an_empty_valid_or_test_split_is_refused_before_training(tmp_path, empty):
-    paths = []
-    for split in ("train", "valid", "test"):
-        for side, text in (
-            ("src", "Der Hund läuft.\nDie Katze schläft.\n"),
-            ("tgt", "The dog runs.\nThe cat sleeps.\n"),
-        ):
-            (tmp_path / f"{split}.{side}").write_text("" if split == empty else text)
-            paths.append(f"data.{split}.{side}={tmp_path / f'{split}.{side}'}")
-    result = run(
-        "train.py",
-        "data=files",
-        "data.vocab_size=30",
-        *paths,
-        "trainer=debug",
-        "trainer.progress=false",
-        f"data.spm_cache={tmp_path / 'spm'}",
-        f"hydra.run.dir={tmp_path / 'run'}",
-    )
-    refused(result, f"the {empty} split is empty")
-
-
 def test_decoding_output_paths_are_checked_before_decoding(trained, tmp_path):
     best = trained[0] / "best.pt"
     refused(

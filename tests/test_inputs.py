@@ -39,6 +39,12 @@ def files_run(tmp_path, texts: dict[tuple[str, str], str], *extra: str, timeout:
     )
 
 
+@pytest.mark.parametrize("empty", ["valid", "test"])
+def test_an_empty_valid_or_test_split_is_refused_before_training(tmp_path, empty):
+    result = files_run(tmp_path, {(empty, "src"): "", (empty, "tgt"): ""})
+    refused(result, f"the {empty} split is empty")
+
+
 @pytest.mark.parametrize("split", ["train", "valid", "test"])
 def test_a_split_of_spaces_and_tabs_is_refused_naming_its_files_and_blank_lines(tmp_path, split):
     blank = " \t \n" * 20
