@@ -372,11 +372,28 @@ class TranslateConfig(SearchOptions):
 
     RENAMED: ClassVar[dict[str, str]] = {"input": "source"}
     beam: int = 5
+    engine: str = "nmt"  # nmt: our decoder, from checkpoint=; ctranslate2: a folder nmt-export wrote, model_dir=
+    model_dir: str | None = None  # with engine=ctranslate2: the exported folder (`model=` is Hydra's model group)
     input: str | None = None  # a file with one sentence per line; null reads stdin
     output: str | None = None  # null writes to stdout
     attention: str | None = None  # a folder: also write each line's attention heatmap there as line<N>.png
     alignments: str | None = None  # a file: also write each translation's word alignment there (Pharaoh format)
     overwrite: bool = False  # true: output= and alignments= may replace existing files (never a training run's)
+
+
+@dataclass
+class ExportConfig:
+    """`nmt-export`: a trained Transformer as a CTranslate2 model folder (nmt/export/)."""
+
+    checkpoint: str = MISSING  # a best.pt, last.pt or averaged checkpoint of a Transformer
+    format: str = "ctranslate2"
+    quantization: str = "int8"  # the weights' type: int8, int16, float32, ... (CTranslate2's quantization)
+    output: str | None = None  # the folder; null: <checkpoint>.ctranslate2-<quantization> beside the checkpoint
+    overwrite: bool = False  # true: replace an earlier export there (a folder holding other files never is)
+    check: str = "valid"  # decode this split with the export and with ours (greedy), compare; none: skip
+    tolerance: float = 0.5  # the most BLEU the export may lose to ours on the check; more refuses the export
+    data_dir: str | None = None  # where the run's corpus is read for the check (as evaluate.py's data_dir)
+    threads: int = 0  # CPU threads of the check's decoding; 0: every core
 
 
 def check_options(trainer: TrainerConfig, seed: int) -> None:
@@ -424,6 +441,7 @@ def register() -> None:
     store.store(group="schema", name="train", node=TrainConfig)
     store.store(group="schema", name="evaluate", node=EvaluateConfig)
     store.store(group="schema", name="translate", node=TranslateConfig)
+    store.store(group="schema", name="export", node=ExportConfig)
     for name, node in (("multi30k", Multi30kConfig), ("sample", SampleConfig), ("files", FilesConfig)):
         store.store(group="schema/data", name=name, node=node)
     from nmt import model_config  # the model and attention schemas (a module of their own)

@@ -15,6 +15,7 @@ from nmt.alignment import attention_report, choose_map, links_of, map_names, par
 from nmt.config import DecodeOptions
 from nmt.corpus import Pairs, Splits, read_lines, read_parallel, with_text
 from nmt.decoding import Translator
+from nmt.export.engine import Exported
 from nmt.paths import output_file, output_folder, stamp, write_text
 from nmt.plot import close
 
@@ -172,10 +173,13 @@ def translate_file(
     alignments: str | None = None,
     alignment_map: str | None = None,
     overwrite: bool = False,
+    engine: str = "nmt",
+    model_dir: str | None = None,
 ) -> list[str]:
     """Translate the lines of `source` (stdin when None) and write them to `output` (stdout when None); with
     `attention=DIR`, also the heatmap of each line's attention as DIR/line<N>.png; with `alignments=FILE`, each
-    translation's word alignment to its line in Pharaoh format (source word i - translation word j, 0-based)."""
+    translation's word alignment to its line in Pharaoh format (source word i - translation word j, 0-based).
+    `engine=ctranslate2` translates with the folder nmt-export wrote (`model_dir`) instead of `checkpoint_path`."""
     output_path = output_file(output, "output", (source, checkpoint_path), overwrite) if output else None
     folder = output_folder(attention, "attention") if attention else None
     links_path = (
@@ -183,14 +187,13 @@ def translate_file(
         if alignments
         else None
     )
-    translator = Translator.load(checkpoint_path, decoding or DecodeOptions(beam=5))
+    refused = {"attention": attention, "alignments": alignments, "alignment_map": alignment_map}
+    translator = engine_of(engine, checkpoint_path, model_dir, decoding or DecodeOptions(beam=5), refused)
     if (folder or links_path) and not translator.has_attention():
         option = "attention=" if folder else "alignments="
         raise UserError(f"{checkpoint_path}: this model has no attention to plot or align with; leave out {option}")
     chosen = alignment_map_of(translator, alignment_map, None) if links_path else None
-    lines = read_lines(source) if source else read_stdin()
-    if lines and not any(line.strip() for line in lines):  # a blank line is kept (a blank output line) among others
-        raise UserError(f"{source or 'stdin'}: all {len(lines)} of its lines are blank: no text to translate")
+    lines = lines_to_translate(source)
     if folder:  # a line<N>.png there that no nmt command wrote is the user's: refused before decoding
         output_folder(folder, "attention", tuple(f"line{n}.png" for n, line in enumerate(lines, 1) if line.strip()))
     translations, hypotheses = translator.search_lines(lines)
@@ -198,13 +201,47 @@ def translate_file(
         draw_heatmaps(translator, folder, lines, translations, hypotheses)
     if links_path:
         write_links(translator, chosen, list(zip(lines, translations)), links_path)
+    write_translations(translations, output_path)
+    return translations
+
+
+def lines_to_translate(source: str | None) -> list[str]:
+    """The lines of `source` (stdin when None); all of them blank is refused (a blank line among others is kept, as
+    a blank output line)."""
+    lines = read_lines(source) if source else read_stdin()
+    if lines and not any(line.strip() for line in lines):
+        raise UserError(f"{source or 'stdin'}: all {len(lines)} of its lines are blank: no text to translate")
+    return lines
+
+
+def write_translations(translations: list[str], output_path: Path | None) -> None:
     text = "".join(t + "\n" for t in translations)
     if output_path:
         write_text(output_path, text)
         print(f"wrote {len(translations)} translations to {output_path}", file=sys.stderr)
     else:
         sys.stdout.write(text)
-    return translations
+
+
+def engine_of(engine: str, checkpoint_path: str | None, model_dir: str | None, decoding: DecodeOptions, refused: dict):
+    """What translate.py decodes with: our Translator of `checkpoint_path`, or (engine=ctranslate2) the CTranslate2
+    folder `model_dir`, which gives translations only: the options of `refused` that are set are refused by name."""
+    if engine not in ("nmt", "ctranslate2"):
+        raise UserError(f"engine={engine}: nmt (our decoder: checkpoint=) or ctranslate2 (an export: model_dir=)")
+    if engine == "nmt":
+        if model_dir:
+            raise UserError(f"model_dir={model_dir}: an exported folder: add engine=ctranslate2 to translate with it")
+        if checkpoint_path is None:
+            raise UserError("checkpoint: required; give it on the command line (checkpoint=...)")
+        return Translator.load(checkpoint_path, decoding)
+    if not model_dir or checkpoint_path:
+        raise UserError(
+            "engine=ctranslate2 translates with model_dir=FOLDER (a folder nmt-export wrote), not checkpoint="
+        )
+    for option, value in refused.items():
+        if value:
+            raise UserError(f"{option}={value}: engine=ctranslate2 gives translations only; leave it out or use nmt")
+    return Exported.load(model_dir, decoding)
 
 
 def print_scores(metrics: list, scores: list, buckets: dict) -> None:

@@ -1,7 +1,7 @@
 """Translate text: echo "Ein Hund läuft." | nmt-translate checkpoint=outputs/.../best.pt (python translate.py)"""
 
 import hydra
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from nmt.cli import lean_hydra, refusals_and_ctrl_c
 from nmt.config import CONFIGS, DecodeOptions, TranslateConfig, register
@@ -14,7 +14,8 @@ lean_hydra()
 @hydra.main(config_path=str(CONFIGS), config_name="translate", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     with refusals_and_ctrl_c("translations"):
-        translate_file(cfg.checkpoint, DecodeOptions.of(cfg), **TranslateConfig.task(cfg))
+        checkpoint = None if OmegaConf.is_missing(cfg, "checkpoint") else cfg.checkpoint  # engine=ctranslate2: model=
+        translate_file(checkpoint, DecodeOptions.of(cfg), **TranslateConfig.task(cfg))
 
 
 if __name__ == "__main__":

@@ -57,6 +57,7 @@ HELD_TO_AVX2 = "ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2"
 # Measurements of speed and memory (results/measured/<name>.json), each written by its script's --record, run alone
 MEASUREMENTS = {
     "decode_memory": "python -m nmt.study measure decode_memory --record",
+    "export": "python -m nmt.study measure export --record --checkpoint RUN/best.pt --data-dir ../shared/data/multi30k",
     "alignment_offset": "python -m nmt.study measure alignment_offset --record RUN...",
     "attention_kernels": "python -m nmt.study measure attention_kernels --record",
     "validation_cost": "python -m nmt.study measure validation_cost --record --data-dir ../shared/data/multi30k",

@@ -4,6 +4,7 @@
   joeynmt            Joey NMT's speed, read from what ../shared/peers/joeynmt measured, beside ours
   validation_cost    the valid loss pass with and without the gradients the fused loss used to form
   decode_memory      peak memory of decoding one long line, greedy or beam
+  export             decoding speed and BLEU of a Transformer exported to CTranslate2, beside ours
   long_input         how decoding time grows with the length of the input
   attention_kernels  which kernel the Transformer's attention runs, and what a sliding window saves
   loader_rate        how fast training batches reach the training process (what a GPU's update waits on)
@@ -26,6 +27,7 @@ MEASURES = (
     "joeynmt",
     "validation_cost",
     "decode_memory",
+    "export",
     "long_input",
     "attention_kernels",
     "loader_rate",
