@@ -13,6 +13,9 @@ specification API. The layers line up one for one:
 
 from __future__ import annotations
 
+import os
+import sys
+
 import numpy as np
 import torch
 from torch import nn
@@ -24,7 +27,11 @@ TRANSFORMER = "nmt.transformer.Transformer"
 
 
 def ctranslate2_module():
-    """The ctranslate2 package, or a refusal saying how to install it."""
+    """The ctranslate2 package, or a refusal saying how to install it. Where torch runs AVX512 kernels, CTranslate2
+    is asked to run its own too (CT2_FORCE_CPU_ISA, unless set): it chooses AVX2 on every CPU not made by Intel, and
+    AVX512 decoded test2016 int8 with beam 5 at 1.18x the speed on an AMD EPYC (medians of 3)."""
+    if "ctranslate2" not in sys.modules and torch.backends.cpu.get_cpu_capability() == "AVX512":
+        os.environ.setdefault("CT2_FORCE_CPU_ISA", "AVX512")
     try:
         import ctranslate2
     except ImportError:

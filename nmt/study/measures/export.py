@@ -6,13 +6,17 @@ python -m nmt.study measure export --record --checkpoint RUN/best.pt --data-dir 
 
 The checkpoint is exported in each of --weights (int8, float32 by default) into a temporary folder, without the
 export's own check; then our Translator (precision auto, as translate.py decodes) and each export translate the test
-split one after the other on the same threads, each once to warm up on its first 100 sentences and once timed over
-the whole split, and each output is scored with sacreBLEU. Run it alone on the machine: a busy machine gives noise,
-not figures.
+split on the same threads, each in a process of its own, warmed up on its first 100 sentences and then timed over the
+whole split, --rounds times taking turns (the median counts); each output is scored with sacreBLEU. Run it alone on
+the machine: a busy machine gives noise, not figures.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -30,38 +34,46 @@ from nmt.study import published
 from nmt.study.measures import options, record_option
 
 
-def timed(translator, sources: list[str]) -> tuple[list[str], float]:
-    """The translations of `sources` and the seconds they took, after a warm-up on the first 100."""
-    translator.translate(sources[:100])
-    started = time.perf_counter()
-    found = translator.translate(sources)
-    return found, time.perf_counter() - started
-
-
-def measure(checkpoint: str, beam: int, weights: list[str], data_dir: str | None) -> list[dict]:
-    """One entry per decoder: ours, then CTranslate2 in each of `weights`."""
+def decode_once(checkpoint: str, beam: int, kind: str, data_dir: str | None) -> dict:
+    """One decoder (`nmt`, ours, or an export in weights `kind`) over the test split in this process: warmed up on
+    the first 100 sentences, then timed over all of them, and scored."""
     decoding = DecodeOptions(beam=beam)
     ours = Translator.load(checkpoint, decoding)
     pairs = corpus_of(ours.config, data_dir).test
     sources, references = [s for s, _ in pairs], [t for _, t in pairs]
-    threads = torch.get_num_threads()
-    precision = str(ours.dtype).removeprefix("torch.")
-    found = [("nmt", f"PyTorch, {precision} (precision=auto)", *timed(ours, sources))]
     with tempfile.TemporaryDirectory() as folder:
-        for kind in weights:
+        decoder, weights = ours, f"PyTorch, {str(ours.dtype).removeprefix('torch.')} (precision=auto)"
+        if kind != "nmt":
             made = export(checkpoint, quantization=kind, output=str(Path(folder, kind)), check_split="none")
-            found.append(("CTranslate2", kind, *timed(Exported.load(made, decoding, threads), sources)))
-    return [
-        {
-            "engine": engine,
-            "weights": kind,
-            "sentences": len(sources),
-            "seconds": seconds,
-            "sentences_per_second": len(sources) / seconds,
-            "bleu": score(texts, references).bleu,
-        }
-        for engine, kind, texts, seconds in found
-    ]
+            decoder, weights = Exported.load(made, decoding, torch.get_num_threads()), kind
+        decoder.translate(sources[:100])
+        started = time.perf_counter()
+        texts = decoder.translate(sources)
+        seconds = time.perf_counter() - started
+    engine = "nmt" if kind == "nmt" else "CTranslate2"
+    bleu = score(texts, references).bleu
+    return {"engine": engine, "weights": weights, "sentences": len(sources), "seconds": seconds, "bleu": bleu}
+
+
+def measure(checkpoint: str, beam: int, weights: list[str], data_dir: str | None, rounds: int) -> list[dict]:
+    """Ours, then CTranslate2 in each of `weights`, each decoding in a process of its own (two engines in one
+    process slowed ours by a third: their thread pools wait on the same cores), `rounds` times taking turns; each
+    entry with the median of its timings."""
+    found: dict[str, list[dict]] = {kind: [] for kind in ["nmt", *weights]}
+    for _ in range(rounds):
+        for kind in found:
+            command = [sys.executable, "-m", "nmt.study", "measure", "export", "--checkpoint", checkpoint]
+            command += ["--beam", str(beam), "--decoder", kind, *(["--data-dir", data_dir] if data_dir else [])]
+            done = subprocess.run(command, capture_output=True, text=True)
+            if done.returncode:
+                raise UserError(f"decoding with {kind} failed: {done.stderr.strip()[-1000:]}")
+            found[kind].append(json.loads(done.stdout.strip().splitlines()[-1]))
+            print(f"{kind}: {found[kind][-1]['seconds']:.2f} s", file=sys.stderr)
+    entries = []
+    for runs in found.values():
+        seconds = statistics.median(run["seconds"] for run in runs)
+        entries.append({**runs[0], "seconds": seconds, "sentences_per_second": runs[0]["sentences"] / seconds})
+    return entries
 
 
 def table(found: list[dict]) -> list[list[str]]:
@@ -85,11 +97,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--weights", default="int8,float32", help="the exports' weight types, comma-separated")
     parser.add_argument("--data-dir", help="where Multi30k is (else the run's own data options)")
+    parser.add_argument("--rounds", type=int, default=3, help="timings of each decoder, taking turns (the median)")
+    parser.add_argument("--decoder", help=argparse.SUPPRESS)  # internal: one decoder in this process, as JSON
     record_option(parser, ("export",), "also save the table as")
     args = parser.parse_args(argv)
-    if args.beam < 1:
-        raise UserError(f"--beam {args.beam}: 1 (greedy) or more")
-    found = measure(args.checkpoint, args.beam, args.weights.split(","), args.data_dir)
+    if args.beam < 1 or args.rounds < 1:
+        raise UserError(f"--beam {args.beam}, --rounds {args.rounds}: each 1 or more")
+    if args.decoder:
+        return print(json.dumps(decode_once(args.checkpoint, args.beam, args.decoder, args.data_dir)))
+    found = measure(args.checkpoint, args.beam, args.weights.split(","), args.data_dir, args.rounds)
     rows = table(found)
     columns = ["engine", "weights", "sent/s", "x ours", "BLEU", "BLEU - ours"]
     print(" | ".join(columns))
@@ -98,8 +114,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.record:
         note = (
             f"{found[0]['sentences']:,} test sentences, beam {args.beam} (CTranslate2's length penalty: length^0.6; "
-            f"ours: GNMT's), {torch.get_num_threads()} threads each, each decoder warmed up on 100 sentences, then "
-            f"timed once over the split; detokenized cased sacreBLEU. Checkpoint {Path(args.checkpoint).name} of a "
+            f"ours: GNMT's), {torch.get_num_threads()} threads each (CTranslate2: a batch per thread); each decoder "
+            f"in a process of its own, warmed up on 100 sentences, then timed over the split; {args.rounds} rounds "
+            f"taking turns (the median); detokenized cased sacreBLEU. Checkpoint {Path(args.checkpoint).name} of a "
             "Transformer trained on Multi30k."
         )
         path = published.record_measurement(args.record, columns, rows, note, values={"decoders": found})
