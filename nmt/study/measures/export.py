@@ -91,6 +91,19 @@ def table(found: list[dict]) -> list[list[str]]:
     ]
 
 
+def trained(checkpoint: str) -> str:
+    """What the checkpoint is, in words: its name, the budget and updates it was trained with."""
+    from nmt.checkpoint import load
+
+    payload = load(checkpoint)
+    budget = payload["config"].get("trainer", {}).get("max_flops")
+    step = payload.get("progress", {}).get("step")
+    return (
+        f"{Path(checkpoint).name} of a Transformer (default config) trained on Multi30k de->en for "
+        f"{f'{budget:g} FLOPs' if budget else 'its run'} ({step:,} updates)."
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = options(__name__, __doc__)
     parser.add_argument("--checkpoint", required=True, help="a Transformer's checkpoint (best.pt of a Multi30k run)")
@@ -116,8 +129,7 @@ def main(argv: list[str] | None = None) -> None:
             f"{found[0]['sentences']:,} test sentences, beam {args.beam} (CTranslate2's length penalty: length^0.6; "
             f"ours: GNMT's), {torch.get_num_threads()} threads each (CTranslate2: a batch per thread); each decoder "
             f"in a process of its own, warmed up on 100 sentences, then timed over the split; {args.rounds} rounds "
-            f"taking turns (the median); detokenized cased sacreBLEU. Checkpoint {Path(args.checkpoint).name} of a "
-            "Transformer trained on Multi30k."
+            f"taking turns (the median); detokenized cased sacreBLEU. {trained(args.checkpoint)}"
         )
         path = published.record_measurement(args.record, columns, rows, note, values={"decoders": found})
         print(f"wrote {path}", file=sys.stderr)
