@@ -65,25 +65,23 @@ def logging_to(handler: logging.Handler):
         root.removeHandler(handler)
 
 
-def train_packed(jobs: list[tuple[DictConfig, str | Path]]) -> list[dict | BaseException]:
-    """Train `jobs` ((composed config, run folder) each) in turn in this process; each job's results (`train.py`'s:
+def train_packed(jobs: list[tuple[DictConfig, str | Path]], slots: int = 0) -> list[dict | BaseException]:
+    """Train `jobs` ((composed config, run folder) each) in turn in this process, at most `slots` at once (0: all):
+    a job that ends frees its slot for the next of the queue, in order. Returns each job's results (`train.py`'s:
     those it reports, or a finished run's, kept) or the error that ended it, in the order of `jobs`. An interrupted
     job's error is its `nmt.Interrupted`, which says how to continue it."""
     outcomes: list[dict | BaseException | None] = [None] * len(jobs)
     running: dict[int, Running] = {}
+    queue = list(enumerate(jobs))
     with contextlib.ExitStack() as held, StopRequests() as stop:  # each job's lock, held until the pack ends
-        for number, (config, folder) in enumerate(jobs):
-            try:
-                started, handler = start_job(config, folder, held)
-            except Exception as error:  # noqa: BLE001 (the job's own end; the others start and train)
-                outcomes[number] = failed(folder, error)
-                continue
-            if isinstance(started, experiment.Started):
-                state = rng_state(started.trainer.device)
-                running[number] = Running(started, started.updates(stop), state, handler)
-            else:
-                outcomes[number] = started  # finished with these settings already: kept
-        while running:
+        while queue or running:
+            while queue and len(running) < (slots or len(jobs)):
+                number, (config, folder) = queue.pop(0)
+                started = start_one(config, folder, held, stop)
+                if isinstance(started, Running):
+                    running[number] = started
+                else:
+                    outcomes[number] = started  # its error, or a finished run's results (kept)
             for number, job in list(running.items()):
                 set_rng_state(job.state, job.started.trainer.device)
                 with logging_to(job.log):
@@ -94,6 +92,18 @@ def train_packed(jobs: list[tuple[DictConfig, str | Path]]) -> list[dict | BaseE
                 else:
                     job.state = rng_state(job.started.trainer.device)
     return outcomes
+
+
+def start_one(config: DictConfig, folder: str | Path, held: contextlib.ExitStack, stop) -> Running | dict | Exception:
+    """A job started (`start_job`) and ready for its turns; or the results of a run finished with these settings
+    already, or the error that stopped its start."""
+    try:
+        started, handler = start_job(config, folder, held)
+    except Exception as error:  # noqa: BLE001 (the job's own end; the others start and train)
+        return failed(folder, error)
+    if not isinstance(started, experiment.Started):
+        return started
+    return Running(started, started.updates(stop), rng_state(started.trainer.device), handler)
 
 
 def start_job(

@@ -19,6 +19,11 @@
 #                                          1234..., one at a time, then 2 and 4 at once on the one GPU: the wall time
 #                                          and runs per hour of each ($OUT/jobs.txt, the logs in $OUT/jobs.tgz), for
 #                                          how many jobs `make results` should run on a GPU
+#   bash scripts/device_check.sh pack [FLOPS] [SECONDS]
+#                                          there: 1, 4, 8 and 16 runs of Bahdanau at FLOPS (5e13, 2 validations)
+#                                          packed in one process (hydra/launcher=packed), in at most SECONDS (150):
+#                                          the wall time, runs per hour and each run's median tokens/s
+#                                          ($OUT/pack.txt; logs in $OUT/pack.tgz), against `jobs`' one at a time
 #   bash scripts/device_check.sh study PART VARIANTS JOBS SECONDS [SEEDS]
 #                                          there: `make results`' PART (tune first, as it sets the defaults:
 #                                          `python -m nmt.study tune` of the targets VARIANTS, SEEDS trials each (6),
@@ -102,6 +107,27 @@ if [[ "${1:-}" == "jobs" ]]; then  # runs per hour with 1, 2 and 4 runs at once 
     kill %1 2>/dev/null || true
     cp /tmp/jobs_gpu_use.csv /tmp/jobs/ 2>/dev/null || true
     tar czf "$OUT/jobs.tgz" -C /tmp/jobs --exclude='*.pt' --exclude='events.out*' . 2>/dev/null || true
+    exit 0
+fi
+if [[ "${1:-}" == "pack" ]]; then  # packed runs per hour at 1, 4, 8 and 16 runs in one process on the one GPU
+    flops="${2:-5e13}" deadline=$(( $(date +%s) + ${3:-150} ))
+    rm -rf /tmp/pack && mkdir -p /tmp/pack
+    for runs in 1 4 8 16; do
+        left=$(( deadline - $(date +%s) ))
+        (( left > 20 )) || { echo "$runs packed: skipped, the step's time is spent" | tee -a "$OUT/pack.txt"; continue; }
+        start=$(date +%s) code=0
+        timeout "$left" "$PYTHON" -m nmt.cli.train -m model=bahdanau "seed=range(1,$(( runs + 1 )))" \
+            hydra/launcher=packed trainer.max_flops="$flops" trainer.validations=2 trainer.progress=false \
+            data.dir="$NMT_DATA_DIR" data.spm_cache="$PWD/$GPU/spm" hydra.sweep.dir=/tmp/pack/$runs \
+            > /tmp/pack/$runs.log 2>&1 || code=$?
+        wall=$(( $(date +%s) - start )) done=$(ls /tmp/pack/$runs/*/results.json 2>/dev/null | wc -l)
+        rates=$("$PYTHON" -c "import glob, json, statistics; \
+r = [json.load(open(f))['train/tokens_per_second'] for f in glob.glob('/tmp/pack/$runs/*/results.json')]; \
+print(f'median {statistics.median(r):,.0f} target tok/s a run' if r else 'no run finished')")
+        echo "$runs packed: $done of $runs runs of bahdanau at $flops FLOPs in $wall s (exit $code), $rates:" \
+            "$(( done * 3600 / (wall > 0 ? wall : 1) )) runs per hour" | tee -a "$OUT/pack.txt"
+    done
+    tar czf "$OUT/pack.tgz" -C /tmp/pack --exclude='*.pt' --exclude='events.out*' . 2>/dev/null || true
     exit 0
 fi
 if [[ "${1:-}" == "study" ]]; then

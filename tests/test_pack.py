@@ -3,6 +3,7 @@ bit, the same validations and results; a job that fails ends alone."""
 
 import json
 
+import pytest
 import torch
 from conftest import compose_config
 
@@ -33,10 +34,12 @@ def weights(folder) -> dict:
     return checkpoint.load(folder / "last.pt")["model"]
 
 
-def test_packed_runs_end_bit_for_bit_where_each_ends_alone(tmp_path):
+@pytest.mark.parametrize("slots", [0, 2], ids=["all-at-once", "two-slots"])
+def test_packed_runs_end_bit_for_bit_where_each_ends_alone(tmp_path, slots):
+    """Every job at once, or two at a time (the third starts in the slot the first to end frees)."""
     alone = [experiment.train(config, tmp_path / "alone" / str(n)) for n, config in enumerate(configs(tmp_path))]
     jobs = [(config, tmp_path / "packed" / str(n)) for n, config in enumerate(configs(tmp_path))]
-    packed = train_packed(jobs)
+    packed = train_packed(jobs, slots)
     for n, (one, together) in enumerate(zip(alone, packed, strict=True)):
         assert isinstance(together, dict), together
         same = {key: value for key, value in one.items() if key not in ("train/minutes", "train/tokens_per_second")}
@@ -134,7 +137,8 @@ def test_a_sweep_packed_by_its_launcher_trains_each_job_as_the_basic_launcher_do
         assert list((tmp_path / "packed" / job).glob(".hydra/*/config.yaml"))  # Hydra's record of the job
         logged = (tmp_path / "packed" / job / "train.log").read_text()  # its own lines, not the other job's
         assert "validation at step 12" in logged and logged.count("stopped: reached trainer.max_steps=12") == 1
-    done = sweep("packed", "mixed", "trainer.select=aer", "model=sutskever,bahdanau")  # the first: no AER to select on
+    # one job at a time (hydra.launcher.slots=1); the first has no AER to select on
+    done = sweep("packed", "mixed", "trainer.select=aer", "model=sutskever,bahdanau", "hydra.launcher.slots=1")
     assert done.returncode == 1 and "error: 1 job of this sweep failed" in done.stderr, done.stderr[-2000:]
     assert "trainer.select=aer" in (tmp_path / "mixed" / "0" / "failed.txt").read_text()
     assert (tmp_path / "mixed" / "1" / "results.json").is_file() and "Traceback" not in done.stderr
@@ -164,3 +168,67 @@ def test_a_job_whose_folder_cannot_be_written_fails_alone_and_its_last_good_chec
     assert isinstance(outcomes[0], dict) and (tmp_path / "fine" / "results.json").is_file()
     assert isinstance(outcomes[1], UserError) and "No space left on device" in str(outcomes[1])
     assert checkpoints.load(full / "last.pt")["progress"]["step"] == 6  # the last good one, whole
+
+
+@pytest.mark.slow
+def test_a_pack_killed_with_sigkill_then_resumed_ends_each_job_bit_for_bit_where_it_would_have(tmp_path):
+    """kill -9 of a packed sweep (no handler runs: no last.pt written at the kill, every lock left behind), then the
+    same command with trainer.resume=auto: every job takes its folder back and ends with the weights of the job
+    trained alone."""
+    import random
+    import signal
+    import sys
+    import time
+
+    import commands
+    from conftest import ROOT
+
+    def line(folder: str, *extra: str) -> list[str]:
+        spm, subdir = f"data.spm_cache={tmp_path / 'spm'}", "hydra.sweep.subdir=${hydra:job.num}"
+        options = [*TINY, "trainer.max_steps=24", "trainer.valid_every=4", spm, subdir, "model=bahdanau,transformer"]
+        return [sys.executable, "train.py", "-m", *options, f"hydra.sweep.dir={tmp_path / folder}", *extra]
+
+    alone = commands.run(line("alone"), cwd=ROOT, text=True)
+    assert alone.returncode == 0, alone.stderr[-2000:]
+    process = commands.start(line("packed", "hydra/launcher=packed"), cwd=ROOT)
+    deadline = time.monotonic() + 120
+    while not all((tmp_path / "packed" / job / "last.pt").is_file() for job in "01") and time.monotonic() < deadline:
+        assert process.poll() is None, process.communicate()[1][-2000:]
+        time.sleep(0.02)
+    time.sleep(random.Random().uniform(0.0, 0.3))  # anywhere in the next stretch of updates
+    assert process.poll() is None, "the pack ended before it was killed"
+    process.kill()
+    assert process.wait() == -signal.SIGKILL
+    steps = [checkpoint.load(tmp_path / "packed" / job / "last.pt")["progress"]["step"] for job in "01"]
+    assert all(step < 24 for step in steps) and all((tmp_path / "packed" / job / ".lock").exists() for job in "01")
+    resumed = commands.run(line("packed", "hydra/launcher=packed", "trainer.resume=auto"), cwd=ROOT, text=True)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    for job in "01":
+        mine, theirs = weights(tmp_path / "alone" / job), weights(tmp_path / "packed" / job)
+        assert all(torch.equal(mine[k], theirs[k]) for k in mine), job
+        results = [json.loads((tmp_path / kind / job / "results.json").read_text()) for kind in ("alone", "packed")]
+        assert results[0]["test/bleu"] == results[1]["test/bleu"]
+
+
+def test_a_job_out_of_memory_midway_ends_alone_with_its_message_and_the_others_finish(tmp_path, monkeypatch):
+    """torch's out-of-memory error in one job's update (a GPU's, or the CPU allocator's): that job ends with the
+    error and keeps its last whole checkpoint; the others end bit for bit as alone."""
+    from nmt.trainer import Trainer
+
+    first, second = configs(tmp_path)[:2]
+    alone = experiment.train(second, tmp_path / "alone")
+    validate = Trainer.validate_and_save
+
+    def exhausted(self):
+        validate(self)
+        if self.folder.path.name == "short" and self.progress.step >= 6:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(Trainer, "validate_and_save", exhausted)
+    outcomes = train_packed([(first, tmp_path / "short"), (second, tmp_path / "whole")])
+    assert isinstance(outcomes[0], torch.OutOfMemoryError) and "Tried to allocate" in str(outcomes[0])
+    assert checkpoint.load(tmp_path / "short" / "last.pt")["progress"]["step"] == 6
+    assert not (tmp_path / "short" / "results.json").exists()
+    assert outcomes[1]["test/bleu"] == alone["test/bleu"]
+    mine, theirs = weights(tmp_path / "alone"), weights(tmp_path / "whole")
+    assert all(torch.equal(mine[k], theirs[k]) for k in mine)

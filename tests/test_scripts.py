@@ -983,6 +983,10 @@ def test_a_joblib_sweep_around_recorded_runs_keeps_every_core_busy_and_skips_the
     assert len(launched) == 1 and "seed=1,2" in launched[0] and "variant=sutskever,bahdanau" in launched[0]
     assert "hydra.launcher.batch_size=1" in launched[0]  # no run queued behind a skipped job in one worker
     launched.clear()
+    sweeps.sweep(["sutskever", "bahdanau"], [1, 2], [], tmp_path / "runs", "packed", 2, done, (), records)
+    assert len(launched) == 1 and "seed=1,2" in launched[0] and "variant=sutskever,bahdanau" in launched[0]
+    assert launched[0][-2:] == ["hydra/launcher=packed", "hydra.launcher.slots=2"]
+    launched.clear()
     sweeps.sweep(["sutskever", "bahdanau"], [1, 2], [], tmp_path / "runs", "basic", 1, done)
     given = [c[len(sweeps.TRAIN) + 1 : len(sweeps.TRAIN) + 3] for c in launched]  # after train.py's -m
     assert given == [["seed=1", "variant=bahdanau"], ["seed=2", "variant=sutskever,bahdanau"]]
@@ -1004,6 +1008,9 @@ def test_a_joblib_sweep_around_recorded_runs_keeps_every_core_busy_and_skips_the
     )
     assert job.returncode == 0, job.stderr
     assert "recorded already in" in (run / "train.log").read_text() and not (run / "provenance.json").exists()
+    packed = run_command([*job.args, "hydra/launcher=packed"], cwd=ROOT, text=True)  # the packed launcher skips it too
+    assert packed.returncode == 0 and "recorded already in" in packed.stdout + packed.stderr, packed.stderr[-2000:]
+    assert not (run / "provenance.json").exists()
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: the script would run its checks")

@@ -1,5 +1,6 @@
 """hydra/launcher=packed: the jobs of a `train.py -m` sweep trained together in this one process, each exactly as it
-would train alone (`nmt.pack.train_packed`): `python train.py -m seed=1,2,3 hydra/launcher=packed`.
+would train alone (`nmt.pack.train_packed`): `python train.py -m seed=1,2,3 hydra/launcher=packed`, every job at
+once or `hydra.launcher.slots=N` at a time.
 
 Each job gets what train.py gives it under the basic launcher: its folder (the sweep's dir and subdir) with Hydra's
 records of its config, the sweep's callbacks before and after it (a study's records, the failed jobs' summary), its
@@ -27,12 +28,18 @@ log = logging.getLogger(__name__)
 @dataclass
 class PackedLauncherConf:
     _target_: str = "hydra_plugins.nmt_packed_launcher.packed.PackedLauncher"
+    slots: int = 0  # jobs training at once (0: all); a job that ends gives its slot to the next (hydra.launcher.slots)
 
 
 ConfigStore.instance().store(group="hydra/launcher", name="packed", node=PackedLauncherConf, provider="nmt")
 
 
 class PackedLauncher(Launcher):
+    def __init__(self, slots: int = 0) -> None:
+        if slots < 0:
+            raise ValueError(f"hydra.launcher.slots={slots}: 0 (every job at once) or more")
+        self.slots = slots
+
     def setup(self, *, hydra_context, task_function, config: DictConfig) -> None:
         self.hydra_context, self.task_function, self.config = hydra_context, task_function, config
 
@@ -47,7 +54,7 @@ class PackedLauncher(Launcher):
         log.info(f"Launching {len(job_overrides)} jobs packed in one process")
         jobs = [self.job(number, overrides) for number, overrides in enumerate(job_overrides, initial_job_idx)]
         trained = [job for job in jobs if job.return_value is None]  # the others: skipped or stopped before
-        outcomes = train_packed([(job.cfg, job.working_dir) for job in trained])
+        outcomes = train_packed([(job.cfg, job.working_dir) for job in trained], self.slots)
         for job, outcome in zip(trained, outcomes, strict=True):
             job.return_value = self.ended(job, outcome)
         for job in jobs:

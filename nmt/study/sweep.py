@@ -32,7 +32,7 @@ from nmt.run_folder import RunFolder
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN = (sys.executable, "-m", "nmt.cli.train")  # train.py, installed or not
-LAUNCHERS = ("basic", "joblib", "slurm")
+LAUNCHERS = ("basic", "joblib", "packed", "slurm")
 
 
 def launcher_options(parser, launcher: str = "basic", jobs: int = 1) -> None:
@@ -41,10 +41,10 @@ def launcher_options(parser, launcher: str = "basic", jobs: int = 1) -> None:
         "--launcher",
         choices=LAUNCHERS,
         default=launcher,
-        help="Hydra's launcher: one run after another (basic), --jobs at once on this machine "
-        "(joblib), or a SLURM job each (slurm)",
+        help="Hydra's launcher: one run after another (basic), --jobs at once on this machine in processes of their "
+        "own (joblib) or in one process (packed: hydra/launcher=packed), or a SLURM job each (slurm)",
     )
-    parser.add_argument("--jobs", type=int, default=jobs, help="with --launcher joblib: runs at once")
+    parser.add_argument("--jobs", type=int, default=jobs, help="with --launcher joblib or packed: runs at once")
 
 
 def chosen(option: str, given: str, known: list[str] | tuple[str, ...]) -> list[str]:
@@ -163,7 +163,8 @@ def sweep(
 ) -> list[Path]:
     """Train every variant (configs/variant/<name>.yaml) with every seed, seed by seed, as one `train.py -m` into
     folder/<variant>/seed<N>, through Hydra's `launcher`: `basic` (one after another), `joblib` (`jobs` at once on
-    this machine, or as many as there are runs, each with cores / that many torch threads) or `slurm`; the (variant,
+    this machine, or as many as there are runs, each with cores / that many torch threads), `packed` (`jobs` at once
+    in one process, nmt.pack) or `slurm`; the (variant,
     seed) runs of `done` (kept elsewhere: nmt.study.records.recorded) are not trained (`rectangles`); `hydra`: more of
     Hydra's own options (a callback); `prefix`: of the runs' folders (the lab's: lab_<variant>). Returns the run
     directories trained."""
@@ -179,7 +180,8 @@ def sweep(
     ]
     check_finished(runs)
     subdir = prefix + "${hydra:runtime.choices.variant}/seed${seed}"  # resolved by Hydra for each job
-    for needed, grid_seeds in rectangles(variants, seeds, done, launcher == "joblib" and records is not None).items():
+    around = launcher in ("joblib", "packed") and records is not None
+    for needed, grid_seeds in rectangles(variants, seeds, done, around).items():
         command = [
             *TRAIN,
             "-m",
@@ -226,6 +228,8 @@ def launcher_overrides(launcher: str, workers: int, overrides: list[str]) -> lis
     overrides pin them (the results' runs do)."""
     if launcher == "slurm":
         return ["hydra/launcher=slurm"]
+    if launcher == "packed":  # one process, its cores shared by the runs in turn: torch's threads as for one run
+        return ["hydra/launcher=packed", f"hydra.launcher.slots={workers}"]
     if launcher != "joblib":
         return []
     return [
