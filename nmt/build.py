@@ -254,3 +254,11 @@ def model(model_config, vocab: Vocabulary) -> torch.nn.Module:
     except InstantiationException as error:
         cause = error.__cause__ or error  # the constructor's own message, without Hydra's wrapping
         raise UserError(f"model: cannot build {config.get('_target_')} with these options: {cause}") from None
+
+
+def corpus_of(config: dict, data_dir: str | None) -> Splits:
+    """The corpus a checkpoint was trained on, read from `data_dir` when given."""
+    data = saved_data_config(config["data"])  # checked, fetched and cached where this machine says
+    if data_dir and data.corpus == "multi30k":
+        data.dir = data_dir
+    return load_corpus(data)

@@ -13,7 +13,7 @@ from nmt import UserError, build
 from nmt.aer import Gold, format_links, read_gold
 from nmt.alignment import attention_report, choose_map, links_of, map_names, parse_key, word_attention
 from nmt.config import DecodeOptions
-from nmt.corpus import Pairs, Splits, read_lines, read_parallel, with_text
+from nmt.corpus import Pairs, read_lines, read_parallel, with_text
 from nmt.decoding import Translator
 from nmt.export.engine import Exported
 from nmt.paths import output_file, output_folder, stamp, write_text
@@ -34,14 +34,6 @@ def bleu_by_length(sources: list[str], hypotheses: list[str], references: list[s
             bleu = sacrebleu.corpus_bleu([hypotheses[i] for i in chosen], [[references[i] for i in chosen]])
             buckets[(low, high)] = (bleu.score, len(chosen))
     return buckets
-
-
-def corpus_of(config: dict, data_dir: str | None) -> Splits:
-    """The corpus a checkpoint was trained on, read from `data_dir` when given."""
-    data = build.saved_data_config(config["data"])  # checked, fetched and cached where this machine says
-    if data_dir and data.corpus == "multi30k":
-        data.dir = data_dir
-    return build.load_corpus(data)
 
 
 def scores_of(sources: list[str], hypotheses: list[str], references: list[str]) -> dict:
@@ -66,7 +58,7 @@ def pairs_to_score(
         if not (source and reference):
             raise UserError("give both source=FILE and reference=FILE to score your own files")
         return with_text(read_parallel(source, reference), "given", f"source={source} and reference={reference}"), None
-    splits = corpus_of(config, data_dir)
+    splits = build.corpus_of(config, data_dir)
     return splits.split(split), splits.alignments[split] if splits.alignments else None
 
 
@@ -92,7 +84,7 @@ def alignment_map_of(translator: Translator, requested: str | None, data_dir: st
         return None
     valid_report = None
     if not requested and len(available) > 1 and translator.config.get("data", {}).get("corpus") == "sample":
-        splits = corpus_of(translator.config, data_dir)
+        splits = build.corpus_of(translator.config, data_dir)
         valid_report = attention_report(
             translator.model,
             translator.vocabulary,

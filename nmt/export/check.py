@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import torch
 
+from nmt.build import corpus_of
 from nmt.config import TrainerConfig
 from nmt.decoding import Search, score, translate
-from nmt.evaluate import corpus_of
 
 
 def compare(exported, model, vocabulary, config: dict, split: str, data_dir: str | None) -> dict:

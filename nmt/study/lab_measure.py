@@ -18,10 +18,11 @@ import sacrebleu
 from nmt import UserError, checkpoint
 from nmt.aer import read_gold
 from nmt.alignment import attention_report
+from nmt.build import corpus_of
 from nmt.config import DecodeOptions, GrammarOptions
 from nmt.corpus import read_parallel
 from nmt.decoding import Translator
-from nmt.evaluate import alignment_map_of, corpus_of
+from nmt.evaluate import alignment_map_of
 from nmt.paths import read_json, write_text
 from nmt.run_folder import RunFolder
 from nmt.sample import generate_aligned, write_aligned

@@ -162,12 +162,10 @@ def sweep(
     prefix: str = "",
 ) -> list[Path]:
     """Train every variant (configs/variant/<name>.yaml) with every seed, seed by seed, as one `train.py -m` into
-    folder/<variant>/seed<N>, through Hydra's `launcher`: `basic` (one after another), `joblib` (`jobs` at once on
-    this machine, or as many as there are runs, each with cores / that many torch threads), `packed` (`jobs` at once
-    in one process, nmt.pack) or `slurm`; the (variant,
-    seed) runs of `done` (kept elsewhere: nmt.study.records.recorded) are not trained (`rectangles`); `hydra`: more of
-    Hydra's own options (a callback); `prefix`: of the runs' folders (the lab's: lab_<variant>). Returns the run
-    directories trained."""
+    folder/<variant>/seed<N>, through Hydra's `launcher`: `basic` (one after another), `joblib` (`jobs` at once, or
+    as many as there are runs, each with cores / that many torch threads), `packed` (in one process) or `slurm`; the
+    (variant, seed) runs of `done` (kept elsewhere: nmt.study.records.recorded) are not trained (`rectangles`);
+    `hydra`: Hydra's own options (a callback); `prefix`: of the run folders (lab_<variant>). Returns the folders."""
     runs = [
         (
             f"{variant} seed {seed}",
@@ -180,7 +178,7 @@ def sweep(
     ]
     check_finished(runs)
     subdir = prefix + "${hydra:runtime.choices.variant}/seed${seed}"  # resolved by Hydra for each job
-    around = launcher in ("joblib", "packed") and records is not None
+    around = launcher in ("joblib", "packed") and records is not None  # one rectangle: no core idles
     for needed, grid_seeds in rectangles(variants, seeds, done, around).items():
         command = [
             *TRAIN,
@@ -226,12 +224,10 @@ def launcher_overrides(launcher: str, workers: int, overrides: list[str]) -> lis
     """The options that put a `train.py -m` on Hydra's `launcher`: with joblib, `workers` runs at once (no more than
     it has runs, so that none idles from its start: FailedJobs), each with cores / workers torch threads unless the
     overrides pin them (the results' runs do)."""
-    if launcher == "slurm":
-        return ["hydra/launcher=slurm"]
-    if launcher == "packed":  # one process, its cores shared by the runs in turn: torch's threads as for one run
+    if launcher in ("slurm", "basic"):
+        return ["hydra/launcher=slurm"] if launcher == "slurm" else []
+    if launcher == "packed":  # one process: the runs take the cores in turn, each with torch's threads of one run
         return ["hydra/launcher=packed", f"hydra.launcher.slots={workers}"]
-    if launcher != "joblib":
-        return []
     return [
         "hydra/launcher=joblib",
         f"hydra.launcher.n_jobs={workers}",

@@ -27,9 +27,9 @@ from omegaconf import OmegaConf
 from optuna.distributions import BaseDistribution, FloatDistribution, IntDistribution
 
 from nmt import averaging
+from nmt.build import corpus_of
 from nmt.config import DecodeOptions
 from nmt.decoding import Translator, decode_split
-from nmt.evaluate import corpus_of
 from nmt.paths import write_text
 from nmt.provenance import loaded_code
 from nmt.run_folder import RunFolder

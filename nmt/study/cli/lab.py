@@ -33,8 +33,8 @@ import numpy as np
 from torch.utils.tensorboard import SummaryWriter
 
 from nmt import UserError
+from nmt.build import corpus_of
 from nmt.corpus import read_parallel
-from nmt.evaluate import corpus_of
 from nmt.paths import output_folder
 from nmt.plot import legend_beside, lines_figure
 from nmt.study.claims import Claim, gap_grows_with_length, local_aligns_better

@@ -15,9 +15,9 @@ from pathlib import Path
 from nmt import UserError
 from nmt.aer import alignment_error
 from nmt.alignment import choose_map, map_names, parse_key, shifted_links, word_attention
+from nmt.build import corpus_of
 from nmt.config import DecodeOptions
 from nmt.decoding import Translator
-from nmt.evaluate import corpus_of
 from nmt.run_folder import RunFolder
 from nmt.study import published
 from nmt.study.measures import options

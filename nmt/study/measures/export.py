@@ -25,9 +25,9 @@ from pathlib import Path
 import torch
 
 from nmt import UserError
+from nmt.build import corpus_of
 from nmt.config import DecodeOptions
 from nmt.decoding import Translator, score
-from nmt.evaluate import corpus_of
 from nmt.export.command import export
 from nmt.export.engine import Exported
 from nmt.study import published
