@@ -72,7 +72,10 @@ def test_the_specification_computes_our_transformers_probabilities(tmp_path, sam
         parameter.data.add_(torch.randn_like(parameter) * 0.05)
     exported = ctranslate2.Translator(str(saved(transformer_spec(model, vocabulary), tmp_path / "m")))
     pairs = sample_splits.test[:12]
+    long = [" ".join(side) for side in zip(*sample_splits.test[12:24])]  # past model.max_len=64 subwords each side
+    pairs = [*pairs, (long[0], long[1])]  # learned positions past the last repeat it, as ours do
     sources = [vocabulary.source.encode(s, out_type=str) for s, _ in pairs]
+    assert len(sources[-1]) > 64
     targets = [vocabulary.target.encode(t, out_type=str) for _, t in pairs]
     theirs = [result.log_probs for result in exported.score_batch(sources, targets)]
     for ours, found in zip(log_probabilities(model, vocabulary, pairs), theirs):
@@ -329,6 +332,17 @@ def test_without_ctranslate2_the_export_says_how_to_install_it(tmp_path):
     hide = "import sys; sys.modules['ctranslate2'] = None; sys.argv[0] = 'nmt-export'; "
     result = run("-c", hide + "from nmt.cli.export import main; main()", f"checkpoint={tmp_path / 'x.pt'}")
     refused(result, "need CTranslate2: pip install 'nmt[export]'")
+
+
+def test_a_line_whose_output_could_run_past_the_exports_positions_is_refused_naming_it(tmp_path, sample_vocabulary):
+    from nmt.config import DecodeOptions
+    from nmt.export.engine import Exported
+
+    path = untrained_checkpoint(tmp_path, sample_vocabulary)
+    made = command.export(str(path), quantization="float32", output=str(tmp_path / "e"), check_split="none")
+    exported = Exported.load(made, DecodeOptions(beam=1, max_input_len=5000, max_tokens=20000))
+    with pytest.raises(UserError, match=r"line 2: its output may run to [\d,]+ subwords, past the 2,058 positions"):
+        exported.translate(["ein Hund", " ".join(["ein Hund"] * 1000)])
 
 
 def test_a_damaged_export_is_refused_by_name(tmp_path, sample_vocabulary):

@@ -21,7 +21,9 @@ import torch
 from torch import nn
 
 from nmt import UserError
+from nmt.config import DecodeOptions
 from nmt.data import BOS_ID, EOS_ID, UNK_ID, Vocabulary
+from nmt.transformer import default_steps
 
 TRANSFORMER = "nmt.transformer.Transformer"
 
@@ -93,6 +95,12 @@ def set_feedforward(spec, feedforward) -> None:
     set_linear(spec.linear_1, feedforward[-1])
 
 
+# Positions the exported tables hold: our search's longest output for the longest input decoding takes by default
+# (max_input_len 1,024 subwords: 2 x 1,024 + 10, nmt.transformer.default_steps). Sinusoids are written that far, and
+# learned positions past the last one trained repeat it, as ours do (Embedding.position_vectors)
+POSITIONS = default_steps(DecodeOptions.max_input_len)
+
+
 def set_inputs(stack, embeddings, embedding, length: int) -> None:
     """Token vectors x sqrt(d_model), plus the first `length` position vectors (sinusoidal or learned) as a table."""
     embeddings.weight = array(embedding.tokens.weight)
@@ -113,8 +121,8 @@ def transformer_spec(model, vocabulary: Vocabulary):
     heads = model.encoder[0].self_attention.heads
     spec = specs.TransformerSpec.from_config(layers, heads, pre_norm=model.pre_norm)
     encoder, decoder = spec.encoder, spec.decoder
-    set_inputs(encoder, encoder.embeddings[0], model.source_embedding, model.max_len)
-    set_inputs(decoder, decoder.embeddings, model.target_embedding, model.max_len)
+    set_inputs(encoder, encoder.embeddings[0], model.source_embedding, POSITIONS)
+    set_inputs(decoder, decoder.embeddings, model.target_embedding, POSITIONS)
     for layer_spec, layer in zip(encoder.layer, model.encoder):
         set_attention(layer_spec.self_attention, layer.self_attention, self_attention=True)
         set_feedforward(layer_spec.ffn, layer.feedforward)

@@ -19,7 +19,7 @@ from nmt import UserError
 from nmt.config import DecodeOptions
 from nmt.data import EOS_ID
 from nmt.decoding import Search, check_input_lengths
-from nmt.export.ct2 import ctranslate2_module
+from nmt.export.ct2 import POSITIONS, ctranslate2_module
 from nmt.paths import read_json
 
 NOTE = "nmt_export.json"  # what a folder nmt-export wrote holds beside the model: its source, options and check
@@ -46,6 +46,7 @@ class Exported:
     source: spm.SentencePieceProcessor
     target: spm.SentencePieceProcessor
     search: Search
+    positions: int  # the position vectors the export holds: no input or output may run past them
 
     @classmethod
     def load(cls, folder: str | Path, options: DecodeOptions | None = None, threads: int = 0) -> Exported:
@@ -91,7 +92,7 @@ class Exported:
             options.max_tokens,
             options.max_input_len,
         )
-        return cls(folder, translator, source, target, search)
+        return cls(folder, translator, source, target, search, note.get("positions", POSITIONS))
 
     def token_ids(self, lines: list[str]) -> list[list[int]]:
         """Each line's output subword ids, without eos, cut where our search stops it (empty for a blank line)."""
@@ -103,6 +104,12 @@ class Exported:
         lengths = [len(pieces) for pieces in sources]
         check_input_lengths(lengths, [i + 1 for i in texts], self.search.max_input_len, "max_input_len")
         limits = [int(length * self.search.ratio + self.search.extra) for length in lengths]
+        if max(max(limits), max(lengths)) > self.positions:
+            line = texts[max(range(len(texts)), key=lambda i: max(limits[i], lengths[i]))] + 1
+            raise UserError(
+                f"line {line}: its output may run to {max(limits):,} subwords, past the {self.positions:,} positions "
+                f"the export holds; split it into sentences, or lower max_input_len"
+            )
         results = self.translator.translate_batch(
             sources,
             beam_size=self.search.beam,

@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 
 from nmt import UserError
+from nmt.export.ct2 import POSITIONS
 from nmt.export.engine import NOTE, SUBWORDS
 from nmt.paths import digest, folder_option, write_text
 from nmt.provenance import loaded_code
@@ -97,6 +98,7 @@ def note_of(checkpoint: Path, config: dict, settings: dict, check: dict | None) 
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="minutes"),
         "decode_ratio": float(trainer.get("decode_ratio", 1.5)),
         "decode_extra": int(trainer.get("decode_extra", 10)),
+        "positions": POSITIONS,
         "languages": [config.get("data", {}).get("src_lang"), config.get("data", {}).get("tgt_lang")],
         "model": config["model"],
         "check": check,
