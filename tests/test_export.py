@@ -359,3 +359,29 @@ def test_a_damaged_export_is_refused_by_name(tmp_path, sample_vocabulary):
         run("translate.py", "engine=ctranslate2", f"model_dir={made}", stdin=b"x\n"),
         "nmt_export.json: holds a JSON list",
     )
+
+
+@pytest.mark.slow
+def test_sigterm_while_an_export_is_checked_leaves_nothing_behind(tmp_path, sample_vocabulary):
+    """A scheduler's SIGTERM (or Ctrl-C) in the middle of the check: the folder made beside `output` is removed, the
+    command says nothing was written, and exits 143 (130 for Ctrl-C)."""
+    import signal
+    import time
+
+    import commands
+    from conftest import ROOT
+
+    path = untrained_checkpoint(tmp_path, sample_vocabulary)  # an untrained model decodes to its length limit: slow
+    out = tmp_path / "out"
+    out.mkdir()
+    process = commands.start(
+        [sys.executable, "-m", "nmt.export", f"checkpoint={path}", f"output={out / 'e'}"], cwd=ROOT, text=True
+    )
+    deadline = time.monotonic() + 60
+    while not list(out.glob(".e.*.partial")) and time.monotonic() < deadline:
+        assert process.poll() is None, process.communicate()[1][-2000:]
+        time.sleep(0.01)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 143 and "stopped by SIGTERM; no export files were written" in stderr, stderr[-2000:]
+    assert list(out.iterdir()) == [] and "Traceback" not in stderr

@@ -1,8 +1,9 @@
-"""The toolkit's three commands, each a Hydra app: train, evaluate and translate (console scripts nmt-train,
-nmt-evaluate and nmt-translate; `python train.py` ... in a checkout)."""
+"""The toolkit's commands, each a Hydra app: train, evaluate, translate and export (console scripts nmt-train,
+nmt-evaluate, nmt-translate and nmt-export; `python train.py` ... in a checkout, `python -m nmt.export`)."""
 
 import contextlib
 import re
+import signal
 import sys
 from pathlib import Path
 
@@ -11,17 +12,32 @@ from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 from nmt import UserError
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a scheduler's, `kill`'s), met as Ctrl-C is: what was being made is left unwritten."""
+
+
+def terminated(number, frame):
+    raise Terminated
+
+
 @contextlib.contextmanager
 def refusals_and_ctrl_c(unwritten: str):
-    """A decoding command's ending: a refusal (a UserError, or an option OmegaConf rejects) is one `error:` line, and
-    Ctrl-C says that nothing was written (files are written whole at the end, atomically: `unwritten` names them)."""
+    """A decoding or export command's ending: a refusal (a UserError, or an option OmegaConf rejects) is one `error:`
+    line, and Ctrl-C or SIGTERM says that nothing was written (files are written whole at the end, atomically;
+    nmt-export's folder is made beside its place and removed: `unwritten` names them)."""
+    previous = signal.signal(signal.SIGTERM, terminated)
     try:
         yield
     except (UserError, OmegaConfBaseException) as error:
         sys.exit(f"error: {said(error)}")
-    except KeyboardInterrupt:
-        print(f"stopped by Ctrl-C; no {unwritten} were written", file=sys.stderr)
-        sys.exit(130)
+    except KeyboardInterrupt as stop:
+        print(
+            f"stopped by {'SIGTERM' if isinstance(stop, Terminated) else 'Ctrl-C'}; no {unwritten} were written",
+            file=sys.stderr,
+        )
+        sys.exit(143 if isinstance(stop, Terminated) else 130)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def said(error: Exception) -> str:
