@@ -127,7 +127,12 @@ def report(found: dict, quantization: str, tolerance: float) -> None:
         f"{found['ours_bleu']:.2f} (ours), a gap of {found['gap']:+.2f}"
     )
     if found["gap"] < -tolerance:
+        why = (
+            " (this CPU sums int8 products in 16 bits, without VNNI, where they can clip)"
+            if quantization.startswith("int8") and ct2.int8_saturates()
+            else ""
+        )
         raise UserError(
             f"the export loses {-found['gap']:.2f} BLEU to our decoder on the {found['split']} split, more than "
-            f"tolerance={tolerance}; nothing was written. Try quantization=int16 or float32, or raise tolerance"
+            f"tolerance={tolerance}{why}; nothing was written. Try quantization=float32, or raise tolerance"
         )
