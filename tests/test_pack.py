@@ -232,3 +232,32 @@ def test_a_job_out_of_memory_midway_ends_alone_with_its_message_and_the_others_f
     assert outcomes[1]["test/bleu"] == alone["test/bleu"]
     mine, theirs = weights(tmp_path / "alone"), weights(tmp_path / "whole")
     assert all(torch.equal(mine[k], theirs[k]) for k in mine)
+
+
+@pytest.mark.slow
+def test_a_second_packed_sweep_into_the_same_folder_is_refused_before_it_trains_and_the_first_finishes(tmp_path):
+    """Two `train.py -m ... hydra/launcher=packed` given one sweep folder, through the real commands: while the first
+    trains, every job of the second is refused at its start naming the process that holds the folder (exit 1, each
+    job's refusal in the summary), nothing of the first's folders changes, and the first finishes as it would alone."""
+    import sys
+    import time
+
+    import commands
+    from conftest import ROOT
+
+    spm, subdir = f"data.spm_cache={tmp_path / 'spm'}", "hydra.sweep.subdir=${hydra:job.num}"
+    line = [sys.executable, "train.py", "-m", *TINY, "trainer.max_steps=60", spm, subdir, "model=bahdanau,transformer"]
+    line += [f"hydra.sweep.dir={tmp_path / 'sweep'}", "hydra/launcher=packed"]
+    first = commands.start(line, cwd=ROOT, text=True)
+    deadline = time.monotonic() + 120
+    while not all((tmp_path / "sweep" / job / "step00000006.pt").is_file() for job in "01"):
+        assert first.poll() is None and time.monotonic() < deadline, first.communicate()[1][-2000:]
+        time.sleep(0.02)
+    second = commands.run(line, cwd=ROOT, text=True)
+    assert first.poll() is None, "the first sweep ended before the second was refused"
+    assert second.returncode == 1 and second.stderr.count("is being trained by process") >= 2, second.stderr[-2000:]
+    assert "Traceback" not in second.stderr
+    _, stderr = first.communicate(timeout=300)
+    assert first.returncode == 0, stderr[-2000:]
+    assert all((tmp_path / "sweep" / job / "results.json").is_file() for job in "01")
+    assert not list((tmp_path / "sweep").glob("*/failed.txt"))  # the second wrote no failure into the first's folders
