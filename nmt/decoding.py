@@ -167,6 +167,12 @@ def load_model(path: str | Path, device: torch.device) -> tuple[torch.nn.Module,
     return model.to(device).eval(), vocabulary, payload["config"]
 
 
+def trained_options(config: dict) -> TrainerConfig:
+    """The trainer options a checkpoint's resolved config was trained with (options removed since left out; those
+    added since at their defaults): where its outputs stop, its precision."""
+    return TrainerConfig(**{k: v for k, v in config.get("trainer", {}).items() if k in TRAINER_FIELDS})
+
+
 @dataclass
 class Translator:
     """A checkpoint ready to decode: `translate(lines)` with the search settings it was made with."""
@@ -187,7 +193,7 @@ class Translator:
         options.check()
         where = find_device(options.device, option="device")
         model, vocabulary, config = load_model(path, where)
-        trained = TrainerConfig(**{k: v for k, v in config.get("trainer", {}).items() if k in TRAINER_FIELDS})
+        trained = trained_options(config)
         precision = options.precision
         if precision == "trained":
             precision = trained.precision

@@ -26,8 +26,15 @@ class Hypothesis:
     attention: torch.Tensor | None  # (len(tokens) + 1, S) over the real source tokens, or None
 
 
+def output_limit(source_length: int, ratio: float, extra: int) -> int:
+    """Where a search stops an output: `ratio` x the source's subwords + `extra` tokens (the run's
+    trainer.decode_ratio and decode_extra), eos included."""
+    return int(source_length * ratio + extra)
+
+
 def max_output_length(source_mask: torch.Tensor, ratio: float, extra: int) -> int:
-    return int(source_mask.sum(1).max().item() * ratio + extra)
+    """The limit of a batch: its longest source's."""
+    return output_limit(source_mask.sum(1).max().item(), ratio, extra)
 
 
 # Steps between the searches' checks of whether sentences have ended: each check reads a flag back from the device, and

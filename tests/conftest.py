@@ -108,3 +108,19 @@ def tiny_model_overrides(model: str, *extra: str) -> list[str]:
         elif isinstance(value, int) and str(key).endswith("layers"):
             shrunk.append(f"model.{key}=1")
     return [f"model={model}", *shrunk, *extra]
+
+
+def bare_venv(folder: Path) -> tuple[Path, Path]:
+    """A fresh virtual environment in `folder` with no pip and nothing installed: its python, and its site-packages
+    (where a test puts a .pth naming just what the environment may see)."""
+    import subprocess
+
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True, timeout=120)
+    python = folder / "bin" / "python"
+    purelib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    return python, Path(purelib)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import tomllib
-from conftest import ROOT
+from conftest import ROOT, bare_venv
 
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
@@ -85,8 +85,7 @@ def test_the_installed_wheel_trains_and_translates_from_any_folder(wheel, tmp_pa
     site-packages, read as a plain path, so this environment's editable install of nmt is not seen); from a folder of
     its own, nmt-train trains a tiny model on the sample corpus and nmt-translate translates a line with it."""
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
-    python = venv / "bin" / "python"
+    python, site = bare_venv(venv)
     installed = subprocess.run(
         [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index", str(wheel)],
         capture_output=True,
@@ -94,12 +93,6 @@ def test_the_installed_wheel_trains_and_translates_from_any_folder(wheel, tmp_pa
         timeout=300,
     )
     assert installed.returncode == 0, installed.stderr[-2000:]
-    site = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
     Path(site, "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     work = tmp_path / "elsewhere"
     work.mkdir()

@@ -7,8 +7,8 @@ from __future__ import annotations
 import torch
 
 from nmt.build import corpus_of
-from nmt.config import TrainerConfig
-from nmt.decoding import Search, score, translate
+from nmt.decoding import Search, score, trained_options, translate
+from nmt.search import output_limit
 
 
 def compare(exported, model, vocabulary, config: dict, split: str, data_dir: str | None) -> dict:
@@ -16,9 +16,8 @@ def compare(exported, model, vocabulary, config: dict, split: str, data_dir: str
     give the same subwords, both BLEU scores and their gap (the export's minus ours)."""
     pairs = corpus_of(config, data_dir).split(split)
     sources, references = [s for s, _ in pairs], [t for _, t in pairs]
-    trainer = config.get("trainer", {})
-    ratio = trainer.get("decode_ratio", TrainerConfig.decode_ratio)
-    extra = trainer.get("decode_extra", TrainerConfig.decode_extra)
+    trained = trained_options(config)
+    ratio, extra = trained.decode_ratio, trained.decode_extra
     ours_texts, ours = translate(
         model,
         vocabulary,
@@ -31,7 +30,7 @@ def compare(exported, model, vocabulary, config: dict, split: str, data_dir: str
     theirs = exported.token_ids(sources)
     lengths = [len(ids) or 1 for ids in vocabulary.encode_source(sources)]  # a blank line reads as eos alone
     same = sum(
-        hypothesis.tokens[: int(length * ratio + extra)] == ids
+        hypothesis.tokens[: output_limit(length, ratio, extra)] == ids
         for hypothesis, ids, length in zip(ours, theirs, lengths)
     )
     bleu = score(vocabulary.decode_target(theirs), references).bleu

@@ -10,7 +10,6 @@ place once whole and checked; a check that loses more than `tolerance` BLEU to o
 
 from __future__ import annotations
 
-import logging
 import math
 import shutil
 from pathlib import Path
@@ -20,10 +19,9 @@ import torch
 from nmt import UserError
 from nmt.config import DecodeOptions
 from nmt.decoding import load_model
+from nmt.device import int8_pairs_clip
 from nmt.export import check, ct2, folder
 from nmt.export.engine import SUBWORDS, Exported
-
-log = logging.getLogger(__name__)
 
 FORMATS = ("ctranslate2",)
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
@@ -129,7 +127,7 @@ def report(found: dict, quantization: str, tolerance: float) -> None:
     if found["gap"] < -tolerance:
         why = (
             " (this CPU sums int8 products in 16 bits, without VNNI, where they can clip)"
-            if quantization.startswith("int8") and ct2.int8_saturates()
+            if quantization.startswith("int8") and int8_pairs_clip()
             else ""
         )
         raise UserError(

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -43,26 +42,6 @@ def ctranslate2_module():
             "(or pip install ctranslate2)"
         ) from None
     return ctranslate2
-
-
-# oneDNN's instruction sets below VNNI (ONEDNN_MAX_CPU_ISA), where an int8 product pair is summed in 16 bits
-BELOW_VNNI = ("SSE41", "AVX", "AVX2", "AVX512_CORE")
-
-
-def int8_saturates() -> bool:
-    """Whether CTranslate2's int8 matrix products may saturate on this CPU: without VNNI (AVX512_VNNI or AVX_VNNI),
-    or with oneDNN held below it, a pair of unsigned 8-bit activations times signed 8-bit weights is summed in 16
-    bits (vpmaddubsw) and clips where both are near their ends. On this 2-core AMD EPYC held to AVX2, a small
-    Transformer's int8 export gave our greedy output on 63 of 80 sample sentences (77 with VNNI)."""
-    if os.environ.get("ONEDNN_MAX_CPU_ISA", "").upper() in BELOW_VNNI:
-        return True
-    try:
-        flags = next(
-            (line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")), ""
-        ).split()
-    except OSError:
-        return False  # not Linux: no word either way
-    return "avx512_vnni" not in flags and "avx_vnni" not in flags
 
 
 def unsupported(model: dict) -> list[str]:

@@ -21,6 +21,7 @@ from nmt.data import EOS_ID
 from nmt.decoding import Search, check_input_lengths
 from nmt.export.ct2 import POSITIONS, ctranslate2_module
 from nmt.paths import read_json
+from nmt.search import output_limit
 
 NOTE = "nmt_export.json"  # what a folder nmt-export wrote holds beside the model: its source, options and check
 SUBWORDS = {"source": "source.spm", "target": "target.spm"}  # the sentencepiece models, named as in the folder
@@ -103,7 +104,7 @@ class Exported:
         sources = [self.source.encode(lines[i], out_type=str) or [self.source.id_to_piece(EOS_ID)] for i in texts]
         lengths = [len(pieces) for pieces in sources]
         check_input_lengths(lengths, [i + 1 for i in texts], self.search.max_input_len, "max_input_len")
-        limits = [int(length * self.search.ratio + self.search.extra) for length in lengths]
+        limits = [output_limit(length, self.search.ratio, self.search.extra) for length in lengths]
         if max(max(limits), max(lengths)) > self.positions:
             line = texts[max(range(len(texts)), key=lambda i: max(limits[i], lengths[i]))] + 1
             raise UserError(
@@ -124,10 +125,10 @@ class Exported:
             found[index] = [self.target.piece_to_id(piece) for piece in result.hypotheses[0]][:limit]
         return found
 
-    def search_lines(self, lines: list[str], progress: str = "") -> tuple[list[str], list[list[int]]]:
+    def search_lines(self, lines: list[str]) -> tuple[list[str], list[list[int]]]:
         """Translations of raw lines, detokenized as ours (a blank line translates to a blank line), and their ids."""
         found = self.token_ids(lines)
         return self.target.decode(found), found
 
-    def translate(self, lines: list[str], progress: str = "") -> list[str]:
+    def translate(self, lines: list[str]) -> list[str]:
         return self.search_lines(lines)[0]

@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 
 from nmt import UserError
+from nmt.decoding import trained_options
 from nmt.export.ct2 import POSITIONS
 from nmt.export.engine import NOTE, SUBWORDS
 from nmt.paths import digest, folder_option, write_text
@@ -87,7 +88,7 @@ def trained_commits(checkpoint: Path) -> list[str]:
 
 def note_of(checkpoint: Path, config: dict, settings: dict, check: dict | None) -> dict:
     """What the export came from and how it was checked: the folder's nmt_export.json."""
-    trainer = config.get("trainer", {})
+    trained = trained_options(config)
     return {
         "command": " ".join(["nmt-export", *sys.argv[1:]]),
         **settings,
@@ -96,8 +97,8 @@ def note_of(checkpoint: Path, config: dict, settings: dict, check: dict | None) 
         "trained_at": trained_commits(checkpoint),
         "exported_at": loaded_code(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="minutes"),
-        "decode_ratio": float(trainer.get("decode_ratio", 1.5)),
-        "decode_extra": int(trainer.get("decode_extra", 10)),
+        "decode_ratio": float(trained.decode_ratio),
+        "decode_extra": int(trained.decode_extra),
         "positions": POSITIONS,
         "languages": [config.get("data", {}).get("src_lang"), config.get("data", {}).get("tgt_lang")],
         "model": config["model"],

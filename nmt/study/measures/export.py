@@ -4,11 +4,11 @@ python -m nmt.study measure export --checkpoint RUN/best.pt [--beam 5] [--data-d
 python -m nmt.study measure export --record --checkpoint RUN/best.pt --data-dir ../shared/data/multi30k
                                                                         # docs/speed.md's table
 
-The checkpoint is exported in each of --weights (int8, float32 by default) into a temporary folder, without the
-export's own check; then our Translator (precision auto, as translate.py decodes) and each export translate the test
-split on the same threads, each in a process of its own, warmed up on its first 100 sentences and then timed over the
-whole split, --rounds times taking turns (the median counts); each output is scored with sacreBLEU. Run it alone on
-the machine: a busy machine gives noise, not figures.
+The checkpoint is exported once in each of --weights (int8, float32 by default) into a temporary folder, without
+the export's own check; then our Translator (precision auto, as translate.py decodes) and each export translate the
+test split on the same threads, each in a process of its own, warmed up on its first 100 sentences and then timed
+over the whole split, --rounds times taking turns (the median counts); each output is scored with sacreBLEU. Run it
+alone on the machine: a busy machine gives noise, not figures.
 """
 
 from __future__ import annotations
@@ -29,46 +29,50 @@ from nmt.build import corpus_of
 from nmt.config import DecodeOptions
 from nmt.decoding import Translator, score
 from nmt.export.command import export
-from nmt.export.engine import Exported
+from nmt.export.engine import Exported, read_note
 from nmt.study import published
 from nmt.study.measures import options, record_option
 
 
-def decode_once(checkpoint: str, beam: int, kind: str, data_dir: str | None) -> dict:
-    """One decoder (`nmt`, ours, or an export in weights `kind`) over the test split in this process: warmed up on
-    the first 100 sentences, then timed over all of them, and scored."""
+def decode_once(checkpoint: str, beam: int, decoder: str, data_dir: str | None) -> dict:
+    """One decoder (`nmt`, ours, or the export in folder `decoder`) over the checkpoint's test split in this process:
+    warmed up on the first 100 sentences, then timed over all of them, and scored."""
     decoding = DecodeOptions(beam=beam)
     ours = Translator.load(checkpoint, decoding)
     pairs = corpus_of(ours.config, data_dir).test
     sources, references = [s for s, _ in pairs], [t for _, t in pairs]
-    with tempfile.TemporaryDirectory() as folder:
-        decoder, weights = ours, f"PyTorch, {str(ours.dtype).removeprefix('torch.')} (precision=auto)"
-        if kind != "nmt":
-            made = export(checkpoint, quantization=kind, output=str(Path(folder, kind)), check_split="none")
-            decoder, weights = Exported.load(made, decoding, torch.get_num_threads()), kind
-        decoder.translate(sources[:100])
-        started = time.perf_counter()
-        texts = decoder.translate(sources)
-        seconds = time.perf_counter() - started
-    engine = "nmt" if kind == "nmt" else "CTranslate2"
+    engine, weights = "nmt", f"PyTorch, {str(ours.dtype).removeprefix('torch.')} (precision=auto)"
+    if decoder != "nmt":
+        engine, weights = "CTranslate2", read_note(Path(decoder))["quantization"]
+        ours = Exported.load(decoder, decoding, torch.get_num_threads())
+    ours.translate(sources[:100])
+    started = time.perf_counter()
+    texts = ours.translate(sources)
+    seconds = time.perf_counter() - started
     bleu = score(texts, references).bleu
     return {"engine": engine, "weights": weights, "sentences": len(sources), "seconds": seconds, "bleu": bleu}
 
 
 def measure(checkpoint: str, beam: int, weights: list[str], data_dir: str | None, rounds: int) -> list[dict]:
-    """Ours, then CTranslate2 in each of `weights`, each decoding in a process of its own (two engines in one
-    process slowed ours by a third: their thread pools wait on the same cores), `rounds` times taking turns; each
-    entry with the median of its timings."""
-    found: dict[str, list[dict]] = {kind: [] for kind in ["nmt", *weights]}
-    for _ in range(rounds):
-        for kind in found:
-            command = [sys.executable, "-m", "nmt.study", "measure", "export", "--checkpoint", checkpoint]
-            command += ["--beam", str(beam), "--decoder", kind, *(["--data-dir", data_dir] if data_dir else [])]
-            done = subprocess.run(command, capture_output=True, text=True)
-            if done.returncode:
-                raise UserError(f"decoding with {kind} failed: {done.stderr.strip()[-1000:]}")
-            found[kind].append(json.loads(done.stdout.strip().splitlines()[-1]))
-            print(f"{kind}: {found[kind][-1]['seconds']:.2f} s", file=sys.stderr)
+    """Ours, then CTranslate2 in each of `weights` (each exported once, without the export's check), each decoding
+    in a process of its own (two engines in one process slowed ours by a third: their thread pools wait on the same
+    cores), `rounds` times taking turns; each entry with the median of its timings."""
+    with tempfile.TemporaryDirectory() as folder:
+        decoders = {"nmt": "nmt"}
+        for kind in weights:
+            decoders[kind] = str(
+                export(checkpoint, quantization=kind, output=str(Path(folder, kind)), check_split="none")
+            )
+        found: dict[str, list[dict]] = {kind: [] for kind in decoders}
+        for _ in range(rounds):
+            for kind, decoder in decoders.items():
+                command = [sys.executable, "-m", "nmt.study", "measure", "export", "--checkpoint", checkpoint]
+                command += ["--beam", str(beam), "--decoder", decoder, *(["--data-dir", data_dir] if data_dir else [])]
+                done = subprocess.run(command, capture_output=True, text=True)
+                if done.returncode:
+                    raise UserError(f"decoding with {kind} failed: {done.stderr.strip()[-1000:]}")
+                found[kind].append(json.loads(done.stdout.strip().splitlines()[-1]))
+                print(f"{kind}: {found[kind][-1]['seconds']:.2f} s", file=sys.stderr)
     entries = []
     for runs in found.values():
         seconds = statistics.median(run["seconds"] for run in runs)
@@ -111,7 +115,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--weights", default="int8,float32", help="the exports' weight types, comma-separated")
     parser.add_argument("--data-dir", help="where Multi30k is (else the run's own data options)")
     parser.add_argument("--rounds", type=int, default=3, help="timings of each decoder, taking turns (the median)")
-    parser.add_argument("--decoder", help=argparse.SUPPRESS)  # internal: one decoder in this process, as JSON
+    parser.add_argument("--decoder", help=argparse.SUPPRESS)  # internal: nmt or an export's folder, timed here
     record_option(parser, ("export",), "also save the table as")
     args = parser.parse_args(argv)
     if args.beam < 1 or args.rounds < 1:
