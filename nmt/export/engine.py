@@ -76,8 +76,8 @@ class Exported:
                 str(folder),
                 device=device,
                 compute_type=COMPUTE_TYPES[options.precision],
-                # On a CPU, one batch per core, each on one thread: on 2 cores, 1.2x the sentences/s of one batch on
-                # 2 threads (test2016, beam 5, int8); a GPU runs one batch at a time
+                # On a CPU, one batch per core, each on one thread: on 2 cores, 1.46x the sentences/s of one batch on
+                # 2 threads (test2016, beam 5, int8, medians of 3); a GPU runs one batch at a time
                 inter_threads=(threads or os.cpu_count() or 1) if device == "cpu" else 1,
                 intra_threads=1 if device == "cpu" else 0,
             )
