@@ -29,8 +29,9 @@
 #                                          `python -m nmt.study tune` of the targets VARIANTS, SEEDS trials each (6),
 #                                          continuing the journals and records it has; back here untar them, then `python -m
 #                                          nmt.study tune --report --apply` and commit before the next part; claims,
-#                                          main, or lab: `python -m nmt.study lab`'s variants) for VARIANTS
-#                                          (comma-separated), SEEDS each (3),
+#                                          main, others (`make compare`'s variants at 1e14 FLOPs, recorded in
+#                                          results/runs/compare), or lab: `python -m nmt.study lab`'s variants) for
+#                                          VARIANTS (comma-separated), SEEDS each (3),
 #                                          JOBS runs at once on the one GPU, for at most SECONDS; every run that
 #                                          finishes is recorded by its own job, and the records come back as
 #                                          $OUT/records.tgz (untar it into results/runs/, then `python -m nmt.study results
@@ -132,6 +133,7 @@ print(f'median {statistics.median(r):,.0f} target tok/s a run' if r else 'no run
 fi
 if [[ "${1:-}" == "study" ]]; then
     part="${2:?PART}" variants="${3:?VARIANTS}" jobs="${4:-8}" seconds="${5:-420}" seeds="${6:-3}"
+    folder="$part"; [[ "$part" == "others" ]] && folder=compare  # others: `make compare`'s runs and records
     # Every part keeps the records it has (committed from earlier windows; the earlier protocol's are apart, in
     # results/runs/<part>_5e14), so that it trains only the others (a tuning continues with its trials still to run)
     # The jobs record their runs as they finish; at the time limit the sweep is stopped, and what finished is kept
@@ -157,14 +159,14 @@ if [[ "${1:-}" == "study" ]]; then
     # measured on its length test set too), then one archive each for the records and the logs: the device tool
     # brings back a limited number of files
     [[ "$part" == "tune" ]] || "$PYTHON" -c "from pathlib import Path; from nmt.study.records import record_runs; \
-record_runs(Path('/tmp/results/$part/runs'), Path('results/runs/$part'), 5)" >> "$OUT/study.log" 2>&1 || true
+record_runs(Path('/tmp/results/$folder/runs'), Path('results/runs/$folder'), 5)" >> "$OUT/study.log" 2>&1 || true
     if [[ "$part" == "lab" ]]; then
         "$PYTHON" -c "from pathlib import Path; from nmt.study.lab_measure import measure_one; \
 out = Path('/tmp/results/lab'); long = tuple(out / 'data' / f'long.{x}' for x in ('de', 'en', 'align')); \
 [measure_one(r.parent, Path('results/runs/lab'), long) for r in sorted(out.glob('runs/*/seed*/results.json'))]" \
             >> "$OUT/study.log" 2>&1 || true
     fi
-    tar czf "$OUT/records.tgz" -C results/runs "$part" 2>/dev/null || true
+    tar czf "$OUT/records.tgz" -C results/runs "$folder" 2>/dev/null || true
     tar czf "$OUT/logs.tgz" -C /tmp/results --exclude='*.pt' --exclude='events.out*' --exclude='*.hyp' . 2>/dev/null \
         || true
     rm -rf "$OUT/records"
