@@ -3,6 +3,7 @@ fact for every target, only knobs that act, a tuning seed that is no final seed,
 in a journal file (pruned by successive halving, continued with its sampler's state), the choice made on valid BLEU."""
 
 import json
+import shutil
 import sys
 
 import optuna
@@ -14,7 +15,7 @@ from omegaconf import OmegaConf
 from nmt import UserError, build
 from nmt.optim import make_optimizer, make_schedule, steps_on_validation
 from nmt.run_folder import RunFolder
-from nmt.study import design, published, tune, tuning
+from nmt.study import design, published, tables, tune, tuning
 from nmt.study.cli import tune as program
 from nmt.study.variants import FAMILIES, VARIANTS
 
@@ -277,10 +278,42 @@ def test_the_choice_becomes_the_targets_defaults_on_multi30k_and_only_there(tmp_
 
 def test_the_design_costs_what_docs_tuning_md_says_and_fits_the_budget():
     """The queue's cost, computed from the measured single-run rate, is docs/tuning.md's and at most 20 GPU-minutes."""
-    measured = program.MEASURED
-    table = design.cost_table(measured)
-    text = program.DOCUMENT.read_text(encoding="utf-8")
-    assert table in text
+    measured = published.RESULTS / "measured" / "benchmark_cuda.json"
+    assert tables.render("queue") in program.DOCUMENT.read_text(encoding="utf-8")
     total = sum(design.minutes(part, design.rates(measured)) for part in design.queue())
     assert total <= 20, total
     assert published.FINAL["max_flops"] == design.CAP and design.expected_promotions(1) == 1.0
+    whole = sum(part.expected for part in design.queue())  # each trial's expectation sums to the target's
+    assert whole == pytest.approx(len(design.TUNED) * sum(map(design.trial_flops, range(1, 7))) + 15 * design.CAP)
+
+
+def test_what_is_left_of_the_queue_counts_the_trials_and_final_seeds_recorded(tmp_path):
+    """docs/tuning.md's queue table says how much of each part is recorded and the GPU-minutes its other runs are
+    expected to take: pruned and finished trials count, a final run of a seed outside the final seeds does not."""
+    records = tmp_path / "runs"
+    for number, stopped in enumerate(("cap", "pruned", "patience")):
+        path = published.trial_path(records / "tune", "transformer", number)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"number": number, "stopped_by": stopped}))
+    for seed in (1234, 1235, 1299):  # 1299: no final seed
+        path = records / "main" / "luong" / f"seed{seed}.record.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("{}")
+    done = published.recorded_queue(records)
+    assert done["tune"] == {"transformer": 3, "sutskever": 0, "bahdanau": 0, "luong": 0, "luong_feeding": 0}
+    assert done["main"]["luong"] == 2 and done["claims"] == {"luong_feeding": 0}
+    tune_part, main_part, _ = design.queue(done)
+    left = tune_part.left["transformer"]  # the 4th to 6th trials' expectation
+    assert (
+        left == pytest.approx(sum(design.trial_flops(n) for n in (4, 5, 6))) and left < tune_part.flops["transformer"]
+    )
+    assert main_part.left["luong"] == design.CAP and main_part.left["bahdanau"] == 3 * design.CAP
+    (tmp_path / "measured").mkdir()
+    shutil.copy(published.RESULTS / "measured" / "benchmark_cuda.json", tmp_path / "measured")
+    rows = {
+        line.split(" | ")[0].strip("| *"): line.split(" | ") for line in tables.render("queue", tmp_path).splitlines()
+    }
+    assert rows["tune"][2] == "3 of 30" and rows["main"][2] == "2 of 12" and rows["all"][2] == "5 of 45"
+    rate = design.rates(tmp_path / "measured" / "benchmark_cuda.json")
+    others = sum(3 * design.CAP / rate[family] for family in ("sutskever", "bahdanau", "transformer"))
+    assert float(rows["main"][-1].strip(" |")) == round((design.CAP / rate["luong"] + others) / 60, 1)

@@ -53,39 +53,69 @@ def expected_promotions(trials: int = TRIALS, reduction: int = REDUCTION) -> flo
     """How many of `trials` trials, tuned one after another, pass rung 0 on average when their ranks at the rung are
     in random order: Optuna's rule promotes the i-th trial when it is among the best max(1, i // reduction) of the i
     that reached the rung, which happens with probability max(1, i // reduction) / i."""
-    return sum(max(1, i // reduction) / i for i in range(1, trials + 1))
+    return sum(promotion(i, reduction) for i in range(1, trials + 1))
+
+
+def promotion(number: int, reduction: int = REDUCTION) -> float:
+    """The chance that the `number`-th trial (from 1) passes rung 0 (expected_promotions)."""
+    return max(1, number // reduction) / number
+
+
+def trial_flops(number: int) -> float:
+    """What the `number`-th trial of a target (from 1) trains on average: up to rung 0, then the rest of the cap
+    when it is promoted."""
+    rung = CAP * RUNG / VALIDATIONS
+    return rung + promotion(number) * (CAP - rung)
+
+
+# What each part of the queue trains: its targets (tuned targets, families, variants) and the runs of each
+RUNS = {
+    "tune": dict.fromkeys(TUNED, TRIALS),
+    "main": dict.fromkeys(FAMILIES, SEEDS),
+    "claims": dict.fromkeys(CLAIM_RUNS, SEEDS),
+}
 
 
 @dataclass(frozen=True)
 class Part:
-    """A part of the queue: its name, the FLOPs it trains at most and on average, and per family (for the rate)."""
+    """A part of the queue: its name, its runs wanted and recorded (per target), the FLOPs its runs train as expected
+    and as expected of those still to run (per family, for the rate), and in the worst case (every trial promoted,
+    no run stopped by patience)."""
 
     name: str
-    flops: dict[str, float]  # family -> the FLOPs its runs train, as expected
-    bound: float  # FLOPs in the worst case (every trial promoted, no run stopped by patience)
+    runs: dict[str, int]
+    done: dict[str, int]
+    flops: dict[str, float]
+    left: dict[str, float]
+    bound: float
 
     @property
     def expected(self) -> float:
         return sum(self.flops.values())
 
 
-def queue() -> list[Part]:
+def part(name: str, done: dict[str, int] | None = None) -> Part:
+    """The part `name` of the queue with `done` runs recorded of each target (none by default). Runs stopped by
+    patience train less; not counted."""
+    runs, done = RUNS[name], {target: min(n, (done or {}).get(target, 0)) for target, n in RUNS[name].items()}
+
+    def flops(first: int, target: str) -> float:  # the expected FLOPs of the target's runs from the first-th on
+        if name == "tune":
+            return sum(trial_flops(number) for number in range(first, runs[target] + 1))
+        return (runs[target] - first + 1) * CAP
+
+    whole: dict[str, float] = {}
+    left: dict[str, float] = {}
+    for target in runs:
+        whole[family_of(target)] = whole.get(family_of(target), 0.0) + flops(1, target)
+        left[family_of(target)] = left.get(family_of(target), 0.0) + flops(done[target] + 1, target)
+    return Part(name, runs, done, whole, left, sum(runs.values()) * CAP)
+
+
+def queue(done: dict[str, dict[str, int]] | None = None) -> list[Part]:
     """The converged queue in its order: the tuning, the main table (the four families' tuned defaults, SEEDS seeds),
-    the claims' own runs (CLAIM_RUNS, tuned, SEEDS seeds). Runs stopped by patience train less; not counted."""
-    rung = CAP * RUNG / VALIDATIONS
-    trial = TRIALS * rung + expected_promotions() * (CAP - rung)
-    tuning: dict[str, float] = {}
-    for target in TUNED:
-        tuning[family_of(target)] = tuning.get(family_of(target), 0.0) + trial
-    main = {family: SEEDS * CAP for family in FAMILIES}
-    claims: dict[str, float] = {}
-    for target in CLAIM_RUNS:
-        claims[family_of(target)] = claims.get(family_of(target), 0.0) + SEEDS * CAP
-    return [
-        Part("tune", tuning, len(TUNED) * TRIALS * CAP),
-        Part("main", main, sum(main.values())),
-        Part("claims", claims, sum(claims.values())),
-    ]
+    the claims' own runs (CLAIM_RUNS, tuned, SEEDS seeds); `done`: each part's runs recorded of each target."""
+    return [part(name, (done or {}).get(name)) for name in RUNS]
 
 
 def rates(measured: Path) -> dict[str, float]:
@@ -95,36 +125,39 @@ def rates(measured: Path) -> dict[str, float]:
     return {family: values[family]["model_flops_per_second"] for family in FAMILIES}
 
 
-def minutes(part: Part, rate: dict[str, float]) -> float:
-    """The part's expected training time in minutes, its runs one at a time at `rate`."""
-    return sum(flops / rate[family] for family, flops in part.flops.items()) / 60
+def minutes(part: Part, rate: dict[str, float], left: bool = False) -> float:
+    """The part's expected training time in minutes (`left`: of its runs not yet recorded), one at a time at `rate`."""
+    return sum(flops / rate[family] for family, flops in (part.left if left else part.flops).items()) / 60
 
 
-def cost_table(measured: Path) -> str:
-    """docs/tuning.md's table of the queue's cost: FLOPs expected and at most, and GPU-minutes at the single-run rate
-    of `measured`."""
+def cost_table(measured: Path, done: dict[str, dict[str, int]] | None = None) -> str:
+    """docs/tuning.md's table of the queue: each part's runs recorded of those it trains (`done`), FLOPs expected and
+    at most, and GPU-minutes expected in all and for what is left, at the single-run rate of `measured`."""
     rate, record = rates(measured), json.loads(measured.read_text(encoding="utf-8"))
     lines = [
-        "| part | runs | FLOPs expected | FLOPs at most | GPU-minutes expected |",
-        "|---|---|---|---|---|",
+        "| part | runs | recorded | FLOPs expected | FLOPs at most | GPU-minutes expected | GPU-minutes left |",
+        "|---|---|---|---|---|---|---|",
     ]
-    runs = {
-        "tune": f"{len(TUNED)} x {TRIALS} trials",
-        "main": f"{len(FAMILIES)} x {SEEDS} seeds",
-        "claims": f"{len(CLAIM_RUNS)} x {SEEDS} seeds",
-    }
-    parts = queue()
+    kinds = {"tune": "trials", "main": "seeds", "claims": "seeds"}
+    parts = queue(done)
     for part in parts:
-        cells = [part.name, runs[part.name], f"{part.expected:.2e}", f"{part.bound:.2e}", f"{minutes(part, rate):.1f}"]
+        runs = f"{len(part.runs)} x {max(part.runs.values())} {kinds[part.name]}"
+        cells = [part.name, runs, f"{sum(part.done.values())} of {sum(part.runs.values())}", f"{part.expected:.2e}"]
+        cells += [f"{part.bound:.2e}", f"{minutes(part, rate):.1f}", f"{minutes(part, rate, left=True):.1f}"]
         lines.append("| " + " | ".join(cells) + " |")
-    total = sum(minutes(p, rate) for p in parts)
-    cells = ["**all**", "", f"{sum(p.expected for p in parts):.2e}", f"{sum(p.bound for p in parts):.2e}"]
-    lines.append("| " + " | ".join(cells) + f" | **{total:.1f}** |")
+    recorded = sum(sum(p.done.values()) for p in parts), sum(sum(p.runs.values()) for p in parts)
+    total, left = sum(minutes(p, rate) for p in parts), sum(minutes(p, rate, left=True) for p in parts)
+    cells = ["**all**", "", f"{recorded[0]} of {recorded[1]}", f"{sum(p.expected for p in parts):.2e}"]
+    lines.append(
+        "| " + " | ".join(cells) + f" | {sum(p.bound for p in parts):.2e} | **{total:.1f}** | **{left:.1f}** |"
+    )
     shown = ", ".join(f"{family} {rate[family] / 1e12:.1f}" for family in FAMILIES)
     lines += [
         "",
         f"At the training rate of one run alone, every update a CUDA graph (TFLOP/s: {shown}; "
         f"results/measured/benchmark_cuda.json, {record['date'][:10]}: {record['note'].split(':')[0]}). Validations "
-        "and start-up come on top; packing runs on the GPU is to make up for them.",
+        "and start-up come on top; packing runs on the GPU is to make up for them. Recorded: the trials in "
+        "results/runs/tune (finished or pruned) and the final seeds' records in results/runs/main and "
+        "results/runs/claims; a trial or run a window left unfinished counts as not run.",
     ]
     return "\n".join(lines)

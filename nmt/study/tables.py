@@ -15,6 +15,7 @@ from functools import partial
 from pathlib import Path
 
 from nmt import UserError
+from nmt.study import design
 from nmt.study.claims_table import claims_table
 from nmt.study.comparison import spread, stops
 from nmt.study.lab_plan import window_table
@@ -25,6 +26,7 @@ from nmt.study.published import (
     MEASUREMENTS,
     RESULTS,
     load,
+    recorded_queue,
     shown_report,
 )
 from nmt.study.significance import MIN_SEEDS, p_value
@@ -223,6 +225,12 @@ def versus_peer(ours_name: str, peer_name: str, folder: Path = RESULTS) -> str:
     )
 
 
+def queue_table(folder: Path = RESULTS) -> str:
+    """docs/tuning.md's account of the converged queue (nmt.study.design): each part's runs recorded under
+    folder/runs, and its GPU-minutes expected in all and left at the measured single-run rate."""
+    return design.cost_table(folder / "measured" / "benchmark_cuda.json", recorded_queue(folder / "runs")) + "\n"
+
+
 def claims_short(folder: Path = RESULTS) -> str:
     return claims_table(folder, short=True)
 
@@ -242,6 +250,7 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "lab_window": window_table,
     "figures": figures_block,
     "parts": parts_table,
+    "queue": queue_table,
 }
 # Our benchmark beside Joey NMT's of the same session: on a CPU with native bf16, held to AVX2, on a GPU
 for ours, peer in (("benchmark", "joeynmt"), ("benchmark_fp32", "joeynmt_fp32"), ("benchmark_cuda", "joeynmt_cuda")):

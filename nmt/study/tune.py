@@ -35,6 +35,7 @@ from nmt.provenance import loaded_code
 from nmt.run_folder import RunFolder
 from nmt.study import design, published
 from nmt.study.comparison import stop_kind
+from nmt.study.published import trial_path, trials_of
 
 TRIALS = design.TRIALS
 CAP = design.CAP
@@ -80,15 +81,6 @@ def selects(target: str) -> str:
 def option(value: float | int) -> str:
     """A proposed value as a train.py option: ints as they are, floats to 4 significant digits."""
     return str(value) if isinstance(value, int) else f"{value:.4g}"
-
-
-def trial_path(records: Path, target: str, number: int) -> Path:
-    return records / target / f"trial{number:03d}.json"
-
-
-def trials_of(records: Path, target: str) -> list[dict]:
-    """A target's recorded trials, by number."""
-    return [json.loads(p.read_text(encoding="utf-8")) for p in sorted((records / target).glob("trial*.json"))]
 
 
 @dataclass

@@ -17,15 +17,13 @@ from omegaconf import OmegaConf
 
 from nmt.config import flatten
 from nmt.paths import write_text
-from nmt.study import design, tune, tuning
+from nmt.study import design, tables, tune, tuning
 from nmt.study.sweep import ROOT, chosen, shared_threads
 
 RECORDS = ROOT / "results" / "runs" / "tune"
 TUNED = ROOT / "configs" / "tuned"  # train.yaml composes tuned/<data>_<model>.yaml after the model, where there is one
 DOCUMENT = ROOT / "docs" / "tuning.md"
 MARKERS = ("<!-- tune:trials -->", "<!-- /tune:trials -->")
-COST = ("<!-- tune:cost -->", "<!-- /tune:cost -->")
-MEASURED = ROOT / "results" / "measured" / "benchmark_cuda.json"
 
 
 def counted(name: str, least: int):
@@ -80,10 +78,9 @@ def settings(args: argparse.Namespace) -> tuning.Settings:
 def report(args: argparse.Namespace) -> None:
     """docs/tuning.md's blocks between their markers, rendered from the records and the design."""
     text = DOCUMENT.read_text(encoding="utf-8")
-    for markers, block in ((MARKERS, tune.table(args.records)), (COST, design.cost_table(MEASURED))):
-        start, end = text.index(markers[0]) + len(markers[0]), text.index(markers[1])
-        text = text[:start] + "\n" + block + "\n" + text[end:]
-    DOCUMENT.write_text(text, encoding="utf-8")
+    start, end = text.index(MARKERS[0]) + len(MARKERS[0]), text.index(MARKERS[1])
+    DOCUMENT.write_text(text[:start] + "\n" + tune.table(args.records) + "\n" + text[end:], encoding="utf-8")
+    tables.update_file(DOCUMENT)  # the queue's table, from every record (results/runs)
     print(f"updated {DOCUMENT}", flush=True)
 
 
