@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 from nmt import UserError, build
 from nmt.optim import make_optimizer, make_schedule, steps_on_validation
 from nmt.run_folder import RunFolder
-from nmt.study import design, published, tables, tune, tuning
+from nmt.study import design, progress, published, tables, tune, tuning
 from nmt.study.cli import tune as program
 from nmt.study.variants import FAMILIES, VARIANTS
 
@@ -292,14 +292,14 @@ def test_what_is_left_of_the_queue_counts_the_trials_and_final_seeds_recorded(tm
     expected to take: pruned and finished trials count, a final run of a seed outside the final seeds does not."""
     records = tmp_path / "runs"
     for number, stopped in enumerate(("cap", "pruned", "patience")):
-        path = published.trial_path(records / "tune", "transformer", number)
+        path = progress.trial_path(records / "tune", "transformer", number)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"number": number, "stopped_by": stopped}))
     for seed in (1234, 1235, 1299):  # 1299: no final seed
         path = records / "main" / "luong" / f"seed{seed}.record.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("{}")
-    done = published.recorded_queue(records)
+    done = progress.recorded_queue(records)
     assert done["tune"] == {"transformer": 3, "sutskever": 0, "bahdanau": 0, "luong": 0, "luong_feeding": 0}
     assert done["main"]["luong"] == 2 and done["claims"] == {"luong_feeding": 0}
     tune_part, main_part, _ = design.queue(done)
@@ -316,4 +316,35 @@ def test_what_is_left_of_the_queue_counts_the_trials_and_final_seeds_recorded(tm
     assert rows["tune"][2] == "3 of 30" and rows["main"][2] == "2 of 12" and rows["all"][2] == "5 of 45"
     rate = design.rates(tmp_path / "measured" / "benchmark_cuda.json")
     others = sum(3 * design.CAP / rate[family] for family in ("sutskever", "bahdanau", "transformer"))
-    assert float(rows["main"][-1].strip(" |")) == round((design.CAP / rate["luong"] + others) / 60, 1)
+    assert rows["main"][-1] == "- |"  # no GPU sweep recorded there
+    assert float(rows["main"][-2]) == round((design.CAP / rate["luong"] + others) / 60, 1)
+
+
+def test_the_queues_end_to_end_minutes_come_from_the_gpu_sweeps_recorded(tmp_path):
+    """The queue's "left, end to end" divides what is left by the rate the committed GPU sweeps reached: runs that
+    overlap in time are one sweep, timed from its first start to its last finish; CPU runs and a sweep longer than a
+    window (a run resumed hours later) are left out."""
+
+    def run(folder: str, seed: int, start: str, end: str, machine: str, validations: int = 12) -> None:
+        path = tmp_path / "runs" / folder / "bahdanau" / f"seed{seed}.record.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        provenance = {"dates": [f"2026-11-27T{start}:00+00:00"], "finished": f"2026-11-27T{end}:00+00:00"}
+        record = {"petaflops": 0.5, "curve": [{}] * validations, "provenance": provenance | {"machines": [machine]}}
+        path.write_text(json.dumps(record))
+
+    assert progress.gpu_sweep_rate(tmp_path / "runs") is None  # nothing recorded on a GPU yet
+    run("claims_5e14", 1, "10:00", "10:08", "NVIDIA H200 (fp32)")
+    run("claims_5e14", 2, "10:01", "10:10", "NVIDIA H200 (fp32)", validations=14)  # overlaps: the same sweep
+    run("main", 3, "12:00", "12:05", "NVIDIA H200 (bf16)", validations=30)
+    run("main", 4, "10:00", "11:00", "AMD EPYC (fp32)")  # not a GPU's
+    run("main", 5, "14:00", "16:00", "NVIDIA H200 (bf16)")  # resumed in a later window
+    rate = progress.gpu_sweep_rate(tmp_path / "runs")
+    assert rate.flops_per_second == pytest.approx(1.5e15 / (15 * 60))
+    assert (rate.runs, rate.sweeps, rate.minutes, rate.validations) == (3, 2, 15.0, 14)
+    assert rate.folders == ("claims_5e14", "main") and rate.precisions == ("bf16", "fp32")
+    (tmp_path / "measured").mkdir()
+    shutil.copy(published.RESULTS / "measured" / "benchmark_cuda.json", tmp_path / "measured")
+    table = tables.render("queue", tmp_path)
+    left = sum(sum(part.left.values()) for part in design.queue(progress.recorded_queue(tmp_path / "runs")))
+    assert table.splitlines()[5].endswith(f"| **{left / rate.flops_per_second / 60:.1f}** |")
+    assert "3 runs of claims_5e14, main in 2 sweeps, 15.0 minutes, bf16/fp32, 14 validations a run" in table

@@ -130,34 +130,38 @@ def minutes(part: Part, rate: dict[str, float], left: bool = False) -> float:
     return sum(flops / rate[family] for family, flops in (part.left if left else part.flops).items()) / 60
 
 
-def cost_table(measured: Path, done: dict[str, dict[str, int]] | None = None) -> str:
+def cost_table(
+    measured: Path, done: dict[str, dict[str, int]] | None = None, sweep: tuple[float, str] | None = None
+) -> str:
     """docs/tuning.md's table of the queue: each part's runs recorded of those it trains (`done`), FLOPs expected and
-    at most, and GPU-minutes expected in all and for what is left, at the single-run rate of `measured`."""
+    at most, GPU-minutes expected in all and for what is left at the single-run training rate of `measured`, and for
+    what is left at `sweep`'s end-to-end rate (FLOPs per second of runs many at once, and what it was measured on)."""
     rate, record = rates(measured), json.loads(measured.read_text(encoding="utf-8"))
     lines = [
-        "| part | runs | recorded | FLOPs expected | FLOPs at most | GPU-minutes expected | GPU-minutes left |",
-        "|---|---|---|---|---|---|---|",
+        "| part | runs | recorded | FLOPs expected | FLOPs at most | GPU-minutes expected | left | left, end to end |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     kinds = {"tune": "trials", "main": "seeds", "claims": "seeds"}
     parts = queue(done)
+    swept = (lambda flops: f"{flops / sweep[0] / 60:.1f}") if sweep else (lambda flops: "-")
     for part in parts:
         runs = f"{len(part.runs)} x {max(part.runs.values())} {kinds[part.name]}"
         cells = [part.name, runs, f"{sum(part.done.values())} of {sum(part.runs.values())}", f"{part.expected:.2e}"]
         cells += [f"{part.bound:.2e}", f"{minutes(part, rate):.1f}", f"{minutes(part, rate, left=True):.1f}"]
-        lines.append("| " + " | ".join(cells) + " |")
+        lines.append("| " + " | ".join([*cells, swept(sum(part.left.values()))]) + " |")
     recorded = sum(sum(p.done.values()) for p in parts), sum(sum(p.runs.values()) for p in parts)
     total, left = sum(minutes(p, rate) for p in parts), sum(minutes(p, rate, left=True) for p in parts)
     cells = ["**all**", "", f"{recorded[0]} of {recorded[1]}", f"{sum(p.expected for p in parts):.2e}"]
-    lines.append(
-        "| " + " | ".join(cells) + f" | {sum(p.bound for p in parts):.2e} | **{total:.1f}** | **{left:.1f}** |"
-    )
+    cells += [f"{sum(p.bound for p in parts):.2e}", f"**{total:.1f}**", f"**{left:.1f}**"]
+    lines.append("| " + " | ".join([*cells, f"**{swept(sum(sum(p.left.values()) for p in parts))}**"]) + " |")
     shown = ", ".join(f"{family} {rate[family] / 1e12:.1f}" for family in FAMILIES)
     lines += [
         "",
-        f"At the training rate of one run alone, every update a CUDA graph (TFLOP/s: {shown}; "
-        f"results/measured/benchmark_cuda.json, {record['date'][:10]}: {record['note'].split(':')[0]}). Validations "
-        "and start-up come on top; packing runs on the GPU is to make up for them. Recorded: the trials in "
-        "results/runs/tune (finished or pruned) and the final seeds' records in results/runs/main and "
-        "results/runs/claims; a trial or run a window left unfinished counts as not run.",
+        f"GPU-minutes expected and left: at the training rate of one run alone, every update a CUDA graph (TFLOP/s: "
+        f"{shown}; results/measured/benchmark_cuda.json, {record['date'][:10]}: {record['note'].split(':')[0]}), "
+        "validations and start-up not counted. Left, end to end: "
+        + (sweep[1] if sweep else "no sweep recorded on a GPU yet")
+        + ". Recorded: the trials in results/runs/tune (finished or pruned) and the final seeds' records in "
+        "results/runs/main and results/runs/claims; a trial or run a window left unfinished counts as not run.",
     ]
     return "\n".join(lines)

@@ -108,27 +108,6 @@ def finished(runs: Path) -> dict[str, list[int]]:
     return {variant: sorted(seeds) for variant, seeds in sorted(found.items())}
 
 
-def trial_path(records: Path, target: str, number: int) -> Path:
-    """Where a tuning trial is recorded (nmt.study.tune.record): records/<target>/trial<N>.json."""
-    return records / target / f"trial{number:03d}.json"
-
-
-def trials_of(records: Path, target: str) -> list[dict]:
-    """A target's recorded trials, by number."""
-    return [json.loads(p.read_text(encoding="utf-8")) for p in sorted((records / target).glob("trial*.json"))]
-
-
-def recorded_queue(records: Path = RECORDS) -> dict[str, dict[str, int]]:
-    """How far the converged queue is (nmt.study.design.RUNS): each tuned target's trials recorded (finished or
-    pruned) and each final run's seeds recorded (FIRST_SEED ...) of the main table's and the claims' targets."""
-    seeds = set(range(design.FIRST_SEED, design.FIRST_SEED + design.SEEDS))
-    done = {"tune": {target: len(trials_of(records / "tune", target)) for target in design.RUNS["tune"]}}
-    for part in ("main", "claims"):
-        have = finished(records / part)
-        done[part] = {target: len(seeds & set(have.get(target, []))) for target in design.RUNS[part]}
-    return done
-
-
 UNFINISHED = "its table is written when all its runs end"
 
 

@@ -15,18 +15,17 @@ from functools import partial
 from pathlib import Path
 
 from nmt import UserError
-from nmt.study import design
 from nmt.study.claims_table import claims_table
 from nmt.study.comparison import spread, stops
 from nmt.study.lab_plan import window_table
 from nmt.study.parts import parts_table
+from nmt.study.progress import queue_table
 from nmt.study.published import (
     FIGURE_FILES,
     FIGURES,
     MEASUREMENTS,
     RESULTS,
     load,
-    recorded_queue,
     shown_report,
 )
 from nmt.study.significance import MIN_SEEDS, p_value
@@ -223,12 +222,6 @@ def versus_peer(ours_name: str, peer_name: str, folder: Path = RESULTS) -> str:
             "",
         ]
     )
-
-
-def queue_table(folder: Path = RESULTS) -> str:
-    """docs/tuning.md's account of the converged queue (nmt.study.design): each part's runs recorded under
-    folder/runs, and its GPU-minutes expected in all and left at the measured single-run rate."""
-    return design.cost_table(folder / "measured" / "benchmark_cuda.json", recorded_queue(folder / "runs")) + "\n"
 
 
 def claims_short(folder: Path = RESULTS) -> str:

@@ -35,7 +35,7 @@ from nmt.provenance import loaded_code
 from nmt.run_folder import RunFolder
 from nmt.study import design, published
 from nmt.study.comparison import stop_kind
-from nmt.study.published import trial_path, trials_of
+from nmt.study.progress import trial_path, trials_of
 
 TRIALS = design.TRIALS
 CAP = design.CAP
