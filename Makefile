@@ -7,7 +7,7 @@ TORCH ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo torch || echo tor
 DATA_DIR ?=
 DATA_ARG := $(if $(DATA_DIR),data.dir=$(abspath $(DATA_DIR)),)
 
-.PHONY: install train demo compare lab results results-tables tune bench test tensorboard lint
+.PHONY: install train demo compare lab results results-tables tune queue queue-pause queue-status bench test tensorboard lint
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,7 +26,7 @@ train: install
 	$(BIN)/python train.py model=bahdanau $(DATA_ARG) $(if $(RESUME),trainer.resume=true hydra.run.dir=$(abspath $(RESUME)),)
 
 demo: install
-	$(BIN)/python train.py data=sample model=bahdanau experiment=demo
+	$(BIN)/python train.py experiment=demo
 
 # Every family and Luong variant (configs/variant/) on the same data and compute (COMPARE_FLOPS: what Bahdanau's
 # model trains in 8 minutes on 2 cores with native bf16), SEEDS seeds each, as one `train.py -m`, then the report with
@@ -68,6 +68,18 @@ TRIALS ?= 6
 FAMILIES ?= transformer,sutskever,bahdanau,luong,luong_feeding
 tune: install
 	$(BIN)/python -m nmt.study tune --families $(FAMILIES) --trials $(TRIALS) $(if $(DATA_DIR),--extra data.dir=$(abspath $(DATA_DIR)),)
+
+# The study's design (nmt/study/design.py) in the background, at the lowest CPU priority, from a worktree of its own
+# beside the checkout (../nmt-queue): `make queue` starts or continues it, `make queue-pause` pauses it (before timing
+# anything), `make queue-status` says what runs, what is recorded and the machine-hours left. Commit results/runs/tune.
+queue: install
+	$(BIN)/python -m nmt.study queue start
+
+queue-pause: install
+	$(BIN)/python -m nmt.study queue pause
+
+queue-status: install
+	$(BIN)/python -m nmt.study queue status
 
 results-tables: install
 	$(BIN)/python -m nmt.study results --render

@@ -139,11 +139,22 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+# A copy of the corpus that a team keeps beside its checkouts (shared/data/multi30k next to the checkout's folder):
+# read in place, once its sha256 matches, before anything is downloaded.
+SHARED_COPY = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
+
+
+def good_copy(path: Path) -> bool:
+    return path.is_file() and sha256(path) == MULTI30K_SHA256[path.name]
+
+
 def fetch(name: str, url: str, cache: Path) -> Path:
-    """Download one Multi30k file into `cache` (progress bar, sha256 check), unless a good copy is there."""
+    """One Multi30k file: the download cache's copy, else the shared copy beside the checkout (`SHARED_COPY`), else
+    downloaded into `cache` (progress bar, sha256 check)."""
     target = cache / name
-    if target.is_file() and sha256(target) == MULTI30K_SHA256[name]:
-        return target
+    for copy in (target, SHARED_COPY / name):
+        if good_copy(copy):
+            return copy
     cache.mkdir(parents=True, exist_ok=True)
     source = f"{url.rstrip('/')}/{name}"
     partial = target.with_suffix(".part")
@@ -158,8 +169,9 @@ def fetch(name: str, url: str, cache: Path) -> Path:
         partial.unlink(missing_ok=True)
         raise UserError(
             f"could not download {source} ({error}). On a machine without internet, copy the Multi30k files into a "
-            f"folder and set data.dir=FOLDER (or the NMT_DATA_DIR variable, which every command and script reads), "
-            f"or point data.url at a mirror (file:// works)."
+            f"folder and give it: data.dir=FOLDER to train.py (make train DATA_DIR=FOLDER), or the NMT_DATA_DIR "
+            f"variable, which every command and script reads; or put them in {cache} or {SHARED_COPY}; or point "
+            f"data.url at a mirror (file:// works)."
         ) from None
     if sha256(partial) != MULTI30K_SHA256[name]:
         partial.unlink()

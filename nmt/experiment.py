@@ -27,6 +27,7 @@ from nmt.meters import StopRequests
 from nmt.model import FAMILY_MODULES
 from nmt.multirun import in_sweep, rerun_advice
 from nmt.optim import set_lr
+from nmt.paths import command_again
 from nmt.provenance import loaded_code
 from nmt.resume import LOCATIONS, plan, same_run_options, saved_locations
 from nmt.run_folder import RunFolder
@@ -212,7 +213,7 @@ def resume_command(folder: RunFolder) -> str:
     """The command that continues the run in `folder`, word for word: this command line's options (so the run is
     the same run), with trainer.resume=true and the run's folder."""
     kept = [o for o in given_options() if o.split("=", 1)[0].lstrip("+") not in ("trainer.resume", "hydra.run.dir")]
-    return " ".join(["python train.py", *kept, "trainer.resume=true", f"hydra.run.dir={folder}"])
+    return command_again("train.py", [*kept, "trainer.resume=true", f"hydra.run.dir={folder}"])
 
 
 def corpus_and_vocabulary(settings: TrainConfig, folder: RunFolder) -> tuple[Splits, Vocabulary]:

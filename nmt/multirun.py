@@ -17,8 +17,9 @@ from pathlib import Path
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
-from nmt import run_files
+from nmt import UserError, run_files
 from nmt.run_folder import RunFolder
 
 
@@ -46,6 +47,43 @@ def failures_written(sweep_dir: Path) -> dict[Path, tuple[int, int]]:
     return written
 
 
+def hydra_folder(config: DictConfig, key: str) -> Path:
+    """The folder a Hydra option names (hydra.run.dir, hydra.sweep.dir), resolved as Hydra resolves it when the job
+    starts. Hydra sets its HydraConfig, which every `${hydra:...}` value reads (the default run folder's
+    `${hydra:runtime.choices.model}`), only then, after the callbacks' on_run_start and on_multirun_start: here it is
+    given one made of this same config for the time of the resolution. `${now:...}` is cached on `config` itself, so
+    the folder checked is the one Hydra makes. A value Hydra could not resolve either is refused naming `key`."""
+    from hydra.core.hydra_config import HydraConfig
+
+    holder = HydraConfig.instance()
+    before = holder.cfg
+    try:
+        try:
+            value = OmegaConf.select(config, key, throw_on_missing=True)
+        except OmegaConfBaseException:
+            if before is not None:
+                raise
+            holder.set_config(config.copy())  # a copy: set_config makes the node it keeps read-only
+            value = OmegaConf.select(config, key, throw_on_missing=True)
+    except (OmegaConfBaseException, AssertionError) as error:
+        raise UserError(
+            f"{key}: cannot be resolved ({str(error).splitlines()[0]}); give a plain folder, e.g. {key}=runs/r1"
+        ) from None
+    finally:
+        holder.cfg = before
+    if value is None or not str(value).strip():
+        raise UserError(f"{key}={value or ''}: empty; give the folder to write into (made if it does not exist)")
+    return Path(str(value))
+
+
+def sweep_folder(config: DictConfig) -> Path:
+    """hydra.sweep.dir as Hydra makes it; one it cannot resolve, or an empty one, is refused in one line."""
+    try:
+        return hydra_folder(config, "hydra.sweep.dir")
+    except UserError as error:
+        sys.exit(f"error: {error}")
+
+
 class FailedJobs(Callback):
     """A Hydra callback (configs/train.yaml) that ends a `train.py -m` sweep by naming each job that failed in it, with
     the reason its `failed.txt` keeps, and exits non-zero; a failed job returns to Hydra instead of raising, so the
@@ -61,7 +99,7 @@ class FailedJobs(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         self.sweep_pid = os.getpid()
-        self.before = failures_written(Path(config.hydra.sweep.dir))  # a sweep's earlier failures are not this one's
+        self.before = failures_written(sweep_folder(config))  # a sweep's earlier failures are not this one's
         SweepStop.signal_number, self.handlers = 0, {}
         if threading.current_thread() is threading.main_thread():  # signals reach the main thread only
             self.handlers = {number: signal.signal(number, self.stop) for number in (signal.SIGINT, signal.SIGTERM)}
@@ -92,7 +130,7 @@ class FailedJobs(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         for number, handler in self.handlers.items():
             signal.signal(number, handler)
-        written = failures_written(Path(config.hydra.sweep.dir))
+        written = failures_written(sweep_folder(config))
         failed = sorted(path for path, stamp in written.items() if self.before.get(path) != stamp)
         reasons = "".join(f"  {path.parent}: {RunFolder(path.parent).failure()}\n" for path in failed)
         rerun = rerun_advice(OmegaConf.select(config, "trainer.resume"))  # the sweep's own resume option

@@ -10,6 +10,9 @@ writes by default (evaluate's `<checkpoint>.<split>.beam<N>.hyp`): that one is i
 from __future__ import annotations
 
 import os
+import shlex
+import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -203,3 +206,37 @@ def read_json(path: Path, remedy: str, fields: dict[str, type] | None = None) ->
             what = "missing" if name not in found else f"a {type(found[name]).__name__}, not a {kind.__name__}"
             raise UserError(f"{path}: field {name!r} is {what}; {remedy}")
     return found
+
+
+def shell_word(path: str | Path) -> str:
+    """A path as a user pastes it: relative where it lies under the working folder, quoted where the shell needs it."""
+    path = Path(os.path.abspath(path))
+    with_cwd = Path(os.path.abspath(os.getcwd()))
+    shown = str(path.relative_to(with_cwd)) if path.is_relative_to(with_cwd) else str(path)
+    return shlex.quote(shown)
+
+
+def program(name: str) -> str:
+    """How a user's shell runs the program `name` of this interpreter's environment (python, tensorboard): its bare
+    name where the shell's PATH finds this one, else its path (make runs .venv/bin/python without activating .venv,
+    so a hint saying `python` would run another interpreter)."""
+    beside = Path(os.path.abspath(sys.executable)).with_name(name)
+    mine = Path(os.path.abspath(sys.executable)) if name == "python" else beside
+    found = shutil.which(name)
+    if found and os.path.abspath(found) == str(mine):
+        return name
+    if not mine.exists():
+        return name
+    shown = shell_word(mine)
+    return shown if "/" in shown else f"./{shown}"  # a bare name would be looked up on PATH
+
+
+def command_again(script: str, options: list[str]) -> str:
+    """This command line as a user pastes it to run it again: the interpreter as `program` gives it, the script (a
+    checkout's train.py, or the installed console script by name) and `options`, each quoted for the shell."""
+    entry = Path(sys.argv[0]) if sys.argv and sys.argv[0] else Path(script)
+    if entry.suffix != ".py":  # an installed console script: nmt-train
+        words = [program(entry.name)]
+    else:
+        words = [program("python"), shell_word(entry) if entry.parent != Path() else entry.name]
+    return " ".join([*words, *map(shlex.quote, options)])

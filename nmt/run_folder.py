@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nmt import UserError, run_files
-from nmt.paths import write_text
+from nmt.paths import program, shell_word, write_text
 
 if TYPE_CHECKING:
     import torch
@@ -121,6 +121,19 @@ class RunFolder:
     def own_files(self) -> None:
         """Every file the run writes checked before it writes any (nmt.run_files.own_files)."""
         run_files.own_files(self.path)
+
+    def held(self) -> bool:
+        """Whether a running process holds the folder's lock (`lock`), without taking it."""
+        path = self.file(run_files.LOCK)
+        if not path.is_file():
+            return False
+        with open(path, encoding="utf-8") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except OSError:
+                return True
+            fcntl.flock(handle, fcntl.LOCK_UN)
+            return False
 
     @contextlib.contextmanager
     def lock(self):
@@ -275,4 +288,5 @@ class RunFolder:
         files += [run_files.HYPOTHESES, run_files.RESULTS] if config.test_at_end else []
         files += [run_files.VALIDATIONS, run_files.LOG, "TensorBoard's events"]
         runs = self.path.parent.parent if self.path.parent.parent.name == "outputs" else self.path.parent
-        return f"saved in {self.path}: {', '.join(files)}; compare runs with: tensorboard --logdir {runs}"
+        tensorboard = f"{program('tensorboard')} --logdir {shell_word(runs)}"
+        return f"saved in {self.path}: {', '.join(files)}; compare runs with: {tensorboard}"

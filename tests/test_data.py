@@ -76,8 +76,9 @@ def test_multi30k_folder_without_files_says_what_to_do(tmp_path):
         load_multi30k("de", "en", str(tmp_path), "file:///nowhere", tmp_path)
 
 
-def test_failed_download_suggests_data_dir(tmp_path):
-    with pytest.raises(UserError, match="set data.dir=FOLDER"):
+def test_failed_download_suggests_data_dir(tmp_path, monkeypatch):
+    monkeypatch.setattr("nmt.corpus.SHARED_COPY", tmp_path / "no-shared-copy")
+    with pytest.raises(UserError, match=r"data.dir=FOLDER to train.py \(make train DATA_DIR=FOLDER\)"):
         fetch("val.de.gz", f"file://{tmp_path}/empty", tmp_path / "cache")
 
 
@@ -89,7 +90,8 @@ def test_multi30k_from_folder_and_from_file_url(tmp_path):
     assert cached.read_bytes() == (MULTI30K / "val.en.gz").read_bytes()
 
 
-def test_download_with_wrong_checksum_is_rejected(tmp_path):
+def test_download_with_wrong_checksum_is_rejected(tmp_path, monkeypatch):
+    monkeypatch.setattr("nmt.corpus.SHARED_COPY", tmp_path / "no-shared-copy")
     mirror = tmp_path / "mirror"
     mirror.mkdir()
     (mirror / "val.de.gz").write_bytes(gzip.compress(b"not the real file\n"))

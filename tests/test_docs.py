@@ -62,3 +62,23 @@ def test_the_check_of_commands_finds_what_does_not_exist():
         None,
         None,
     ]
+
+
+def slug(heading: str) -> str:
+    """A heading's anchor as GitHub makes it: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_link_to_a_section_names_a_heading_that_exists():
+    wrong = []
+    for path in DOCUMENTS:
+        text = path.read_text(encoding="utf-8")
+        for match in re.finditer(r"\]\(([\w./-]*\.md)?#([\w-]+)\)", text):
+            target = (path.parent / match[1]) if match[1] else path
+            headings = {slug(h) for h in re.findall(r"^#+\s+(.+)$", target.read_text(encoding="utf-8"), re.MULTILINE)}
+            if match[2] not in headings:
+                wrong.append(f"{path.relative_to(ROOT)}: {match[0]}")
+    assert not wrong, "\n".join(wrong)
+    assert (
+        slug("Every variant at equal compute, early in training") == "every-variant-at-equal-compute-early-in-training"
+    )

@@ -1,7 +1,7 @@
 """A trained Transformer exported to CTranslate2 (nmt-export) and translated with (translate.py engine=ctranslate2):
 the specification computes our model's probabilities, the export gives our greedy outputs, the folder runs where only
 ctranslate2 and sentencepiece are installed, and every way an export can go wrong is refused through the real command
-with nothing a user had changed. Skipped where ctranslate2 is not installed (pip install 'nmt[export]')."""
+with nothing a user had changed. Skipped where ctranslate2 is not installed (pip install 'nmt-classics[export]')."""
 
 import json
 import os
@@ -23,7 +23,9 @@ from nmt.device import int8_pairs_clip
 from nmt.export import command, folder
 from nmt.export.ct2 import transformer_spec
 
-ctranslate2 = pytest.importorskip("ctranslate2", reason="the export needs ctranslate2: pip install 'nmt[export]'")
+ctranslate2 = pytest.importorskip(
+    "ctranslate2", reason="the export needs ctranslate2: pip install 'nmt-classics[export]'"
+)
 
 SMALL = ["model.d_model=32", "model.heads=4", "model.feedforward_size=64", "model.encoder_layers=2"]
 SMALL += ["model.decoder_layers=2", "model.max_len=64"]
@@ -329,7 +331,7 @@ def test_translate_engine_options_are_refused_by_name(tmp_path, options, message
 def test_without_ctranslate2_the_export_says_how_to_install_it(tmp_path):
     hide = "import sys; sys.modules['ctranslate2'] = None; sys.argv[0] = 'nmt-export'; "
     result = run("-c", hide + "from nmt.cli.export import main; main()", f"checkpoint={tmp_path / 'x.pt'}")
-    refused(result, "need CTranslate2: pip install 'nmt[export]'")
+    refused(result, "need CTranslate2: pip install 'nmt-classics[export]'")
 
 
 def test_a_line_whose_output_could_run_past_the_exports_positions_is_refused_naming_it(tmp_path, sample_vocabulary):

@@ -139,7 +139,7 @@ def test_resuming_applies_a_new_learning_rate_and_budget(trained, tmp_path):
     [
         (["data.max_len=2"], "no training pair is left"),
         (["trainer.log_every=0"], "trainer.log_every=0: must be at least 1"),
-        (["trainer.keep_checkpoints=abc"], "full_key: trainer.keep_checkpoints"),
+        (["trainer.keep_checkpoints=abc"], "error: trainer.keep_checkpoints=abc: "),
         (["trainer.clip_norm=-1"], "trainer.clip_norm=-1.0: must be at least 0"),
         (["trainer.max_steps=0", "trainer.max_minutes=0", "trainer.max_flops=0"], "nothing would stop training"),
         (["data.sizes.train=-5"], "data.sizes: train=-5; a number of sentence pairs cannot be negative"),
@@ -371,7 +371,7 @@ def test_evaluate_never_overwrites_its_own_inputs(trained, tmp_path):
 @pytest.mark.parametrize(
     "options, message",
     [
-        (["beam=abc"], "full_key: beam"),
+        (["beam=abc"], "error: beam=abc: "),
         (["beam=0"], "beam=0: the beam size must be 1"),
         (["split=dev"], "split='dev' is not a split"),
         (["beam=1000000"], "tokens, more than a batch holds (max_tokens=8,000); lower the beam, or raise max_tokens"),

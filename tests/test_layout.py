@@ -77,25 +77,19 @@ def python_files() -> list[Path]:
 
 
 def test_the_code_keeps_to_its_size_limits():
-    """No function over 50 lines and at most 6 over 45, no module over 500 and at most 8 over 300 (nmt/ and
-    scripts/): a module a reader holds in one sitting; the formatter switched off only for a few aligned tables.
-    Alarms, not targets: a function is split where it holds two ideas, never to pass a count."""
+    """No function over 50 lines, no module over 500 (nmt/ and scripts/): hard limits a reader can trust, with no
+    count of modules or functions near them to aim at (issue 85: counts made the caps targets, and files were cut in
+    halves to meet them); the formatter switched off only for a few aligned tables."""
     code = [path for path in python_files() if "tests" not in path.relative_to(ROOT).parts]
-    long_functions, long_modules, over_300, over_45 = [], [], [], []
+    too_long = []
     for path in code:
         text = path.read_text(encoding="utf-8")
-        lines = len(text.splitlines())
-        if lines > 500:
-            long_modules.append(str(path.relative_to(ROOT)))
-        if lines > 300:
-            over_300.append(str(path.relative_to(ROOT)))
+        if len(text.splitlines()) > 500:
+            too_long.append(f"{path.relative_to(ROOT)}: {len(text.splitlines())} lines")
         for node in ast.walk(ast.parse(text)):
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno - node.lineno + 1 > 45:
-                name = f"{path.relative_to(ROOT)}:{node.name}"
-                (long_functions if node.end_lineno - node.lineno + 1 > 50 else over_45).append(name)
-    assert not long_modules and not long_functions
-    assert len(over_300) <= 8, over_300
-    assert len(over_45) <= 6, over_45
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno - node.lineno + 1 > 50:
+                too_long.append(f"{path.relative_to(ROOT)}:{node.name}: {node.end_lineno - node.lineno + 1} lines")
+    assert not too_long, too_long
     switched_off = sum(path.read_text(encoding="utf-8").count("# fmt: skip") for path in python_files())
     assert switched_off < 40
 

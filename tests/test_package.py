@@ -60,7 +60,7 @@ def wheel(tmp_path_factory) -> Path:
         timeout=300,
     )
     assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
-    (found,) = (folder / "dist").glob("nmt-*.whl")
+    (found,) = (folder / "dist").glob("nmt_classics-*.whl")
     return found
 
 

@@ -308,27 +308,28 @@ def test_the_parts_table_says_which_parts_of_make_results_are_complete(tmp_path)
     (tmp_path / "compare.json").write_text(json.dumps({"finished": finished}))
     table = tables.render("parts", tmp_path)
     assert f"{others}(early training) | 6 of 51 runs |" in table and f"{claims} no runs yet |" in table
-    assert "| main | the 4 families' defaults | no runs yet |" in table
-    (tmp_path / "main.json").write_text(json.dumps({"finished": {"bahdanau": [1234], "luong": [1234, 1235]}}))
-    assert "| main | the 4 families' defaults | 3 of 12 runs |" in tables.render("parts", tmp_path)
+    main = "| main | transformer tuned and converged; the other 3 families' 5e14 runs |"
+    assert f"{main} no runs yet |" in table
+    (tmp_path / "main.json").write_text(json.dumps({"finished": {"bahdanau": [1234], "transformer": [1234, 1235]}}))
+    assert f"{main} 2 of 5 runs |" in tables.render("parts", tmp_path)  # the design's 5 seeds of its own arm
     assert not published.complete({"bahdanau": [1234], "luong": [1234, 1235]}, FAMILIES)
     assert published.complete({family: [1, 2, 3] for family in FAMILIES}, FAMILIES)
-    every = {variant: [1234, 1235, 1236, 1237] for variant in CLAIM_RUNS}  # a 4th seed counts as 3
+    every = {variant: [1234, 1235, 1236, 1237, 1238, 1239] for variant in CLAIM_RUNS}  # a 6th seed counts as 5
     (tmp_path / "claims.json").write_text(json.dumps({"finished": every}))
-    assert f"{claims} **complete**: 3 runs |" in tables.render("parts", tmp_path)
+    assert f"{claims} **complete**: 5 runs |" in tables.render("parts", tmp_path)
     (tmp_path / "claims.json").unlink()  # runs recorded while the part goes on count before its report is made
     for seed in (1234, 1235):
         (runs / "claims" / "luong_feeding").mkdir(parents=True, exist_ok=True)
         (runs / "claims" / "luong_feeding" / f"seed{seed}.record.json").write_text("{}")
-    assert f"{claims} 2 of 3 runs |" in tables.render("parts", tmp_path)
+    assert f"{claims} 2 of 5 runs |" in tables.render("parts", tmp_path)
     # tables from the earlier protocol's report (5e14 FLOPs), kept apart until today's report is made
     earlier = {"config": {"trainer": {"max_flops": 5e14, "patience": 5, "validations": 0}}, "budget": "5e+14 FLOPs"}
     (tmp_path / "claims_5e14.json").write_text(json.dumps({"variants": {"x": {"runs": [earlier] * 24}}}))
-    assert f"{claims} 2 of 3 runs under today's protocol; tables: 24 earlier runs at 5e+14 FLOPs |" in tables.render(
+    assert f"{claims} 2 of 5 runs under today's protocol; tables: 24 earlier runs at 5e+14 FLOPs |" in tables.render(
         "parts", tmp_path
     )
     (tmp_path / "claims.json").write_text(json.dumps({"finished": {"luong_feeding": [1234, 1235]}}))
-    assert f"{claims} 2 of 3 runs |" in tables.render("parts", tmp_path)  # today's report: its tables
+    assert f"{claims} 2 of 5 runs |" in tables.render("parts", tmp_path)  # today's report: its tables
     (tmp_path / "claims.json").unlink()
     lab = "| lab | the attention variants on the sample grammar |"
     assert f"{lab} no runs yet; its table is written when all its runs end |" in tables.render("parts", tmp_path)

@@ -2,14 +2,20 @@
 nmt-evaluate, nmt-translate and nmt-export; `python train.py` ... in a checkout, `python -m nmt.export`)."""
 
 import contextlib
+import dataclasses
+import difflib
+import os
 import re
 import signal
 import sys
 from pathlib import Path
 
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from nmt import UserError
+from nmt.config import CONFIGS
 
 
 class Terminated(KeyboardInterrupt):
@@ -21,12 +27,14 @@ def terminated(number, frame):
 
 
 @contextlib.contextmanager
-def refusals_and_ctrl_c(unwritten: str):
+def refusals_and_ctrl_c(unwritten: str, task: DictConfig | None = None):
     """A decoding or export command's ending: a refusal (a UserError, or an option OmegaConf rejects) is one `error:`
     line, and Ctrl-C or SIGTERM says that nothing was written (files are written whole at the end, atomically;
     nmt-export's folder is made beside its place and removed: `unwritten` names them)."""
     previous = signal.signal(signal.SIGTERM, terminated)
     try:
+        if HydraConfig.initialized() and task is not None:
+            check_appended(task, list(HydraConfig.get().overrides.task), CONFIGS)
         yield
     except (UserError, OmegaConfBaseException) as error:
         sys.exit(f"error: {said(error)}")
@@ -38,6 +46,26 @@ def refusals_and_ctrl_c(unwritten: str):
         sys.exit(143 if isinstance(stop, Terminated) else 130)
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def check_appended(config: DictConfig, overrides: list[str], configs: Path) -> None:
+    """A `+key=value` that adds a key its options lack (`+trainer.max_step=5`, a typo of max_steps) refused as an
+    unknown key is: Hydra's `+` adds a key to any node, and the run would ignore it. Config groups (`+experiment=`)
+    and Hydra's own keys are left to Hydra."""
+    for override in overrides:
+        key = override.lstrip("+~").split("=", 1)[0]
+        if not override.startswith("+") or key.startswith("hydra.") or "/" in key or (configs / key).is_dir():
+            continue
+        parent, _, name = key.rpartition(".")
+        node = OmegaConf.select(config, parent) if parent else config
+        schema = OmegaConf.get_type(node) if isinstance(node, DictConfig) else None
+        if schema is None or not dataclasses.is_dataclass(schema):
+            continue
+        known = [field.name for field in dataclasses.fields(schema)]
+        if name not in known:
+            close = difflib.get_close_matches(name, known, 1)
+            meant = f" (did you mean {parent + '.' if parent else ''}{close[0]}?)" if close else ""
+            raise UserError(f"{override}: {key} is no option{meant}; `--help` lists every option with its default")
 
 
 def said(error: Exception) -> str:
@@ -87,6 +115,53 @@ def lean_hydra() -> None:
 
     lean_get_mode.lean = True
     Hydra.get_mode, Hydra.get_help = lean_get_mode, lean_get_help
+    one_line_refusals()
+
+
+def one_line_refusals() -> None:
+    """An override Hydra cannot parse or merge (`seed=1.5`, `beam=abc`, `check=null`) refused in one `error:` line
+    naming the option, where Hydra prints five (its message, full_key, object_type, a hint on HYDRA_FULL_ERROR, which
+    still gives the whole trace)."""
+    from hydra._internal import utils
+    from hydra.errors import ConfigCompositionException, OverrideParseException
+
+    run_and_report = utils.run_and_report
+    if getattr(run_and_report, "one_line", False):
+        return
+
+    def refused(func):
+        try:
+            return func()
+        except (ConfigCompositionException, OverrideParseException) as error:
+            if os.environ.get("HYDRA_FULL_ERROR") == "1":
+                raise
+            raise SystemExit(f"error: {override_refusal(error)}") from None
+
+    def reported(func):
+        return run_and_report(lambda: refused(func))
+
+    reported.one_line = True
+    utils.run_and_report = reported
+
+
+def override_refusal(error: Exception) -> str:
+    """Hydra's refusal of an override in one line: the option, then what is wrong and what to give instead."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    lines = [line for line in lines if not line.startswith(("full_key:", "object_type=", "Set the environment"))]
+    text = " ".join(lines)
+    if merging := re.match(r"Error merging override (\S+)", text):
+        return f"{merging[1]}: " + ("; ".join(lines[1:]) or said(error.__cause__ or error))
+    if unknown := re.search(r"Could not override '([^']+)'", text):
+        help_line = f"{Path(sys.argv[0]).name} --help"
+        return f"{unknown[1]}: no such option; {help_line} lists every option with its default"
+    if group := re.search(
+        r"Could not find '([^']+)/([^']+)'.*?Available options in '[^']+':(.*?)(Config search|$)", text
+    ):
+        options = ", ".join(group[3].split())
+        return f"{group[1]}={group[2]}: no such option of {group[1]}; choose one of {options}"
+    if "no viable alternative" in text or "mismatched input" in text or "extraneous input" in text:
+        return f"an override could not be read ({lines[0]}); write key=value, quoting a value with spaces or brackets"
+    return "; ".join(lines) or type(error).__name__
 
 
 def could_set_mode(hydra, overrides: list[str]) -> bool:

@@ -13,7 +13,7 @@ lean_hydra()
 
 @hydra.main(config_path=str(CONFIGS), config_name="evaluate", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    with refusals_and_ctrl_c("hypotheses"):
+    with refusals_and_ctrl_c("hypotheses", cfg):
         evaluate(cfg.checkpoint, DecodeOptions.of(cfg), **EvaluateConfig.task(cfg))
 
 

@@ -13,7 +13,7 @@ lean_hydra()
 
 @hydra.main(config_path=str(CONFIGS), config_name="export", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    with refusals_and_ctrl_c("export files"):
+    with refusals_and_ctrl_c("export files", cfg):
         export(
             cfg.checkpoint,
             cfg.format,

@@ -4,7 +4,6 @@ import logging
 import signal
 import sys
 import traceback
-from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -14,9 +13,9 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from nmt import Interrupted, UserError
-from nmt.cli import lean_hydra, said
+from nmt.cli import check_appended, lean_hydra, said
 from nmt.config import CONFIGS, check_options, register
-from nmt.multirun import SweepStop, job_skipped
+from nmt.multirun import SweepStop, hydra_folder, job_skipped
 from nmt.paths import folder_option
 from nmt.run_folder import RunFolder
 
@@ -39,7 +38,8 @@ class OptionsFirst(Callback):
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
         try:
-            folder_option(Path(config.hydra.run.dir), "hydra.run.dir")
+            folder_option(hydra_folder(config, "hydra.run.dir"), "hydra.run.dir")
+            check_appended(config, list(config.hydra.overrides.task), CONFIGS)
             options = OmegaConf.to_object(OmegaConf.masked_copy(config, ["trainer", "seed"]))
             check_options(options["trainer"], options["seed"])
         except (UserError, OmegaConfBaseException) as error:
@@ -49,7 +49,7 @@ class OptionsFirst(Callback):
         try:
             if config.hydra.launcher.get("n_jobs") == 0:  # joblib: -1 means every core, 0 nothing
                 raise UserError("hydra.launcher.n_jobs=0: runs no job; give 1 or more (or -1 for one per core)")
-            folder_option(Path(config.hydra.sweep.dir), "hydra.sweep.dir")
+            folder_option(hydra_folder(config, "hydra.sweep.dir"), "hydra.sweep.dir")
         except UserError as error:
             sys.exit(f"error: {error}")
 
@@ -70,6 +70,8 @@ def main(cfg: DictConfig) -> float:
     from nmt.experiment import train
 
     try:
+        if sweep:  # a single run's were checked before its folder was made (OptionsFirst)
+            check_appended(cfg, list(HydraConfig.get().overrides.task), CONFIGS)
         results = train(cfg, output_dir)
     except (UserError, OmegaConfBaseException) as error:
         if sweep:  # the sweep's other jobs go on; FailedJobs names this one at the end and exits non-zero

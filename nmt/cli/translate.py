@@ -13,7 +13,7 @@ lean_hydra()
 
 @hydra.main(config_path=str(CONFIGS), config_name="translate", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    with refusals_and_ctrl_c("translations"):
+    with refusals_and_ctrl_c("translations", cfg):
         checkpoint = None if OmegaConf.is_missing(cfg, "checkpoint") else cfg.checkpoint  # none with model_dir=
         translate_file(checkpoint, DecodeOptions.of(cfg), **TranslateConfig.task(cfg))
 

@@ -38,7 +38,7 @@ def ctranslate2_module():
         import ctranslate2
     except ImportError:
         raise UserError(
-            "format=ctranslate2 and engine=ctranslate2 need CTranslate2: pip install 'nmt[export]' "
+            "format=ctranslate2 and engine=ctranslate2 need CTranslate2: pip install 'nmt-classics[export]' "
             "(or pip install ctranslate2)"
         ) from None
     return ctranslate2

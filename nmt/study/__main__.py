@@ -5,6 +5,7 @@
   results   what README.md and docs/results.md report, trained and recorded part by part (make results)
   measure   speed, memory and calibration measurements: `measure speed` times each model (make bench)
   tune      each family's recipe tuned with equal effort on valid BLEU (Optuna, pruned, resumable)
+  queue     the study's design trained in the background, from a worktree of its own (make queue)
 
 `python -m nmt.study PROGRAM --help` lists a program's options.
 """
@@ -13,13 +14,22 @@ from __future__ import annotations
 
 import sys
 from importlib import import_module
+from importlib.util import find_spec
 
 from nmt import UserError
 
-PROGRAMS = ("compare", "lab", "results", "measure", "tune")  # each a module of nmt/study/cli/ with main(argv)
+PROGRAMS = ("compare", "lab", "results", "measure", "tune", "queue")  # each a module of nmt/study/cli/ with main(argv)
+
+
+STUDY_EXTRA = ("optuna", "scipy", "statsmodels")  # what `pip install 'nmt-classics[study]'` adds to the toolkit
 
 
 def main(argv: list[str] | None = None) -> None:
+    missing = [name for name in STUDY_EXTRA if find_spec(name) is None]
+    if missing:
+        sys.exit(
+            f"error: the study needs {', '.join(missing)}: pip install 'nmt-classics[study]' (a checkout: make install)"
+        )
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__.strip())

@@ -119,7 +119,8 @@ def claims_table(folder: Path = RESULTS, short: bool = False) -> str:
             [
                 *lines,
                 "",
-                f"Detects: the true difference the primary test finds 80% of the time. {counted}{lab_runs} "
+                "Detects: the true difference the primary test would find 80% of the time, estimated from these seeds' "
+                f"spread. {counted}{lab_runs} "
                 "([their provenance](docs/results.md)).",
                 "",
             ]

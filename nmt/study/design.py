@@ -1,23 +1,33 @@
-"""The converged study's design, fixed before its runs (docs/tuning.md): what the tuning, the main table and the
-claims train, under which rules, and what the whole queue costs on one GPU at the measured rate.
+"""The converged study's design on the CPUs this project has, fixed before its first run (docs/tuning.md): one open
+claim settled, what the tuning and the final runs train under which rules, and what it costs in machine-hours at the
+measured rate.
 
-- **The final runs' protocol** (the main table's, the converged claims', and each tuning trial's): trained until they
-  stop learning, up to CAP FLOPs, validated at each 1/VALIDATIONS of it, stopped earlier after PATIENCE validations
-  without a better valid BLEU. The cap is where the recorded 5e14 curves flatten (Bahdanau, Luong and the Transformer
-  gain little over their last third; Sutskever's model is still learning there and gets 20% more).
-- **Tuning**: TRIALS trials for each of TUNED (trial 0 the defaults, then points of a scrambled Sobol sequence: a
-  space-filling design, not random draws, at the handful of trials the budget affords), one seed (TUNING_SEED, none
-  of the final runs' seeds), each family's own Sobol seed, so that no two families draw the same configurations.
-  Successive halving on valid BLEU (Optuna's SuccessiveHalvingPruner, reduction factor REDUCTION): at rung 0, the
-  RUNG-th validation (1/3 of the cap), a trial goes on only if its best valid BLEU so far ranks in the top third of the
-  trials that reached that rung (the first trial, the defaults, always goes on), else it is stopped and recorded as
-  pruned at that rung. The same trials, rungs and rule for every family.
-- **The claims' arms are tuned alike**: a claim between families (the Transformer against the recurrent models)
-  compares each family on its own tuning (the main table's runs, trained once for both); a claim within a family
-  either trains both arms on one recipe chosen without either (the schema's defaults: the 5e14 runs, whose verdicts
-  stand where they are not "still improving") or tunes each arm under the same effort (input feeding: `luong` and
-  `luong_feeding` are both in TUNED). Converged runs go to the main table and the claims that need them (Transformer
-  against recurrent, input feeding); the others keep their 5e14 evidence.
+- **The question** (PRIMARY): does the Transformer beat the recurrent models on Multi30k de->en? The opponent is fixed
+  in advance, Luong's global attention with input feeding (`luong_feeding`, the best recurrent arm of the 5e14 runs),
+  and the answer is one test: the seed-level difference of mean test BLEU (beam 5, test2016) between the two arms,
+  with its 95% interval. Supported where the interval lies above 0, contradicted where below, "no difference larger
+  than EQUIVALENCE BLEU" where it lies inside (-EQUIVALENCE, +EQUIVALENCE) (two one-sided tests), inconclusive
+  otherwise. Every other row of the main table keeps its 5e14 figures, labelled "5e14 FLOPs, hand-set defaults".
+- **Both arms tuned alike** (TUNED): TRIALS trials each, trial 0 the arm's defaults, then scrambled Sobol points of
+  its space (TUNING_SEED as the trials' training seed, each target its own Sobol seed). Successive halving on valid
+  BLEU (Optuna's SuccessiveHalvingPruner, reduction factor REDUCTION): rung 0 at RUNG_FLOPS (a trial goes on only if
+  its best valid BLEU so far ranks in the top third of those that reached the rung; the first always does). A choice
+  is adopted only if its valid BLEU beats trial 0's by ADOPT_MARGIN; otherwise the defaults stay.
+- **The final runs** (FINAL_RUNS): SEEDS seeds per arm (FIRST_SEED ...), each trained until it stops learning: up to
+  CAP FLOPs, a validation every SPACING FLOPs (a spacing, not a count of the cap: VALIDATIONS follows from it),
+  stopped after PATIENCE validations without a better valid BLEU. A run stopped by patience is "converged"; one that
+  reaches the cap is labelled "capped". At 5 seeds the project's seed-level test has 80% power at about 1.0 BLEU
+  (1.7 at 3 seeds).
+- **One precision and thread count for every run** (PINNED): fp32 (the only precision every CPU kind runs and
+  continues) and THREADS threads, one run at a time on a 2-core machine. A run must end inside the session that
+  starts it (a session's machine, its run folders included, is gone at its end; a checkpoint of these models with its
+  optimiser state is too large to commit), and a converged Luong run (6.5-9e14 FLOPs at the 5e14 curves' pace) takes
+  longer than a session at one thread: two threads take it in about two hours. The runs alternate between the arms,
+  so that every machine and CPU kind contributes alike to both, and each record holds ATen's CPU capability.
+- **The cost** (`machine_hours`): each arm's FLOPs at its measured rate (results/measured/cpu_rate.json: FLOPs per
+  second of a run alone at THREADS threads, `python -m nmt.study measure cpu_rate`) plus VALIDATION_SECONDS per
+  validation, with the runs' expected stops (EXPECTED_STOP: where the 5e14 curves put them) and at most (every run
+  to the cap, every trial promoted).
 """
 
 from __future__ import annotations
@@ -28,20 +38,33 @@ from pathlib import Path
 
 from nmt.study.variants import FAMILIES
 
-CAP = 6e14  # FLOPs a final run may train
-VALIDATIONS = 30  # validations over the cap: one at each 2e13 FLOPs
+PRIMARY = ("transformer", "luong_feeding")  # the claim: the first beats the second (the opponent fixed in advance)
+EQUIVALENCE = 1.0  # BLEU: a difference inside +-1 reads "no difference larger than 1 BLEU"
+ADOPT_MARGIN = 0.5  # valid BLEU a tuned choice must gain over trial 0 (the defaults) to be adopted
+CAP = 1e15  # FLOPs a final run or trial may train
+SPACING = 2e13  # FLOPs between validations
+VALIDATIONS = round(CAP / SPACING)  # 50 over the cap
 PATIENCE = 5  # validations without a better valid BLEU before a run stops
-RUNG = 10  # successive halving's rung 0, in validations: 1/3 of the cap
+RUNG_FLOPS = 2e14  # successive halving's rung 0
+RUNG = round(RUNG_FLOPS / SPACING)  # in validations: the 10th
 REDUCTION = 3  # the top 1/REDUCTION of the trials at a rung go on
 TRIALS = 6  # per tuned target: trial 0 (its defaults) and 5 Sobol points
-# What is tuned, in the order the queue tunes it: the Transformer first (its recipe was tuned least), then the
-# recurrent families, then the input-feeding claim's other arm
-TUNED = ("transformer", "sutskever", "bahdanau", "luong", "luong_feeding")
+TUNED = PRIMARY  # both arms, in the order the queue alternates them
 TUNING_SEED = 1000  # below every final seed (FIRST_SEED, FIRST_SEED + 1, ...)
 FIRST_SEED = 1234  # the final runs' seeds: FIRST_SEED .. FIRST_SEED + SEEDS - 1 (the lab: up to 8)
-SEEDS = 3
-# The converged runs beside the main table's: the claims' arms that the main table does not hold
+SEEDS = 5
+THREADS = 2  # every run's torch threads (with fp32: PINNED)
+PINNED = ("trainer.precision=fp32", f"trainer.threads={THREADS}")
+# The final runs: the Transformer as the main table's converged row, luong_feeding as the claim's other arm
 CLAIM_RUNS = ("luong_feeding",)
+FINAL_RUNS = {"main": {"transformer": SEEDS}, "claims": dict.fromkeys(CLAIM_RUNS, SEEDS)}
+# Where the runs are expected to stop (FLOPs), from the 5e14 runs' valid curves (results/runs/main_5e14, claims_5e14):
+# the Transformer's best at 0.20-0.34 PFLOP in 6 of 6 runs, then PATIENCE validations more; Luong with input feeding
+# still gaining at 5e14, its fitted curve flat at 6.5-9e14
+EXPECTED_STOP = {"transformer": 4.0e14, "luong_feeding": 8.0e14}
+# One validation of a Multi30k model at THREADS threads (loss and greedy BLEU on valid): 22 s for an untrained
+# Transformer, whose outputs run to the length limit (python -m nmt.study measure cpu_rate), 15-20 s once it translates
+VALIDATION_SECONDS = 20.0
 
 
 def family_of(target: str) -> str:
@@ -61,26 +84,22 @@ def promotion(number: int, reduction: int = REDUCTION) -> float:
     return max(1, number // reduction) / number
 
 
-def trial_flops(number: int) -> float:
-    """What the `number`-th trial of a target (from 1) trains on average: up to rung 0, then the rest of the cap
-    when it is promoted."""
-    rung = CAP * RUNG / VALIDATIONS
-    return rung + promotion(number) * (CAP - rung)
+def trial_flops(number: int, stop: float = CAP) -> float:
+    """What the `number`-th trial of a target (from 1) trains on average: up to rung 0, then on to where it stops
+    (`stop`: the cap at most) when it is promoted."""
+    rung = min(RUNG_FLOPS, stop)
+    return rung + promotion(number) * (stop - rung)
 
 
-# What each part of the queue trains: its targets (tuned targets, families, variants) and the runs of each
-RUNS = {
-    "tune": dict.fromkeys(TUNED, TRIALS),
-    "main": dict.fromkeys(FAMILIES, SEEDS),
-    "claims": dict.fromkeys(CLAIM_RUNS, SEEDS),
-}
+# What each part of the queue trains: its targets and the runs of each; the tuning first, then the final runs
+RUNS = {"tune": dict.fromkeys(TUNED, TRIALS), **FINAL_RUNS}
 
 
 @dataclass(frozen=True)
 class Part:
     """A part of the queue: its name, its runs wanted and recorded (per target), the FLOPs its runs train as expected
-    and as expected of those still to run (per family, for the rate), and in the worst case (every trial promoted,
-    no run stopped by patience)."""
+    (EXPECTED_STOP) and as expected of those still to run (per target), and at most (every trial promoted, every run
+    to the cap)."""
 
     name: str
     runs: dict[str, int]
@@ -95,27 +114,30 @@ class Part:
 
 
 def part(name: str, done: dict[str, int] | None = None) -> Part:
-    """The part `name` of the queue with `done` runs recorded of each target (none by default). Runs stopped by
-    patience train less; not counted."""
+    """The part `name` of the queue with `done` runs recorded of each target (none by default)."""
     runs, done = RUNS[name], {target: min(n, (done or {}).get(target, 0)) for target, n in RUNS[name].items()}
 
     def flops(first: int, target: str) -> float:  # the expected FLOPs of the target's runs from the first-th on
+        stop = min(CAP, EXPECTED_STOP.get(target, CAP))
         if name == "tune":
-            return sum(trial_flops(number) for number in range(first, runs[target] + 1))
-        return (runs[target] - first + 1) * CAP
+            return sum(trial_flops(number, stop) for number in range(first, runs[target] + 1))
+        return (runs[target] - first + 1) * stop
 
-    whole: dict[str, float] = {}
-    left: dict[str, float] = {}
-    for target in runs:
-        whole[family_of(target)] = whole.get(family_of(target), 0.0) + flops(1, target)
-        left[family_of(target)] = left.get(family_of(target), 0.0) + flops(done[target] + 1, target)
+    whole = {target: flops(1, target) for target in runs}
+    left = {target: flops(done[target] + 1, target) for target in runs}
     return Part(name, runs, done, whole, left, sum(runs.values()) * CAP)
 
 
 def queue(done: dict[str, dict[str, int]] | None = None) -> list[Part]:
-    """The converged queue in its order: the tuning, the main table (the four families' tuned defaults, SEEDS seeds),
-    the claims' own runs (CLAIM_RUNS, tuned, SEEDS seeds); `done`: each part's runs recorded of each target."""
+    """The queue in its order: the tuning of both arms, then their final runs (FINAL_RUNS, SEEDS seeds each); `done`:
+    each part's runs recorded of each target."""
     return [part(name, (done or {}).get(name)) for name in RUNS]
+
+
+def machine_hours(flops: dict[str, float], rates: dict[str, float]) -> float:
+    """Hours of a 2-core machine for `flops` (per target), one run at a time at THREADS threads: each target's FLOPs
+    at its rate, and a validation every SPACING FLOPs at VALIDATION_SECONDS each."""
+    return sum(f / rates[target] + f / SPACING * VALIDATION_SECONDS for target, f in flops.items()) / 3600
 
 
 def rates(measured: Path) -> dict[str, float]:
@@ -126,5 +148,6 @@ def rates(measured: Path) -> dict[str, float]:
 
 
 def minutes(part: Part, rate: dict[str, float], left: bool = False) -> float:
-    """The part's expected training time in minutes (`left`: of its runs not yet recorded), one at a time at `rate`."""
-    return sum(flops / rate[family] for family, flops in (part.left if left else part.flops).items()) / 60
+    """The part's expected training time in minutes (`left`: of its runs not yet recorded), one at a time at `rate`
+    (per family: a variant trains at its family's)."""
+    return sum(flops / rate[family_of(target)] for target, flops in (part.left if left else part.flops).items()) / 60

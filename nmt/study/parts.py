@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nmt.study.design import CLAIM_RUNS
+from nmt.study.design import CLAIM_RUNS, FINAL_RUNS, SEEDS
 from nmt.study.published import CAP, EARLIER, RESULTS, UNFINISHED, finished, load
 from nmt.study.significance import MIN_SEEDS
 from nmt.study.variants import FAMILIES, LAB_CLAIM_VARIANTS, VARIANTS
@@ -55,7 +55,11 @@ def parts_table(folder: Path = RESULTS) -> str:
     else:
         lab_row = lab_state(lab_variants, seeds("lab"), shown)
     rows = [
-        ("main", f"the {len(FAMILIES)} families' defaults", final_state("main", FAMILIES, seeds, folder)),
+        (
+            "main",
+            f"{', '.join(FINAL_RUNS['main'])} tuned and converged; the other {len(FAMILIES) - 1} families' 5e14 runs",
+            final_state("main", list(FINAL_RUNS["main"]), seeds, folder),
+        ),
         ("claims", f"{', '.join(CLAIM_RUNS)}, beside main's runs", final_state("claims", CLAIM_RUNS, seeds, folder)),
         ("lab", "the attention variants on the sample grammar", lab_row),
         (
@@ -69,8 +73,9 @@ def parts_table(folder: Path = RESULTS) -> str:
     from nmt.study.lab_plan import CLAIM_SEEDS
 
     note = (
-        f"{MIN_SEEDS} seeds each (the lab's claims: {CLAIM_SEEDS}); claims and main: up to {CAP:g} FLOPs, or less "
-        "where valid BLEU stalls (`trainer.patience`)."
+        f"claims and main: the study's design ([docs/tuning.md](docs/tuning.md)), {SEEDS} seeds each, up to {CAP:g} "
+        f"FLOPs or less where valid BLEU stalls (`trainer.patience`); the others {MIN_SEEDS} seeds each (the lab's "
+        f"claims: {CLAIM_SEEDS})."
     )
     return "\n".join([*lines, "", note, ""])
 
@@ -78,7 +83,7 @@ def parts_table(folder: Path = RESULTS) -> str:
 def final_state(part: str, wanted: list[str], seeds, folder: Path) -> str:
     """How far the claims' or the main part is (its runs are all of today's protocol, `published.PROTOCOL`); where
     it has no report yet, the earlier protocol's that its tables show instead (`published.EARLIER`)."""
-    state = part_state(wanted, seeds(part))
+    state = part_state(wanted, seeds(part), dict.fromkeys(wanted, SEEDS))
     earlier = load(EARLIER[part], folder) if load(part, folder) is None else None
     if earlier is None:
         return state

@@ -1,14 +1,10 @@
-"""How far the converged queue is and how fast a GPU gets through it, from the committed records: the tuning trials
-and final runs recorded (nmt/study/design.py's RUNS), and the end-to-end rate of the sweeps run on a GPU.
-docs/tuning.md's queue table (nmt.study.tables) is rendered from them."""
+"""How far the study's queue is, from the committed records: the tuning trials and final runs recorded
+(nmt/study/design.py's RUNS), and what is left of it in machine-hours at the measured CPU rate (and GPU-minutes, where
+a GPU is lent again). docs/tuning.md's queue table (nmt.study.tables) is rendered from them."""
 
 from __future__ import annotations
 
-import datetime
 import json
-import re
-import statistics
-from dataclasses import dataclass
 from pathlib import Path
 
 from nmt.study import design
@@ -25,87 +21,49 @@ def trials_of(records: Path, target: str) -> list[dict]:
     return [json.loads(p.read_text(encoding="utf-8")) for p in sorted((records / target).glob("trial*.json"))]
 
 
+def ended_trials(records: Path, target: str) -> list[dict]:
+    """A target's trials that ended as the design counts them: finished or pruned (a failed trial is asked again)."""
+    return [trial for trial in trials_of(records, target) if trial.get("stopped_by") != "failed"]
+
+
 def recorded_queue(records: Path = RECORDS) -> dict[str, dict[str, int]]:
     """How far the converged queue is (nmt.study.design.RUNS): each tuned target's trials recorded (finished or
     pruned) and each final run's seeds recorded (FIRST_SEED ...) of the main table's and the claims' targets."""
     seeds = set(range(design.FIRST_SEED, design.FIRST_SEED + design.SEEDS))
-    done = {"tune": {target: len(trials_of(records / "tune", target)) for target in design.RUNS["tune"]}}
+    done = {"tune": {target: len(ended_trials(records / "tune", target)) for target in design.RUNS["tune"]}}
     for part in ("main", "claims"):
         have = finished(records / part)
         done[part] = {target: len(seeds & set(have.get(target, []))) for target in design.RUNS[part]}
     return done
 
 
-@dataclass(frozen=True)
-class SweepRate:
-    """How fast the GPU trained runs many at once, end to end (start-up, validations and test decoding included):
-    FLOPs per second over the sweeps of committed records, and what they were."""
-
-    flops_per_second: float
-    runs: int
-    sweeps: int
-    minutes: float
-    folders: tuple[str, ...]
-    precisions: tuple[str, ...]
-    validations: int  # a run's validations there, the median
-
-
-# A run's machine as provenance names it, with its precision: "NVIDIA H200 (fp32)"
-PRECISION = re.compile(r"\((fp32|bf16|fp16)\)$")
-
-
-def gpu_sweep_rate(records: Path = RECORDS, longest: float = 60.0) -> SweepRate | None:
-    """The end-to-end rate of the sweeps recorded on a GPU (runs whose machine names NVIDIA): runs whose spans (first
-    start to finish) overlap are one sweep; the rate is their FLOPs over the sweeps' wall time. A sweep longer than
-    `longest` minutes (a run resumed in a later window) says nothing of a window's rate and is left out."""
-    runs = []
-    for path in records.glob("*/*/seed*.record.json"):
-        record = json.loads(path.read_text(encoding="utf-8"))
-        provenance = record.get("provenance", {})
-        if any("NVIDIA" in machine for machine in provenance.get("machines", [])):
-            span = [datetime.datetime.fromisoformat(t) for t in (provenance["dates"][0], provenance["finished"])]
-            runs.append({"span": span, "record": record, "folder": path.parent.parent.name})
-    sweeps: list[list[dict]] = []
-    for run in sorted(runs, key=lambda r: r["span"][0]):
-        if sweeps and run["span"][0] <= max(r["span"][1] for r in sweeps[-1]):
-            sweeps[-1].append(run)
-        else:
-            sweeps.append([run])
-    timed = [(s, (max(r["span"][1] for r in s) - min(r["span"][0] for r in s)).total_seconds()) for s in sweeps]
-    kept = [(s, seconds) for s, seconds in timed if seconds <= longest * 60]
-    chosen = [run for s, _ in kept for run in s]
-    if not chosen:
+def cpu_rates(measured: Path) -> dict[str, float] | None:
+    """Each arm's training rate at the design's thread count (results/measured/cpu_rate.json), FLOPs per second."""
+    if not measured.is_file():
         return None
-    wall = sum(seconds for _, seconds in kept)
-    machines = {m for run in chosen for m in run["record"]["provenance"]["machines"]}
-    return SweepRate(
-        flops_per_second=sum(run["record"]["petaflops"] for run in chosen) * 1e15 / wall,
-        runs=len(chosen),
-        sweeps=len(kept),
-        minutes=wall / 60,
-        folders=tuple(sorted({run["folder"] for run in chosen})),
-        precisions=tuple(sorted({m.group(1) for m in map(PRECISION.search, machines) if m})),
-        validations=int(statistics.median(len(run["record"].get("curve", [])) for run in chosen)),
-    )
+    values = json.loads(measured.read_text(encoding="utf-8"))["values"]
+    return {target: values[target][str(design.THREADS)]["flops_per_second"] for target in design.PRIMARY}
 
 
 def queue_table(folder: Path = RECORDS.parent) -> str:
     """docs/tuning.md's table of the queue (nmt.study.design): each part's runs recorded under folder/runs, FLOPs
-    expected and at most, GPU-minutes expected in all and for what is left at the single-run training rate
-    (folder/measured/benchmark_cuda.json), and for what is left at the end-to-end rate of the recorded GPU sweeps."""
-    measured = folder / "measured" / "benchmark_cuda.json"
-    rate, record = design.rates(measured), json.loads(measured.read_text(encoding="utf-8"))
-    parts, sweep = design.queue(recorded_queue(folder / "runs")), gpu_sweep_rate(folder / "runs")
+    expected and at most, machine-hours expected in all and for what is left on a 2-core CPU at the measured rate
+    (folder/measured/cpu_rate.json), and GPU-minutes left at the single-run rate of a GPU
+    (folder/measured/benchmark_cuda.json) where a GPU is lent again."""
+    measured = folder / "measured"
+    cpu, gpu = cpu_rates(measured / "cpu_rate.json"), design.rates(measured / "benchmark_cuda.json")
+    parts = design.queue(recorded_queue(folder / "runs"))
 
     def row(name: str, runs: str, done: int, wanted: int, chosen: list[design.Part], bold: str = "") -> str:
         expected, bound = sum(p.expected for p in chosen), sum(p.bound for p in chosen)
-        total, left = (sum(design.minutes(p, rate, left) for p in chosen) for left in (False, True))
-        swept = sum(sum(p.left.values()) for p in chosen) / sweep.flops_per_second / 60 if sweep else None
-        minutes = [f"{bold}{m:.1f}{bold}" if m is not None else "-" for m in (total, left, swept)]
-        return f"| {name} | {runs} | {done} of {wanted} | {expected:.2e} | {bound:.2e} | " + " | ".join(minutes) + " |"
+        hours = [design.machine_hours(_summed(p.flops for p in chosen), cpu) if cpu else None]
+        hours.append(design.machine_hours(_summed(p.left for p in chosen), cpu) if cpu else None)
+        gpu_left = sum(design.minutes(p, gpu, left=True) for p in chosen)
+        shown = [f"{bold}{h:.1f}{bold}" if h is not None else "-" for h in hours] + [f"{gpu_left:.1f}"]
+        return f"| {name} | {runs} | {done} of {wanted} | {expected:.2e} | {bound:.2e} | " + " | ".join(shown) + " |"
 
     lines = [
-        "| part | runs | recorded | FLOPs expected | FLOPs at most | GPU-minutes expected | left | left, end to end |",
+        "| part | runs | recorded | FLOPs expected | FLOPs at most | machine-hours expected | left | GPU-min. left |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for p in parts:
@@ -113,21 +71,25 @@ def queue_table(folder: Path = RECORDS.parent) -> str:
         lines.append(row(p.name, runs, sum(p.done.values()), sum(p.runs.values()), [p]))
     done, wanted = (sum(sum(getattr(p, key).values()) for p in parts) for key in ("done", "runs"))
     lines.append(row("**all**", "", done, wanted, parts, bold="**"))
-    shown = ", ".join(f"{family} {rate[family] / 1e12:.1f}" for family in design.FAMILIES)
-    swept = (
-        f"at the rate the recorded GPU sweeps trained, many runs at once ({sweep.flops_per_second / 1e12:.1f} TFLOP/s: "
-        f"{sweep.runs} runs of {', '.join(sweep.folders)} in {sweep.sweeps} sweeps, {sweep.minutes:.1f} minutes, "
-        f"{'/'.join(sweep.precisions) or 'precision not recorded'}, {sweep.validations} validations a run, where the "
-        f"queue's runs make up to {design.VALIDATIONS}), validations, start-up and test decoding counted"
-        if sweep
-        else "no sweep recorded on a GPU yet"
-    )
+    record = json.loads((measured / "cpu_rate.json").read_text(encoding="utf-8")) if cpu else None
+    rates = ", ".join(f"{target} {rate / 1e9:.0f}" for target, rate in (cpu or {}).items())
     lines += [
         "",
-        f"GPU-minutes expected and left: at the training rate of one run alone, every update a CUDA graph (TFLOP/s: "
-        f"{shown}; results/measured/benchmark_cuda.json, {record['date'][:10]}: {record['note'].split(':')[0]}), "
-        f"validations and start-up not counted. Left, end to end: {swept}. Recorded: the trials in results/runs/tune "
-        "(finished or pruned) and the final seeds' records in results/runs/main and results/runs/claims; a trial or "
-        "run a window left unfinished counts as not run.",
+        f"Machine-hours: a 2-core CPU training one run at a time at {design.THREADS} threads in fp32 (GFLOP/s: "
+        + (f"{rates}; results/measured/cpu_rate.json: {record['machine']}" if cpu else "not measured yet")
+        + f"), a validation every {design.SPACING:.0e} FLOPs at {design.VALIDATION_SECONDS:.0f} s; expected: each run "
+        f"to its expected stop (FLOPs: {', '.join(f'{t} {f:.1e}' for t, f in design.EXPECTED_STOP.items())}), each "
+        "trial past rung 0 with its chance of promotion. GPU-minutes left: at one run's training rate on the GPU "
+        "(results/measured/benchmark_cuda.json), validations and start-up not counted. Recorded: the trials in "
+        "results/runs/tune (finished or pruned; a failed trial is asked again) and the final seeds' records in "
+        "results/runs/main and results/runs/claims; a run a session left unfinished counts as not run.",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _summed(mappings) -> dict[str, float]:
+    total: dict[str, float] = {}
+    for mapping in mappings:
+        for key, value in mapping.items():
+            total[key] = total.get(key, 0.0) + value
+    return total

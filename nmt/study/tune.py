@@ -156,7 +156,9 @@ UNCHOSEN = ("pruned", "failed")  # trials that did not train to their end: never
 def chosen(trials: list[dict]) -> tuple[dict, int] | None:
     """The finished trial and the trainer.average_last (1: the best checkpoint) with the best valid BLEU; the earliest
     trial and the fewest checkpoints of equals (the defaults, unaveraged, win a tie). Pruned and failed trials are not
-    candidates: they did not train as far."""
+    candidates: they did not train as far. A choice other than the defaults (trial 0, its best checkpoint) is adopted
+    only if it beats them by design.ADOPT_MARGIN valid BLEU, fixed before the runs: a smaller gain over one seed's
+    trials is within what a seed changes."""
     ranked = [
         (bleu, -t["number"], -k, i)
         for i, t in enumerate(trials)
@@ -165,14 +167,18 @@ def chosen(trials: list[dict]) -> tuple[dict, int] | None:
     ]
     if not ranked:
         return None
-    _, _, count, index = max(ranked)
+    bleu, _, count, index = max(ranked)
+    defaults = next((t for t in trials if t["number"] == 0 and t.get("stopped_by") not in UNCHOSEN), None)
+    if defaults is not None and bleu < defaults["valid_bleu"] + design.ADOPT_MARGIN:
+        return defaults, 1
     return trials[index], -count
 
 
 def table(records: Path) -> str:
     """Every tuned target's trials, its choice and what the choice gained on valid BLEU over its defaults (trial 0)."""
     lines = []
-    for family in design.TUNED:
+    others = [target for target in SPACE if target not in design.TUNED and trials_of(records, target)]
+    for family in [*design.TUNED, *others]:
         trials = trials_of(records, family)
         if not trials or chosen(trials) is None:
             lines.append(

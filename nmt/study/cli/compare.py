@@ -68,7 +68,9 @@ def train(args: argparse.Namespace) -> list[Path]:
 
 
 def arguments(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m nmt.study compare", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m nmt.study compare", description=" ".join(__doc__.split("\n\n")[0].split())
+    )
     parser.add_argument("folders", nargs="*", type=Path, help="finished runs to report on (without --train)")
     parser.add_argument("--train", action="store_true", help="train the variants first, into OUTPUT/runs")
     parser.add_argument(

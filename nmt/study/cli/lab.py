@@ -172,7 +172,9 @@ def aggregate(variant: Variant, runs: list[dict]) -> dict:
 
 
 def arguments(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m nmt.study lab", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m nmt.study lab", description=" ".join(__doc__.split("\n\n")[0].split())
+    )
     parser.add_argument("--output", type=Path, default=Path("multirun/lab"))
     parser.add_argument("--variants", default=",".join(VARIANTS), help=f"any of {', '.join(VARIANTS)}")
     parser.add_argument("--flops", type=float, default=FLOPS, help="training compute per variant")

@@ -10,6 +10,7 @@
   loader_rate        how fast training batches reach the training process (what a GPU's update waits on)
   alignment_offset   whether a model's attention sits a fixed number of words off the words it translates
   calibration        how often the seed-level test calls two identical variants different, in simulation
+  cpu_rate           how fast the converged study's two arms train on this CPU, fp32, at one and two threads
 
 Each is a module of nmt/study/measures/; `python -m nmt.study measure NAME --help` lists its options, and `--record`
 (where a measurement has it) saves results/measured/<name>.json, from which docs/ render their tables. Run a
@@ -33,6 +34,7 @@ MEASURES = (
     "loader_rate",
     "alignment_offset",
     "calibration",
+    "cpu_rate",
 )
 
 

@@ -205,7 +205,9 @@ def render() -> None:
 
 
 def arguments(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m nmt.study results", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m nmt.study results", description=" ".join(__doc__.split("\n\n")[0].split())
+    )
     parser.add_argument("--parts", default=",".join(PARTS), help=f"any of {', '.join(PARTS)}, in that order")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per variant (1234, 1235, ...)")
     parser.add_argument("--runs", type=Path, default=ROOT / "multirun" / "results", help="where the runs go")

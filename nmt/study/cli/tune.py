@@ -11,14 +11,16 @@ under the final runs' protocol (a compute cap, patience on valid). Rerun to cont
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from nmt import Interrupted, UserError
 from nmt.config import flatten
 from nmt.paths import write_text
 from nmt.study import design, tables, tune, tuning
-from nmt.study.sweep import ROOT, chosen, shared_threads
+from nmt.study.sweep import ROOT, chosen
 
 RECORDS = ROOT / "results" / "runs" / "tune"
 TUNED = ROOT / "configs" / "tuned"  # train.yaml composes tuned/<data>_<model>.yaml after the model, where there is one
@@ -53,13 +55,16 @@ def positive(text: str) -> float:
 
 def arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m nmt.study tune", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--families", default=",".join(design.TUNED), help="any of " + ", ".join(design.TUNED))
+    targets = f"the design's {', '.join(design.TUNED)} by default; any of {', '.join(tune.SPACE)}"
+    parser.add_argument("--families", default=",".join(design.TUNED), help=targets)
     trials = f"trials per target, its defaults included (equal effort: {design.TRIALS} each)"
     parser.add_argument("--trials", type=counted("--trials", 1), default=design.TRIALS, help=trials)
     parser.add_argument("--flops", type=positive, default=design.CAP, help="each trial's compute cap")
     validations = "validations over the cap (successive halving's rung 0 at a third of them)"
     parser.add_argument("--validations", type=counted("--validations", 3), default=design.VALIDATIONS, help=validations)
     parser.add_argument("--jobs", type=counted("--jobs", 1), default=1, help="trials at once on this machine")
+    threads = f"each trial's torch threads (the design's: {design.THREADS}; the journal holds it)"
+    parser.add_argument("--threads", type=counted("--threads", 1), default=design.THREADS, help=threads)
     parser.add_argument("--records", type=Path, default=RECORDS, help="where the studies' journals and records go")
     parser.add_argument("--runs", type=Path, default=ROOT / "multirun" / "tune", help="where the runs go")
     parser.add_argument("--extra", nargs="*", default=[], help="more train.py overrides (data.dir=...)")
@@ -71,8 +76,16 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
 
 
 def settings(args: argparse.Namespace) -> tuning.Settings:
-    extra = [*args.extra, *(shared_threads(args.jobs, args.extra) if args.jobs > 1 else [])]
-    return tuning.Settings(args.flops, args.validations, args.records.resolve(), args.runs.resolve(), extra)
+    """What the tuning runs, its folders and --extra options checked first: each folder option a folder (or not yet
+    there), and no --extra option that sets the protocol (its cap, seed, precision, threads ...)."""
+    tuning.check_extra(args.extra)
+    for option, folder in (("--records", args.records), ("--runs", args.runs)):
+        for path in (folder, *folder.absolute().parents):
+            if path.exists() and not path.is_dir():
+                raise UserError(f"{option} {folder}: {path} is a file, not a folder; give a folder (made if absent)")
+    return tuning.Settings(
+        args.flops, args.validations, args.records.resolve(), args.runs.resolve(), args.extra, args.threads
+    )
 
 
 def report(args: argparse.Namespace) -> None:
@@ -105,14 +118,26 @@ def apply(targets: list[str], args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = arguments(argv)
-    targets = chosen("--families", args.families, design.TUNED)
+    targets = chosen("--families", args.families, tuple(tune.SPACE))
+    failed: list[str] = []
     if not args.report:
+        chosen_settings = settings(args)
         for target in targets:
-            held = tuning.tune_target(target, args.trials, args.jobs, settings(args))
-            print(f"{target}: {held} trials in {tuning.journal(args.records, target)}", flush=True)
+            try:
+                held, failures = tuning.tune_target(target, args.trials, args.jobs, chosen_settings)
+            except Interrupted as stop:
+                print(f"stopped: {stop}", file=sys.stderr, flush=True)
+                sys.exit(128 + stop.signal_number)
+            failed += failures
+            print(f"{target}: {held} of {args.trials} trials in {tuning.journal(args.records, target)}", flush=True)
     if args.records.resolve() == RECORDS.resolve():
         report(args)
     else:
         print(tune.table(args.records))
     if args.apply:
         apply(targets, args)
+    if failed:
+        sys.exit(
+            f"error: {len(failed)} trial{'s' * (len(failed) > 1)} failed (each named above; its run's log beside its "
+            "folder): rerun the same command to ask its point again once the cause is mended"
+        )

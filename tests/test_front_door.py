@@ -1,0 +1,298 @@
+"""What a newcomer types first, typed as the README writes it: in a fresh copy of the checkout's tracked files, with
+the default run folders, no NMT_DATA_DIR, and the corpus where a user's checkout has it (`../shared/data/multi30k`
+beside it) or nowhere. CI runs the README's two set-up commands themselves (`.ci/run`); these tests hold what those
+commands and the ones after them rest on."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import commands
+import pytest
+import torch
+from conftest import MULTI30K, ROOT
+
+SHARED = ROOT.parent / "shared"
+LEFT_OUT = ("results/", "docs/", "tests/", "bench/")  # what no command of the README reads: not copied
+
+
+def user_environment(fresh: bool = False) -> dict[str, str]:
+    """A user's environment: nothing the README does not ask for (no NMT_DATA_DIR, no Hydra debugging variables).
+    `fresh`: the command runs as a new interpreter, importing the copy's own nmt (not the test zygote's)."""
+    environment = {k: v for k, v in os.environ.items() if k not in ("NMT_DATA_DIR", "HYDRA_FULL_ERROR")}
+    return {**environment, "NMT_TESTS_FRESH": "1"} if fresh else environment
+
+
+def checkout(tmp_path: Path, shared: bool) -> Path:
+    """A copy of the checkout's tracked files at tmp_path/nmt, with tmp_path/shared the workplace's shared folder
+    (`shared`) or no such folder."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    copy = tmp_path / "nmt"
+    for name in filter(None, listed.split("\0")):
+        if not name.startswith(LEFT_OUT) and (ROOT / name).is_file():
+            (copy / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, copy / name)
+    if shared:
+        (tmp_path / "shared").symlink_to(SHARED)
+    return copy
+
+
+def typed(line: str, folder: Path, fresh: bool = False, timeout: float = 120):
+    """`line` as a user types it in `folder` with .venv active (`python` is this interpreter)."""
+    words = shlex.split(line)
+    words[0] = sys.executable if words[0] == "python" else words[0]
+    return commands.run(words, cwd=folder, env=user_environment(fresh), text=True, timeout=timeout)
+
+
+def last_line(text: str) -> str:
+    return text.strip().splitlines()[-1] if text.strip() else ""
+
+
+def test_the_first_training_command_trains_into_its_default_folder(tmp_path):
+    """`python train.py ...` with no hydra.run.dir: its default folder (outputs/<model>/<time>) was resolved before
+    Hydra had set what it names (`HydraConfig was not set`, on 8312e32); the run lands there, said on its last line,
+    and the TensorBoard line it prints runs from the same shell."""
+    copy = checkout(tmp_path, shared=False)
+    done = typed("python train.py data=sample trainer=debug", copy)
+    assert done.returncode == 0, done.stderr
+    (run,) = (copy / "outputs" / "bahdanau").iterdir()
+    assert (run / "results.json").is_file() and (run / "best.pt").is_file()
+    assert f"saved in {run}" in done.stdout + done.stderr
+    assert re.search(r"compare runs with: \S*tensorboard --logdir outputs$", done.stdout.strip())
+
+
+@pytest.mark.parametrize(
+    "option, named",
+    [("trainer.lr=-1", "trainer.lr"), ("hydra.run.dir=", "hydra.run.dir"), ("seed=1.5", "seed")],
+)
+def test_an_option_check_is_not_hidden_behind_the_default_folder(tmp_path, option, named):
+    copy = checkout(tmp_path, shared=False)
+    done = typed(f"python train.py {option}", copy)
+    assert done.returncode == 1 and "HydraConfig" not in done.stderr
+    assert last_line(done.stderr).startswith(f"error: {named}"), done.stderr
+    assert not (copy / "outputs").exists()  # refused before any folder is made
+
+
+@pytest.mark.parametrize("launcher", ["", "hydra/launcher=packed"])
+def test_a_sweep_trains_into_its_default_folders(tmp_path, launcher):
+    copy = checkout(tmp_path, shared=False)
+    done = typed(f"python train.py -m data=sample trainer=debug model=sutskever,transformer {launcher}", copy)
+    assert done.returncode == 0, done.stderr
+    (sweep,) = (copy / "multirun").iterdir()
+    assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == ["0_sutskever", "1_transformer"]
+    assert all((sweep / job / "results.json").is_file() for job in ("0_sutskever", "1_transformer"))
+
+
+@pytest.mark.skipif(not (MULTI30K / "train.de.gz").is_file(), reason=f"no Multi30k beside the checkout ({MULTI30K})")
+def test_the_readme_training_on_multi30k_finds_the_corpus_beside_the_checkout_and_resumes_as_its_hint_says(tmp_path):
+    """`python train.py model=bahdanau`, the model `make train` trains, as typed with ../shared beside the checkout:
+    it trains (a few updates), Ctrl-C saves it, and the command it prints to continue runs as printed."""
+    copy = checkout(tmp_path, shared=True)
+    hint = interrupted("python train.py model=bahdanau", copy)
+    assert hint.startswith(("python train.py model=bahdanau ", f"{sys.executable} train.py model=bahdanau "))
+    folder = Path(re.search(r"hydra\.run\.dir=(\S+)", hint)[1])
+    first = torch.load(folder / "last.pt", weights_only=True)["progress"]["step"]
+    interrupted(hint, copy)
+    assert torch.load(folder / "last.pt", weights_only=True)["progress"]["step"] > first > 0
+
+
+def interrupted(line: str, folder: Path) -> str:
+    """Start `line` in `folder`, let it train a few seconds once its model is built, Ctrl-C it: the command it says
+    continues the run."""
+    words = shlex.split(line)
+    words[0] = sys.executable if words[0] in ("python", sys.executable) else words[0]
+    before = models_built(folder)
+    started = commands.start(words, cwd=folder, env=user_environment(), text=True)
+    deadline = time.monotonic() + 40
+    while time.monotonic() < deadline and started.poll() is None and models_built(folder) == before:
+        time.sleep(0.5)
+    time.sleep(4)  # a few updates of the full-size model
+    started.send_signal(signal.SIGINT)
+    stdout, stderr = started.communicate(timeout=60)
+    assert started.returncode == 130, stderr[-3000:]
+    found = re.search(r"To continue, run (.+)$", stderr.strip())
+    assert found, stderr[-2000:]
+    return found[1]
+
+
+def models_built(folder: Path) -> int:
+    """How many times a run under folder/outputs has built its model (train.log's "model ...: N parameters")."""
+    return sum(p.read_text().count(" parameters\n") for p in (folder / "outputs").glob("*/*/train.log"))
+
+
+def test_multi30k_offline_and_nowhere_says_how_to_give_it_in_one_line(tmp_path):
+    """No internet, no ../shared, no NMT_DATA_DIR: one line that names the make variable and the option."""
+    copy = checkout(tmp_path, shared=False)
+    done = typed("python train.py model=bahdanau data.url=file:///nowhere", copy, fresh=True)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    line = last_line(done.stderr)
+    assert line.startswith("error: could not download") and "make train DATA_DIR=" in line and "data.dir=" in line
+
+
+def setup_block(readme: str) -> list[str]:
+    """The commands of the README's "Setup: two commands" block, as written."""
+    section = readme.split("## Setup", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"```bash\n(.*?)```", section, re.DOTALL)[1]
+    return [line for line in block.splitlines() if line.strip()]
+
+
+def test_ci_runs_exactly_the_readmes_two_setup_commands():
+    """.ci/run is the README's setup block: the same lines, in order, nothing added to them or to the environment."""
+    lines = setup_block((ROOT / "README.md").read_text(encoding="utf-8"))
+    assert len(lines) == 2 and [line.split()[:2] for line in lines] == [["make", "demo"], ["make", "test"]]
+    printed = subprocess.run(["bash", ".ci/run", "--print"], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert printed.stdout.splitlines() == lines
+    script = (ROOT / ".ci" / "run").read_text()
+    assert "export" not in script and "NMT_DATA_DIR" not in script
+
+
+def test_the_demo_is_the_sample_corpus_on_a_budget_that_learns():
+    """`make demo`, the README's first command, trains its embedded default: the sample corpus, Bahdanau, a compute
+    budget (the same model on a busy machine, only later), nothing downloaded."""
+    recipe = re.search(r"^demo:.*\n\t(.+)$", (ROOT / "Makefile").read_text(), re.MULTILINE)[1]
+    assert recipe.split()[1:] == ["train.py", "experiment=demo"]
+    from conftest import compose_config
+
+    cfg = compose_config("experiment=demo")
+    assert cfg.data.corpus == "sample" and cfg.model._target_.endswith("BahdanauSeq2Seq")
+    assert cfg.trainer.max_flops and not cfg.trainer.max_minutes
+
+
+@pytest.mark.skipif(not (SHARED / "data" / "multi30k").is_dir(), reason="no ../shared/data/multi30k beside this one")
+def test_multi30k_is_read_from_the_shared_copy_beside_the_checkout_without_a_download(tmp_path, monkeypatch):
+    from nmt.corpus import SHARED_COPY, load_multi30k
+
+    monkeypatch.delenv("NMT_DATA_DIR", raising=False)
+    assert SHARED_COPY == SHARED / "data" / "multi30k"
+    splits = load_multi30k("de", "en", None, "file:///nowhere", tmp_path / "cache")
+    assert (len(splits.train), len(splits.valid), len(splits.test)) == (29000, 1014, 1000)
+    assert not (tmp_path / "cache").exists()  # read in place
+
+
+def using_block(readme: str) -> list[str]:
+    """The command lines of the README's "Using it" block, as written (comments stripped)."""
+    section = readme.split("## Using it", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"```bash\n(.*?)```", section, re.DOTALL)[1]
+    return [line.split("  #")[0].strip() for line in block.splitlines() if line.strip()]
+
+
+def debug_run(copy: Path, model: str) -> Path:
+    """A finished run of `model` in outputs/<model>/<time>/ of the copy, as the README's placeholders name it: a
+    20-update run of a tiny model on the sample corpus (the README's own lines train for hours)."""
+    done = typed(f"python train.py data=sample trainer=debug model={model}", copy)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return max((copy / "outputs" / model).iterdir())
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (MULTI30K / "train.de.gz").is_file(), reason=f"no Multi30k beside the checkout ({MULTI30K})")
+def test_every_line_of_the_readmes_using_it_block_runs_as_typed(tmp_path):
+    """Each line of README.md's "Using it", typed in a fresh checkout with Multi30k beside it: a training line starts,
+    trains a few updates and is stopped by Ctrl-C, which must say how to continue; a sweep likewise; evaluate,
+    translate (stdin, attention maps) and the export run on the run folder their `<time>` names; the study answers
+    --help. `make` targets (hours of training on installs of their own) are left to the existence check
+    (tests/test_docs.py); tensorboard's server is started and answers."""
+    copy = checkout(tmp_path, shared=True)
+    lines = using_block((ROOT / "README.md").read_text(encoding="utf-8"))
+    assert lines[0] == ". .venv/bin/activate"
+    folders: dict[str, Path] = {}
+    for line in lines[1:]:
+        if line.startswith("make "):
+            continue
+        if line.startswith("python train.py -m "):
+            stopped = swept_and_stopped(line, copy)
+            assert "rerun the sweep's command with trainer.resume=auto" in stopped, stopped[-2000:]
+        elif line.startswith("python train.py "):
+            hint = interrupted(line, copy)
+            assert hint.endswith(
+                "trainer.resume=true hydra.run.dir=" + str(max((copy / "outputs" / "luong").iterdir()))
+            )
+        elif line.startswith("tensorboard "):
+            assert served(line, copy)
+        else:
+            model = re.search(r"outputs/(\w+)/<time>", line)
+            if model:
+                folders.setdefault(model[1], debug_run(copy, model[1]))
+                line = line.replace(f"outputs/{model[1]}/<time>", str(folders[model[1]].relative_to(copy)))
+            done = piped(line, copy)
+            assert done.returncode == 0 and "Traceback" not in done.stderr, (line, done.stderr[-2000:])
+
+
+def piped(line: str, folder: Path) -> subprocess.CompletedProcess:
+    """`line` (an `echo ... |` before a python command included) run in `folder` as a user's shell runs it."""
+    stdin = None
+    if line.startswith("echo "):
+        echoed, line = line.split("|", 1)
+        stdin = shlex.split(echoed)[1] + "\n"
+    words = shlex.split(line)
+    words[0] = sys.executable if words[0] == "python" else words[0]
+    return commands.run(words, cwd=folder, env=user_environment(), input=stdin, text=True, timeout=300)
+
+
+def swept_and_stopped(line: str, folder: Path) -> str:
+    """A sweep's line started, Ctrl-C once its first job has built its model: what it said."""
+    words = shlex.split(line)
+    words[0] = sys.executable
+    started = subprocess.Popen(words, cwd=folder, env=user_environment(), text=True, stderr=subprocess.PIPE,
+                               stdout=subprocess.PIPE)  # fmt: skip
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and started.poll() is None and not list(folder.glob("multirun/*/*/train.log")):
+        time.sleep(0.5)
+    time.sleep(3)
+    started.send_signal(signal.SIGINT)
+    stdout, stderr = started.communicate(timeout=120)
+    assert started.returncode == 130, stderr[-2000:]
+    return stdout + stderr
+
+
+def served(line: str, folder: Path) -> bool:
+    """TensorBoard's line started: whether it serves the outputs folder (then stopped)."""
+    words = shlex.split(line)
+    program = Path(sys.executable).with_name(words[0])
+    started = subprocess.Popen([str(program), *words[1:]], cwd=folder, env=user_environment(),
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        said = ""
+        while time.monotonic() < deadline and "http://" not in said and started.poll() is None:
+            said += started.stdout.readline()
+        return "http://" in said
+    finally:
+        started.kill()
+        started.wait()
+
+
+def test_each_study_programs_help_says_what_it_does_in_whole_sentences():
+    """`python -m nmt.study PROGRAM --help`, as the README gives it: its description is whole (compare's stopped at
+    its docstring's first line, mid-sentence)."""
+    from nmt.study.__main__ import PROGRAMS
+
+    for program in PROGRAMS:
+        done = commands.run([sys.executable, "-m", "nmt.study", program, "--help"], cwd=ROOT, text=True)
+        assert done.returncode == 0, done.stderr
+        paragraphs = done.stdout.split("\n\n")
+        description = " ".join((paragraphs[0] if program == "measure" else paragraphs[1]).split())
+        assert description.endswith("."), (program, description)
+
+
+@pytest.mark.parametrize("script", ["translate.py", "evaluate.py"])
+def test_a_decoding_commands_help_gives_its_own_options_not_trainings(script):
+    done = commands.run([sys.executable, script, "--help"], cwd=ROOT, text=True)
+    assert done.returncode == 0, done.stderr
+    assert f"python {script} checkpoint=" in done.stdout  # its own examples first
+    assert "Config groups" not in done.stdout and "trainer:" not in done.stdout and "model/attention" not in done.stdout
+    if script == "translate.py":
+        assert "attention=FOLDER also writes each line's attention heatmap" in done.stdout

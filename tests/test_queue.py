@@ -1,0 +1,132 @@
+"""The study's queue (python -m nmt.study queue): trained from a worktree of its own at the lowest priority, the arms
+alternating, paused and continued by one command each, its records where the checkout keeps them."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+from nmt.study import design, progress
+from nmt.study.cli.queue import next_step
+
+TINY = [
+    "data=sample",
+    "size=tiny",
+    "data.sizes.train=300",
+    "data.sizes.valid=20",
+    "data.sizes.test=20",
+    "trainer.num_plots=0",
+]
+
+
+def repository(folder: Path) -> Path:
+    """A git repository of the checkout's tracked files as they are now (the queue's worktree is made from it)."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    for name in filter(None, listed.split("\0")):
+        if not name.startswith(("results/", "docs/", "tests/")) and (ROOT / name).is_file():
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, folder / name)
+    identity = ["-c", "user.name=test", "-c", "user.email=test@example.org"]
+    for command in (["init", "-q"], ["add", "-A"], [*identity, "commit", "-q", "-m", "the code under test"]):
+        subprocess.run(["git", *command], cwd=folder, check=True, capture_output=True)
+    return folder
+
+
+def queue(action: str, repo: Path, home: Path, records: Path, *more: str) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "nmt.study", "queue", action, "--home", str(home), "--records", str(records)]
+    return subprocess.run([*command, *more], cwd=repo, capture_output=True, text=True, timeout=120)
+
+
+def test_the_queue_starts_from_its_own_worktree_at_idle_priority_once_and_pauses(tmp_path):
+    """`start` makes the worktree at the checkout's commit and starts one runner, in the idle scheduling class at
+    nice 19 (so it takes no CPU that other work wants: under the suite's load it may not train at all); a second
+    `start` says it is running; `pause` ends it and whatever it started; `status` says so."""
+    repo = repository(tmp_path / "nmt")
+    home, records = tmp_path / "nmt-queue", tmp_path / "records"
+    tiny = [
+        "--flops",
+        "1e11",
+        "--validations",
+        "3",
+        "--threads",
+        "1",
+        "--extra",
+        *TINY,
+        f"data.spm_cache={tmp_path / 'spm'}",
+    ]
+    started = queue("start", repo, home, records, *tiny)
+    assert started.returncode == 0 and "the queue runs from" in started.stdout, started.stderr
+    pid = int((home / ".queue" / "pid").read_text())
+    assert os.sched_getscheduler(pid) == os.SCHED_IDLE and os.getpriority(os.PRIO_PROCESS, pid) == 19
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout
+    assert (home / ".git").is_file() and (home / "nmt" / "study" / "design.py").is_file()
+    assert subprocess.run(["git", "rev-parse", "HEAD"], cwd=home, capture_output=True, text=True).stdout == head
+    assert "the queue is running" in queue("start", repo, home, records).stdout  # one runner at a time
+    paused = queue("pause", repo, home, records)
+    assert paused.returncode == 0 and "the queue is paused" in paused.stdout
+    assert "queue: paused" in queue("status", repo, home, records).stdout
+    time.sleep(1)
+    assert not any(str(home) in " ".join(p.cmdline) for p in processes()), "a trial outlived the pause"
+
+
+@pytest.mark.slow
+def test_the_queues_runner_alternates_the_arms_and_records_each_trial_in_the_checkout(tmp_path):
+    """The runner itself (in the foreground here, at this process's priority): the first arm's trial 0, a tuning of
+    its own recorded with its journal in the checkout's records; the other arm's comes next; status counts them."""
+    repo = repository(tmp_path / "nmt")
+    home, records = tmp_path / "nmt-queue", tmp_path / "records"
+    subprocess.run(["git", "worktree", "add", "--detach", str(home)], cwd=repo, check=True, capture_output=True)
+    (home / ".queue").mkdir()
+    tiny = [
+        "--flops",
+        "1e11",
+        "--validations",
+        "3",
+        "--threads",
+        "1",
+        "--extra",
+        *TINY,
+        f"data.spm_cache={tmp_path / 'spm'}",
+    ]
+    ran = queue("run", home, home, records, "--steps", "1", *tiny)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    first, other = design.TUNED
+    started = [
+        line.split(" tune ", 1)[1] for line in ran.stdout.splitlines() if line.startswith("20") and " tune " in line
+    ]
+    assert len(started) == 1 and started[0].startswith(f"--families {first} --trials 1 ")
+    assert (
+        progress.trial_path(records / "tune", first, 0).is_file() and (records / "tune" / f"{first}.journal").is_file()
+    )
+    assert next_step(records, set()) == (other, 1)  # the arm with fewer trials ended goes next
+    assert next_step(records, {other}) == (first, 2)  # an arm that failed twice in a row is left
+    status = queue("status", repo, home, records).stdout
+    assert "queue: paused" in status and f"{first} 1 of {design.TRIALS}, {other} 0 of" in status
+
+
+class Process:
+    def __init__(self, pid: str):
+        self.cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+
+
+def processes() -> list[Process]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                found.append(Process(entry.name))
+            except OSError:
+                continue
+    return found
