@@ -11,6 +11,7 @@ import inspect
 import os
 from collections.abc import Mapping
 from functools import cache
+from pathlib import Path
 
 import torch
 from hydra.errors import InstantiationException
@@ -254,6 +255,20 @@ def model(model_config, vocab: Vocabulary) -> torch.nn.Module:
     except InstantiationException as error:
         cause = error.__cause__ or error  # the constructor's own message, without Hydra's wrapping
         raise UserError(f"model: cannot build {config.get('_target_')} with these options: {cause}") from None
+
+
+def corpus_files(config: dict, data_dir: str | None = None) -> list[Path]:
+    """The files a checkpoint's corpus is read from (the user's files of data=files; Multi30k's in data_dir, its
+    data.dir, $NMT_DATA_DIR, the download cache and the shared copy): inputs no command may write over."""
+    from nmt.corpus import SHARED_COPY
+
+    data = saved_data_config(config["data"])
+    if data.corpus == "files":
+        return [Path(data[split][side]) for split in ("train", "valid", "test") for side in ("src", "tgt")]
+    if data.corpus == "multi30k":
+        folders = [data_dir, data.dir, os.environ.get("NMT_DATA_DIR"), data.cache, SHARED_COPY]
+        return [path for folder in folders if folder for path in Path(folder).glob("*.gz")]
+    return []
 
 
 def corpus_of(config: dict, data_dir: str | None) -> Splits:

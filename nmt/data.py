@@ -72,6 +72,15 @@ class Vocabulary:
 def train_sentencepiece(sentences: list[str], vocab_size: int, model_type: str, character_coverage: float) -> bytes:
     if model_type not in ("unigram", "bpe"):
         raise UserError(f"data.subword={model_type!r}: use unigram or bpe")
+    if vocab_size < 5:
+        raise UserError(
+            f"data.vocab_size={vocab_size}: a vocabulary holds the 4 special pieces (pad, unk, bos, eos) and at least "
+            "one of the text's; give a number of subword pieces (8000 for Multi30k, 250 for the sample corpus)"
+        )
+    if not 0 < character_coverage <= 1:
+        raise UserError(
+            f"data.character_coverage={character_coverage}: a share of the characters, above 0 and at most 1"
+        )
     writer = io.BytesIO()
     try:
         spm.SentencePieceTrainer.train(
@@ -106,7 +115,8 @@ def vocabulary_advice(error: str, vocab_size: int) -> str:
             f"data.vocab_size={vocab_size}: the training text gives at most {many.group(2)} pieces; lower "
             f"data.vocab_size to {many.group(2)} or less (or train on more text)"
         )
-    return f"sentencepiece could not train a vocabulary with data.vocab_size={vocab_size}: {error}"
+    said = re.sub(r"^\w+: \S+\(\d+\) ", "", error.strip())  # its INTERNAL: file(line) prefix
+    return f"sentencepiece could not train a vocabulary with data.vocab_size={vocab_size}: {said}"
 
 
 def build_vocabulary(

@@ -114,6 +114,20 @@ def score_alignment(translator: Translator, pairs: Pairs, gold: list[Gold], chos
     return {"alignment_map": chosen, **report[chosen]}
 
 
+def not_its_corpus(path: Path | None, option: str, config: dict | None, data_dir: str | None) -> None:
+    """Refuse an output that is a file the checkpoint's corpus is read from (a data=files run's test reference, its
+    train.de; Multi30k's files), whatever the overwrite option says: it is an input of this very command or of the
+    run, never its output."""
+    if path is None or config is None or not path.exists():
+        return
+    for corpus_file in build.corpus_files(config, data_dir):
+        if corpus_file.exists() and path.samefile(corpus_file):
+            raise UserError(
+                f"{option}={path}: is {corpus_file}, a file of the corpus this model was trained on, which no "
+                "command replaces; write elsewhere"
+            )
+
+
 def evaluate(
     checkpoint_path: str,
     decoding: DecodeOptions | None = None,
@@ -133,10 +147,12 @@ def evaluate(
     beam, alpha = decoding.beam, decoding.alpha
     name = Path(source).name if source else split
     default_output = Path(checkpoint_path).with_suffix(f".{name}.beam{beam}.hyp")
+    inputs = (source, reference, checkpoint_path, alignments)
     output_path = output_file(
-        output or default_output, "output", (source, reference, checkpoint_path), overwrite if output else None
+        output or default_output, "output", inputs, overwrite if output else None
     )  # its own default path it may replace
     translator = Translator.load(checkpoint_path, decoding)
+    not_its_corpus(output_path, "output", translator.config, data_dir)
     pairs, gold = pairs_to_score(translator.config, split, source, reference, data_dir)
     if not pairs:
         raise UserError(f"{source or split}: no sentences to score")
@@ -145,7 +161,7 @@ def evaluate(
     chosen = alignment_map_of(translator, alignment_map, data_dir) if gold is not None else None  # checked early
     sources, references = [s for s, _ in pairs], [t for _, t in pairs]
     hypotheses = translator.translate(sources, progress=f"decoding {source or split}")
-    write_text(output_path, "".join(h + "\n" for h in hypotheses))
+    write_text(output_path, "".join(h + "\n" for h in hypotheses), exclusive=bool(output) and not overwrite)
     stamp(output_path, Path(checkpoint_path), f"beam={beam} alpha={alpha} precision={decoding.precision}")
     search = "greedy decoding" if beam == 1 else f"beam {beam}, length penalty alpha {alpha:g}"
     scored = scored_from(translator.config, split, source, reference, data_dir)
@@ -181,6 +197,8 @@ def translate_file(
     )
     refused = {"attention": attention, "alignments": alignments, "alignment_map": alignment_map}
     translator = engine_of(engine, checkpoint_path, model_dir, decoding or DecodeOptions(beam=5), refused)
+    for path, option in ((output_path, "output"), (links_path, "alignments")):
+        not_its_corpus(path, option, getattr(translator, "config", None), None)
     if (folder or links_path) and not translator.has_attention():
         option = "attention=" if folder else "alignments="
         raise UserError(f"{checkpoint_path}: this model has no attention to plot or align with; leave out {option}")
@@ -192,8 +210,8 @@ def translate_file(
     if folder:
         draw_heatmaps(translator, folder, lines, translations, hypotheses)
     if links_path:
-        write_links(translator, chosen, list(zip(lines, translations)), links_path)
-    write_translations(translations, output_path)
+        write_links(translator, chosen, list(zip(lines, translations)), links_path, exclusive=not overwrite)
+    write_translations(translations, output_path, exclusive=not overwrite)
     return translations
 
 
@@ -206,10 +224,10 @@ def lines_to_translate(source: str | None) -> list[str]:
     return lines
 
 
-def write_translations(translations: list[str], output_path: Path | None) -> None:
+def write_translations(translations: list[str], output_path: Path | None, exclusive: bool = False) -> None:
     text = "".join(t + "\n" for t in translations)
     if output_path:
-        write_text(output_path, text)
+        write_text(output_path, text, exclusive)
         print(f"wrote {len(translations)} translations to {output_path}", file=sys.stderr)
     else:
         sys.stdout.write(text)
@@ -261,12 +279,14 @@ def draw_heatmaps(translator: Translator, folder: Path, lines: list[str], transl
     print(f"wrote {drawn} attention heatmap{'s' * (drawn != 1)} to {folder}/line<N>.png", file=sys.stderr)
 
 
-def write_links(translator: Translator, chosen: str, pairs: list[tuple[str, str]], path: Path) -> None:
+def write_links(
+    translator: Translator, chosen: str, pairs: list[tuple[str, str]], path: Path, exclusive: bool = False
+) -> None:
     """Each translation's word alignment to its line (the `chosen` attention map's argmax links), in Pharaoh format."""
     key = parse_key(chosen)
     model, vocabulary, device, dtype = translator.model, translator.vocabulary, translator.device, translator.dtype
     matrices = word_attention(model, vocabulary, pairs, device, dtype, [key[0]], (key[1],))[key]
-    write_text(path, "".join(format_links(links) + "\n" for links in links_of(matrices)))
+    write_text(path, "".join(format_links(links) + "\n" for links in links_of(matrices)), exclusive)
     print(f"wrote the word alignments to {path}", file=sys.stderr)
 
 

@@ -80,10 +80,12 @@ def holds_a_model(path: Path) -> bool:
         return False
 
 
-def write_text(path: Path, text: str | bytes) -> None:
+def write_text(path: Path, text: str | bytes, exclusive: bool = False) -> None:
     """Write `text` (or bytes) to `path` atomically: a temporary file of this writer's own in the same folder, then a
     rename, so two processes writing one path (two jobs filling one cache) each replace it whole. Names the path when
-    the disk refuses."""
+    the disk refuses. `exclusive`: a file the command was not told to replace, checked when it is put in place, not
+    only when the command started: one that appeared meanwhile (another process's, the user's) is kept and refused
+    by name (a hard link puts the new file in place only where the name is free)."""
     data = text.encode("utf-8") if isinstance(text, str) else text
     try:
         handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -93,7 +95,17 @@ def write_text(path: Path, text: str | bytes) -> None:
         with os.fdopen(handle, "wb") as file:
             file.write(data)
         os.chmod(temporary, 0o666 & ~UMASK)  # mkstemp makes it private; the file gets the mode open() would give
-        os.replace(temporary, path)
+        if exclusive:
+            os.link(temporary, path)
+            os.unlink(temporary)
+        else:
+            os.replace(temporary, path)
+    except FileExistsError:
+        Path(temporary).unlink(missing_ok=True)
+        raise UserError(
+            f"{path}: a file appeared there while this command ran (another process's, or yours): kept, and nothing "
+            "written; run again with another path, or overwrite=true to replace it"
+        ) from None
     except OSError as error:
         Path(temporary).unlink(missing_ok=True)
         raise UserError(f"{path}: could not write ({error.strerror or error})") from None

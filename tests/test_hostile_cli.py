@@ -138,6 +138,13 @@ def test_resuming_applies_a_new_learning_rate_and_budget(trained, tmp_path):
     "options, message",
     [
         (["data.max_len=2"], "no training pair is left"),
+        (["data.vocab_size=-1"], "error: data.vocab_size=-1: a vocabulary holds the 4 special pieces"),
+        (["data.character_coverage=0"], "error: data.character_coverage=0.0: a share of the characters"),
+        (
+            ["+trainer.max_step=5"],
+            "error: +trainer.max_step=5: trainer.max_step is no option (did you mean trainer.max_steps?)",
+        ),
+        (["hydra.run.dir="], "error: hydra.run.dir=: empty; give the folder"),
         (["trainer.log_every=0"], "trainer.log_every=0: must be at least 1"),
         (["trainer.keep_checkpoints=abc"], "error: trainer.keep_checkpoints=abc: "),
         (["trainer.clip_norm=-1"], "trainer.clip_norm=-1.0: must be at least 0"),
@@ -452,6 +459,61 @@ def test_a_checkpoint_of_your_own_files_is_scored_on_them_and_says_which(trained
     assert result.returncode == 0, result.stderr.decode()[-2000:]
     said = f"test: 3 sentences of the run's data.test files, {tmp_path / 'my.de'} against {tmp_path / 'my.en'}"
     assert said in result.stdout.decode()
+
+
+def test_no_output_option_writes_over_the_corpus_the_model_was_trained_on(trained, tmp_path):
+    """evaluate's and translate's output= (and translate's alignments=) naming a file of the checkpoint's corpus (a
+    data=files run's test reference or train source), or evaluate's output= naming the gold alignments it scores
+    against, are refused with overwrite=true too; every file stays as it was (issue 83: evaluate replaced a run's
+    test reference with hypotheses)."""
+    corpus = {name: tmp_path / name for name in ("train.de", "train.en", "test.de", "test.en", "gold.txt")}
+    corpus["train.de"].write_text("Der Hund läuft.\nDie Katze schläft.\n")
+    corpus["train.en"].write_text("The dog runs.\nThe cat sleeps.\n")
+    corpus["test.de"].write_text("Der Hund läuft.\n")
+    corpus["test.en"].write_text("The dog runs.\n")
+    corpus["gold.txt"].write_text("0-0 1-1 2-2\n")
+    before = {name: path.read_bytes() for name, path in corpus.items()}
+    payload = torch.load(trained[0] / "best.pt", weights_only=True)
+    train = {"src": str(corpus["train.de"]), "tgt": str(corpus["train.en"])}
+    test = {"src": str(corpus["test.de"]), "tgt": str(corpus["test.en"])}
+    payload["config"]["data"].update(corpus="files", train=train, valid=test, test=test)
+    torch.save(payload, tmp_path / "files.pt")
+    checkpoint = f"checkpoint={tmp_path / 'files.pt'}"
+    for command, option in [
+        (("evaluate.py", checkpoint), f"output={corpus['test.en']}"),
+        (("evaluate.py", checkpoint), f"output={corpus['train.de']}"),
+        (("evaluate.py", checkpoint, f"alignments={corpus['gold.txt']}"), f"output={corpus['gold.txt']}"),
+        (("translate.py", checkpoint), f"output={corpus['train.en']}"),
+        (("translate.py", checkpoint, f"output={tmp_path / 'out.en'}"), f"alignments={corpus['test.de']}"),
+    ]:
+        result = run(*command, option, "overwrite=true", stdin=b"Der Hund.\n")
+        assert result.returncode == 1 and b"Traceback" not in result.stderr, (option, result.stderr[-1500:])
+        said = result.stderr.decode().strip().splitlines()[-1]
+        assert said.startswith(f"error: {option.split('=')[0]}=") and (
+            "a file of the corpus this model was trained on" in said or "this command's inputs" in said
+        ), said
+    assert {name: path.read_bytes() for name, path in corpus.items()} == before
+
+
+def test_an_output_that_appears_while_a_command_decodes_is_kept_and_named(trained, tmp_path, monkeypatch):
+    """The output is checked when it is put in place, not only at the start (issue 83): a file a user or another
+    process writes at output= while translate decodes is kept as it is, and the command says so, writing nothing."""
+    import nmt.evaluate
+    from nmt.decoding import Translator
+
+    target = tmp_path / "out.en"
+    search = Translator.search_lines
+
+    def meanwhile(self, lines):
+        target.write_text("written by someone else meanwhile\n")
+        return search(self, lines)
+
+    monkeypatch.setattr(Translator, "search_lines", meanwhile)
+    monkeypatch.setattr(nmt.evaluate, "lines_to_translate", lambda source: ["Der Hund läuft."])
+    with pytest.raises(UserError, match="out.en: a file appeared there while this command ran .*: kept"):
+        nmt.evaluate.translate_file(str(trained[0] / "best.pt"), output=str(target))
+    assert target.read_text() == "written by someone else meanwhile\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.en"]  # no temporary left behind
 
 
 def test_invalid_utf8_on_stdin_names_the_line(trained):
@@ -1176,3 +1238,9 @@ def test_inputs_that_mean_nothing_are_refused_in_one_line_before_any_work(tmp_pa
     assert done.returncode != 0 and message.replace("{tmp}", str(tmp_path)) in stderr, stderr[-2000:]
     assert "Traceback" not in stderr and "full_key" not in stderr and "object_type" not in stderr
     assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == ["empty.pt"]  # nothing made
+
+
+def test_the_studys_counts_are_checked_with_render_too():
+    """`results --seeds 0 --render` was accepted (--render skipped the checks); a count is a count either way."""
+    result = run("-m", "nmt.study", "results", "--seeds", "0", "--render")
+    assert result.returncode == 2 and b"--seeds 0: at least 1" in result.stderr

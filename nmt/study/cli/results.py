@@ -54,6 +54,17 @@ COMPARE_BEAM = 5  # the comparison's headline beam (nmt.study compare's default)
 MULTI30K_DIR = "data.dir="
 
 
+def at_least_one(text: str) -> int:
+    """An argparse type: a whole number of at least 1, checked whatever else the command line asks (--render too)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--seeds {text!r}: a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"--seeds {value}: at least 1")
+    return value
+
+
 def part_variants(part: str) -> list[str]:
     """What `part` (claims, main or others; the lab's are nmt.study lab's) trains, each with 3 seeds."""
     return {"claims": list(CLAIM_RUNS), "main": FAMILIES, "others": VARIANTS}[part]
@@ -209,7 +220,7 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
         prog="python -m nmt.study results", description=" ".join(__doc__.split("\n\n")[0].split())
     )
     parser.add_argument("--parts", default=",".join(PARTS), help=f"any of {', '.join(PARTS)}, in that order")
-    parser.add_argument("--seeds", type=int, default=3, help="seeds per variant (1234, 1235, ...)")
+    parser.add_argument("--seeds", type=at_least_one, default=3, help="seeds per variant (1234, 1235, ...)")
     parser.add_argument("--runs", type=Path, default=ROOT / "multirun" / "results", help="where the runs go")
     launcher_options(parser, "joblib", 2)
     parser.add_argument("--extra", nargs="*", default=[], help="more train.py overrides (data.dir=...)")
