@@ -7,7 +7,9 @@ one `RunFolder`, built here and passed on: it names, writes and reads every file
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib
+import json
 import logging
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
@@ -101,6 +103,8 @@ def start(
     if decided.checkpoint:  # where the corpus lies: the checkpoint's, unless given on this command line
         read_where_it_was(settings, resolved, decided.checkpoint[1]["config"], decided.changes)
     splits, vocabulary = corpus_and_vocabulary(settings, folder)
+    if distributed.is_main():
+        folder.check_corpus(*corpus_digests(splits, settings), resuming=decided.checkpoint is not None)
     if settings.trainer.test_at_end:
         check_test_split(splits.test, vocabulary, settings.trainer.decode_max_input_len)
     trainer = make_trainer(settings, resolved, folder, splits, vocabulary, (where, precision))
@@ -214,6 +218,21 @@ def resume_command(folder: RunFolder) -> str:
     the same run), with trainer.resume=true and the run's folder."""
     kept = [o for o in given_options() if o.split("=", 1)[0].lstrip("+") not in ("trainer.resume", "hydra.run.dir")]
     return command_again("train.py", [*kept, "trainer.resume=true", f"hydra.run.dir={folder}"])
+
+
+def corpus_digests(splits: Splits, settings: TrainConfig) -> tuple[dict[str, str], dict[str, str]]:
+    """The sha256 of each split's pairs as the run reads them, and where each split is read from (its files)."""
+    digests = {
+        name: hashlib.sha256(json.dumps(splits.split(name), ensure_ascii=False).encode()).hexdigest()
+        for name in ("train", "valid", "test")
+    }
+    data = settings.data
+    files = {}
+    if data.corpus == "files":
+        files = {
+            name: f"{getattr(data, name).src} and {getattr(data, name).tgt}" for name in ("train", "valid", "test")
+        }
+    return digests, files
 
 
 def corpus_and_vocabulary(settings: TrainConfig, folder: RunFolder) -> tuple[Splits, Vocabulary]:

@@ -29,6 +29,7 @@ PROVENANCE = "provenance.json"  # each invocation: commit, time, machine, precis
 HYPOTHESES = "best.test.hyp"  # the reported checkpoint's translation of the test split
 LOG = "train.log"  # Hydra's job log (configs/train.yaml) and a failed sweep job's traceback
 FAILED = "failed.txt"  # in a sweep job's folder: why it stopped (nmt.multirun)
+CORPUS = "corpus.json"  # the sha256 of each split's text as the run read it: resuming refuses another text
 LOCK = ".lock"  # who trains in the folder now (`RunFolder.lock`)
 SUBWORDS = {"source": "spm.src.model", "target": "spm.tgt.model"}  # the sentencepiece models the run used
 EVENTS = "events.out.tfevents.*"  # TensorBoard's log
@@ -37,7 +38,7 @@ HYDRA = ".hydra"  # Hydra's records of each invocation
 # A folder holds a training run when it has one of these: a checkpoint, or any record a run writes once it trains
 # (an older run whose checkpoints were deleted still holds its validations); then RUN_FILES name the run's own files.
 RUN_MARKS = (LAST, PREVIOUS, BEST, STEPS, RESULTS, VALIDATIONS, PROVENANCE, EVENTS)
-RUN_FILES = (*RUN_MARKS, "spm.*.model", "spm.*.vocab", LOG, HYPOTHESES, PAST, LOCK)
+RUN_FILES = (*RUN_MARKS, "spm.*.model", "spm.*.vocab", LOG, HYPOTHESES, PAST, LOCK, FAILED, CORPUS)
 
 
 def holds_a_run(folder: Path) -> str | None:

@@ -122,6 +122,23 @@ class RunFolder:
         """Every file the run writes checked before it writes any (nmt.run_files.own_files)."""
         run_files.own_files(self.path)
 
+    def check_corpus(self, digests: dict[str, str], files: dict[str, str], resuming: bool) -> None:
+        """The text the run reads, known by each split's sha256 (`digests`; `files`: where each split is read from,
+        to name it): written as the run starts, and a run continued on other text is refused naming the split and
+        its files (a data=files run whose training file changed would otherwise continue silently on another
+        corpus). A run from before this record is continued and gets one."""
+        path = self.file(run_files.CORPUS)
+        if resuming and path.is_file():
+            saved = json.loads(path.read_text(encoding="utf-8"))
+            changed = [split for split in digests if saved.get(split) not in (None, digests[split])]
+            if changed:
+                named = "; ".join(f"the {split} split ({files.get(split, 'its files')})" for split in changed)
+                raise UserError(
+                    f"{self.path} was trained on other text than this command reads: {named} changed since (their "
+                    f"sha256 are in {path}). Restore the files the run read, or train a new run in a new folder"
+                )
+        write_text(path, json.dumps(digests, indent=1) + "\n")
+
     def held(self) -> bool:
         """Whether a running process holds the folder's lock (`lock`), without taking it."""
         path = self.file(run_files.LOCK)

@@ -1244,3 +1244,26 @@ def test_the_studys_counts_are_checked_with_render_too():
     """`results --seeds 0 --render` was accepted (--render skipped the checks); a count is a count either way."""
     result = run("-m", "nmt.study", "results", "--seeds", "0", "--render")
     assert result.returncode == 2 and b"--seeds 0: at least 1" in result.stderr
+
+
+def test_a_run_continued_on_changed_training_files_is_refused_naming_them(tmp_path):
+    """A data=files run knows the text it read (corpus.json: each split's sha256): trainer.resume on training files
+    changed since is refused naming the split and its files, before an update; restored, the run continues."""
+    corpus = tmp_path / "corpus"
+    written = run("-m", "nmt.sample", str(corpus))
+    assert written.returncode == 0, written.stderr.decode()[-1000:]
+    files = [f"data.{split}.{side}={corpus / f'{split}.{lang}'}" for split in ("train", "valid", "test")
+             for side, lang in (("src", "de"), ("tgt", "en"))]  # fmt: skip
+    options = ["data=files", *files, "data.vocab_size=250", "size=tiny", "trainer.progress=false"]
+    options += ["trainer.test_at_end=false", f"data.spm_cache={tmp_path / 'spm'}", f"hydra.run.dir={tmp_path / 'r'}"]
+    first = run("train.py", *options, "trainer.max_steps=4")
+    assert first.returncode == 0, first.stderr.decode()[-2000:]
+    original = (corpus / "train.de").read_bytes()
+    (corpus / "train.de").write_bytes(original.replace(b"Hund", b"Katze", 1))
+    refused_run = run("train.py", *options, "trainer.max_steps=8", "trainer.resume=true")
+    said = refused_run.stderr.decode().strip().splitlines()[-1]
+    assert refused_run.returncode == 1 and "was trained on other text than this command reads: the train split" in said
+    assert str(corpus / "train.de") in said
+    (corpus / "train.de").write_bytes(original)
+    again = run("train.py", *options, "trainer.max_steps=8", "trainer.resume=true")
+    assert again.returncode == 0, again.stderr.decode()[-2000:]
