@@ -22,9 +22,9 @@ from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import Path
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
-from nmt import Interrupted, experiment
+from nmt import Interrupted, UserError, experiment
 from nmt.meters import StopRequests
 from nmt.run_folder import RunFolder
 from nmt.state import rng_state, set_rng_state
@@ -65,11 +65,33 @@ def logging_to(handler: logging.Handler):
         root.removeHandler(handler)
 
 
+def check_pack(jobs: list[tuple[DictConfig, str | Path]]) -> None:
+    """What a pack cannot give each job as it gets alone, refused before any job starts: the process's torch threads
+    (one setting for every job of one process: asked differently, each job would train with the last job's, unlike
+    its run alone) and a run folder (two jobs writing one folder)."""
+    threads = sorted({int(OmegaConf.select(config, "trainer.threads", default=0) or 0) for config, _ in jobs})
+    if len(threads) > 1:
+        raise UserError(
+            f"these jobs ask for trainer.threads={', '.join(map(str, threads))}, and a pack trains its jobs in one "
+            "process, which has one thread count: give them one value, or train them apart (hydra/launcher=basic)"
+        )
+    seen: dict[Path, int] = {}
+    for number, (_, folder) in enumerate(jobs):
+        where = Path(folder).resolve()
+        if where in seen:
+            raise UserError(
+                f"jobs {seen[where]} and {number} of this pack both train in {where}: give each job its own folder "
+                "(hydra.sweep.subdir=... with ${hydra:job.num})"
+            )
+        seen[where] = number
+
+
 def train_packed(jobs: list[tuple[DictConfig, str | Path]], slots: int = 0) -> list[dict | BaseException]:
     """Train `jobs` ((composed config, run folder) each) in turn in this process, at most `slots` at once (0: all):
     a job that ends frees its slot for the next of the queue, in order. Returns each job's results (`train.py`'s:
     those it reports, or a finished run's, kept) or the error that ended it, in the order of `jobs`. An interrupted
     job's error is its `nmt.Interrupted`, which says how to continue it."""
+    check_pack(jobs)
     outcomes: list[dict | BaseException | None] = [None] * len(jobs)
     running: dict[int, Running] = {}
     queue = list(enumerate(jobs))

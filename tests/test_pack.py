@@ -261,3 +261,24 @@ def test_a_second_packed_sweep_into_the_same_folder_is_refused_before_it_trains_
     assert first.returncode == 0, stderr[-2000:]
     assert all((tmp_path / "sweep" / job / "results.json").is_file() for job in "01")
     assert not list((tmp_path / "sweep").glob("*/failed.txt"))  # the second wrote no failure into the first's folders
+
+
+@pytest.mark.parametrize(
+    "sweep, said",
+    [
+        (["trainer.threads=1,2"], "these jobs ask for trainer.threads=1, 2, and a pack trains its jobs in one process"),
+        (["seed=1,2", "hydra.sweep.subdir=same"], "jobs 0 and 1 of this pack both train in"),
+    ],
+)
+def test_a_pack_refuses_what_it_cannot_give_each_job_as_alone_before_any_trains(tmp_path, sweep, said):
+    """Through the real command (issue 83): jobs asking for different torch threads (one setting of the process:
+    each would train with the last one's, unlike its run alone) or naming one folder are refused before training."""
+    import sys
+
+    import commands
+    from conftest import ROOT
+
+    line = [sys.executable, "train.py", "-m", "data=sample", "trainer=debug", "hydra/launcher=packed", *sweep]
+    done = commands.run([*line, f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=ROOT, text=True)
+    assert done.returncode == 1 and done.stderr.strip().splitlines()[-1].startswith(f"error: {said}")
+    assert not list((tmp_path / "sweep").rglob("*.pt")) and not list((tmp_path / "sweep").rglob("failed.txt"))

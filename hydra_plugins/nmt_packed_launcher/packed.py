@@ -12,6 +12,7 @@ checkout, or from the installed package.
 import copy
 import logging
 import os
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +47,7 @@ class PackedLauncher(Launcher):
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         """Every job's config and folder made as run_job makes them, the jobs trained together, each one's end
         reported to the callbacks as its own."""
+        from nmt import UserError
         from nmt.pack import train_packed
 
         setup_globals()
@@ -54,7 +56,10 @@ class PackedLauncher(Launcher):
         log.info(f"Launching {len(job_overrides)} jobs packed in one process")
         jobs = [self.job(number, overrides) for number, overrides in enumerate(job_overrides, initial_job_idx)]
         trained = [job for job in jobs if job.return_value is None]  # the others: skipped or stopped before
-        outcomes = train_packed([(job.cfg, job.working_dir) for job in trained], self.slots)
+        try:
+            outcomes = train_packed([(job.cfg, job.working_dir) for job in trained], self.slots)
+        except UserError as error:  # what a pack cannot give its jobs, refused before any job trains
+            sys.exit(f"error: {error}")
         for job, outcome in zip(trained, outcomes, strict=True):
             job.return_value = self.ended(job, outcome)
         for job in jobs:
