@@ -55,14 +55,34 @@ def job_log(folder: RunFolder) -> logging.Handler:
 
 
 @contextlib.contextmanager
-def logging_to(handler: logging.Handler):
-    """The log lines of the job whose turn it is go to its train.log too (one thread: one job at a time)."""
+def logging_to(handler: logging.Handler, job: str = ""):
+    """The log lines of the job whose turn it is go to its train.log too (one thread: one job at a time), and on the
+    console after the job's name (`job`: its folder's), so that the jobs' interleaved lines say whose they are."""
     root = logging.getLogger()
+    consoles = [
+        h for h in root.handlers if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler)
+    ]
+    formatters = [h.formatter for h in consoles]
+    for console, formatter in zip(consoles, formatters):
+        console.setFormatter(Named(job, formatter))
     root.addHandler(handler)
     try:
         yield
     finally:
         root.removeHandler(handler)
+        for console, formatter in zip(consoles, formatters):
+            console.setFormatter(formatter)
+
+
+class Named(logging.Formatter):
+    """A console's formatter with the job's name before each line: `[0_sutskever] ...`."""
+
+    def __init__(self, job: str, inner: logging.Formatter | None):
+        super().__init__()
+        self.job, self.inner = job, inner or logging.Formatter()
+
+    def format(self, record: logging.LogRecord) -> str:
+        return f"[{self.job}] {self.inner.format(record)}" if self.job else self.inner.format(record)
 
 
 def check_pack(jobs: list[tuple[DictConfig, str | Path]]) -> None:
@@ -106,7 +126,7 @@ def train_packed(jobs: list[tuple[DictConfig, str | Path]], slots: int = 0) -> l
                     outcomes[number] = started  # its error, or a finished run's results (kept)
             for number, job in list(running.items()):
                 set_rng_state(job.state, job.started.trainer.device)
-                with logging_to(job.log):
+                with logging_to(job.log, Path(jobs[number][1]).name):
                     outcome = turn(job, jobs[number][1])
                 if outcome is not None:
                     del running[number]

@@ -94,6 +94,9 @@ def test_a_sweep_trains_into_its_default_folders(tmp_path, launcher):
     (sweep,) = (copy / "multirun").iterdir()
     assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == ["0_sutskever", "1_transformer"]
     assert all((sweep / job / "results.json").is_file() for job in ("0_sutskever", "1_transformer"))
+    if launcher:  # one process, the jobs' lines interleaved: each says whose it is, and the end says where they went
+        assert "[0_sutskever] " in done.stdout + done.stderr and "[1_transformer] " in done.stdout + done.stderr
+        assert f"the pack's runs: {sweep}/ 0_sutskever, 1_transformer" in done.stderr
 
 
 @pytest.mark.skipif(not (MULTI30K / "train.de.gz").is_file(), reason=f"no Multi30k beside the checkout ({MULTI30K})")

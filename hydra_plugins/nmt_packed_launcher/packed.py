@@ -65,6 +65,8 @@ class PackedLauncher(Launcher):
         for job in jobs:
             HydraConfig.instance().set_config(job.hydra_cfg)
             self.hydra_context.callbacks.on_job_end(config=job.hydra_cfg, job_return=job)
+        folders = ", ".join(Path(job.working_dir).name for job in jobs)
+        print(f"the pack's runs: {Path(str(self.config.hydra.sweep.dir)).absolute()}/ {folders}", file=sys.stderr)
         return jobs
 
     def job(self, number: int, overrides: Sequence[str]) -> JobReturn:
