@@ -53,7 +53,8 @@ def vocabulary(data: DataConfig | DictConfig, splits: Splits) -> Vocabulary:
 
 def with_subwords(splits: Splits, vocabulary: Vocabulary, data: DataConfig | DictConfig) -> Splits:
     """Each split's pairs that keep text once sentencepiece has normalised them (a line of zero-width or control
-    characters has none left): `corpus.with_text` over their subwords, naming the split's files."""
+    characters has none left): `corpus.with_text` over their subwords, naming the split's files. Training applies
+    it, and evaluate too (translate treats such a line as blank)."""
     kept, alignments = {}, dict(splits.alignments or {})
     for name in ("train", "valid", "test"):
         pairs = splits.split(name)

@@ -79,7 +79,9 @@ def translate(
     `progress`: a bar with that name counts the sentences on stderr ("validating", "testing"); none if empty.
     """
     hypotheses = [Hypothesis([], 0.0, None) for _ in sources]  # an empty line translates to an empty line
-    texts = [i for i, s in enumerate(sources) if s.strip()]
+    # A line is empty as training reads it: one that sentencepiece's normalisation empties (zero-width or control
+    # characters only) is as blank as a line of spaces (nmt.build.with_subwords drops such pairs from training)
+    texts = [i for i, ids in enumerate(vocabulary.encode_source(sources)) if ids]
     if not texts:
         return ["" for _ in sources], hypotheses
     dataset = ParallelDataset([(sources[i], "") for i in texts], vocabulary)

@@ -51,14 +51,22 @@ def scores_of(sources: list[str], hypotheses: list[str], references: list[str]) 
 
 
 def pairs_to_score(
-    config: dict, split: str, source: str | None, reference: str | None, data_dir: str | None
+    config: dict, split: str, source: str | None, reference: str | None, data_dir: str | None, vocabulary
 ) -> tuple[Pairs, list[Gold] | None]:
-    """The pairs to score, and their gold alignments when the corpus knows them."""
+    """The pairs to score, and their gold alignments when the corpus knows them: those with text once sentencepiece
+    has normalised them, as training keeps them (a line of zero-width characters has none)."""
     if source or reference:
         if not (source and reference):
             raise UserError("give both source=FILE and reference=FILE to score your own files")
-        return with_text(read_parallel(source, reference), "given", f"source={source} and reference={reference}"), None
-    splits = build.corpus_of(config, data_dir)
+        pairs = read_parallel(source, reference)
+        sources, targets = (
+            vocabulary.encode_source([s for s, _ in pairs]),
+            vocabulary.encode_target([t for _, t in pairs]),
+        )
+        marked = [(s if a else "", t if b else "") for (s, t), a, b in zip(pairs, sources, targets)]
+        return with_text(marked, "given", f"source={source} and reference={reference}"), None
+    data = build.saved_data_config(config["data"])
+    splits = build.with_subwords(build.corpus_of(config, data_dir), vocabulary, data)
     return splits.split(split), splits.alignments[split] if splits.alignments else None
 
 
@@ -153,7 +161,7 @@ def evaluate(
     )  # its own default path it may replace
     translator = Translator.load(checkpoint_path, decoding)
     not_its_corpus(output_path, "output", translator.config, data_dir)
-    pairs, gold = pairs_to_score(translator.config, split, source, reference, data_dir)
+    pairs, gold = pairs_to_score(translator.config, split, source, reference, data_dir, translator.vocabulary)
     if not pairs:
         raise UserError(f"{source or split}: no sentences to score")
     if alignments:

@@ -85,6 +85,21 @@ def test_scoring_your_own_files_drops_their_blank_pairs_once_and_refuses_all_bla
     assert translated.returncode == 0 and translated.stdout.decode().split("\n")[1] == ""  # kept in its place
 
 
+def test_a_line_that_normalisation_empties_is_blank_to_evaluate_and_translate_as_to_training(trained, tmp_path):  # noqa: F811
+    """One rule for text (issue 83): a line of zero-width characters, which training drops once sentencepiece has
+    normalised it, is not scored by evaluate (its pair dropped, said once) and translates to an empty line in its
+    place, as a blank line does (both decoded it as a sentence)."""
+    best = trained[0] / "best.pt"
+    (tmp_path / "s.de").write_text("Der Hund läuft.\n\u200b\u200b\nDie Katze schläft.\n")
+    (tmp_path / "r.en").write_text("The dog runs.\nThe man.\nThe cat sleeps.\n")
+    done = run("evaluate.py", f"checkpoint={best}", f"source={tmp_path / 's.de'}", f"reference={tmp_path / 'r.en'}")
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert done.stderr.decode().count("1 of the given split's 3 pairs are blank on one side or both: dropped") == 1
+    translated = run("translate.py", f"checkpoint={best}", stdin="Der Hund.\n\u200b\nEin Mann.\n".encode())
+    lines = translated.stdout.decode().split("\n")
+    assert translated.returncode == 0 and lines[1] == "" and lines[0] and lines[2]
+
+
 @pytest.mark.parametrize("kind", ["a device", "a FIFO", "a folder"])
 def test_a_file_of_another_kind_named_as_data_is_named_as_such_and_never_read(tmp_path, kind):
     if kind == "a device":
