@@ -64,6 +64,18 @@ class Search:
         )
 
 
+def check_beam_fits(search: Search, longest: int) -> None:
+    """One line's beams must fit a batch (`search.max_tokens`): a larger beam is refused before decoding, by every
+    engine (ours and an export's), naming the line's length and what to lower."""
+    if search.beam > 1 and search.beam * longest > search.max_tokens:
+        raise UserError(
+            f"beam={search.beam}: the longest line ({longest:,} subwords) times the beam is "
+            f"{search.beam * longest:,} tokens, more than a batch holds "
+            f"(max_tokens={search.max_tokens:,}); lower the beam, or raise max_tokens (memory grows "
+            "with it)"
+        )
+
+
 def translate(
     model,
     vocabulary: Vocabulary,
@@ -87,13 +99,7 @@ def translate(
     dataset = ParallelDataset([(sources[i], "") for i in texts], vocabulary)
     check_input_lengths(dataset.source_lengths, [i + 1 for i in texts], search.max_input_len, "max_input_len")
     longest = int(dataset.source_lengths.max())
-    if search.beam > 1 and search.beam * longest > search.max_tokens:  # one line's beams must fit a batch
-        raise UserError(
-            f"beam={search.beam}: the longest line ({longest:,} subwords) times the beam is "
-            f"{search.beam * longest:,} tokens, more than a batch holds "
-            f"(max_tokens={search.max_tokens:,}); lower the beam, or raise max_tokens (memory grows "
-            "with it)"
-        )
+    check_beam_fits(search, longest)
     budget = max(search.max_tokens // search.beam, longest)  # greedy: at least one line a batch
     model.eval()
     bar = tqdm(total=len(texts), desc=progress, unit=" sentences", leave=False, disable=not progress, delay=0.5)

@@ -22,6 +22,7 @@ from nmt.data import ParallelDataset, Vocabulary, build_vocabulary, collate
 from nmt.device import int8_pairs_clip
 from nmt.export import command, folder
 from nmt.export.ct2 import transformer_spec
+from nmt.paths import UMASK
 
 ctranslate2 = pytest.importorskip(
     "ctranslate2", reason="the export needs ctranslate2: pip install 'nmt-classics[export]'"
@@ -162,11 +163,15 @@ def test_translate_with_the_export_gives_what_our_decoder_gives(trained, tmp_pat
         == 0
     )
     lines = "".join(f"{source}\n" for source, _ in build.load_corpus(compose_config(*TRAIN).data).test[:20])
-    lines = lines + "\n   \n"  # blank lines translate to blank lines, as ours
+    lines = lines + "\n   \n\u200b\n"  # blank lines, and one normalisation empties, translate to blank lines, as ours
     ours = run("translate.py", f"checkpoint={trained / 'best.pt'}", "beam=1", "precision=fp32", stdin=lines.encode())
     theirs = run("translate.py", "engine=ctranslate2", f"model_dir={tmp_path / 'f'}", "beam=1", stdin=lines.encode())
     assert ours.returncode == 0 and theirs.returncode == 0, theirs.stderr.decode()[-2000:]
-    assert theirs.stdout == ours.stdout and len(theirs.stdout.decode().splitlines()) == 22
+    assert theirs.stdout == ours.stdout and len(theirs.stdout.decode().splitlines()) == 23
+    assert (tmp_path / "f").stat().st_mode & 0o777 == 0o777 & ~UMASK  # readable as mkdir makes a folder, not 0700
+    for engine in (["engine=ctranslate2", f"model_dir={tmp_path / 'f'}"], [f"checkpoint={trained / 'best.pt'}"]):
+        huge = run("translate.py", *engine, "beam=100000", stdin=b"Ein Hund.\n")  # the same bound on either engine
+        assert huge.returncode == 1 and b"beam=100000: the longest line" in huge.stderr, huge.stderr[-1000:]
 
 
 @pytest.mark.slow

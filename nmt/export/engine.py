@@ -17,8 +17,7 @@ import sentencepiece as spm
 
 from nmt import UserError
 from nmt.config import DecodeOptions
-from nmt.data import EOS_ID
-from nmt.decoding import Search, check_input_lengths
+from nmt.decoding import Search, check_beam_fits, check_input_lengths
 from nmt.export.ct2 import POSITIONS, ctranslate2_module
 from nmt.paths import read_json
 from nmt.search import output_limit
@@ -97,13 +96,15 @@ class Exported:
 
     def token_ids(self, lines: list[str]) -> list[list[int]]:
         """Each line's output subword ids, without eos, cut where our search stops it (empty for a blank line)."""
-        texts = [i for i, line in enumerate(lines) if line.strip()]
+        pieces = [self.source.encode(line, out_type=str) for line in lines]
+        texts = [i for i, line_pieces in enumerate(pieces) if line_pieces]  # blank as training reads it: ours too
         found: list[list[int]] = [[] for _ in lines]
         if not texts:
             return found
-        sources = [self.source.encode(lines[i], out_type=str) or [self.source.id_to_piece(EOS_ID)] for i in texts]
-        lengths = [len(pieces) for pieces in sources]
+        sources = [pieces[i] for i in texts]
+        lengths = [len(line_pieces) for line_pieces in sources]
         check_input_lengths(lengths, [i + 1 for i in texts], self.search.max_input_len, "max_input_len")
+        check_beam_fits(self.search, max(lengths) + 1)  # with eos, as our batches count a line
         limits = [output_limit(length, self.search.ratio, self.search.extra) for length in lengths]
         if max(max(limits), max(lengths)) > self.positions:
             line = texts[max(range(len(texts)), key=lambda i: max(limits[i], lengths[i]))] + 1

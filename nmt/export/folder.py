@@ -16,7 +16,7 @@ from nmt import UserError
 from nmt.decoding import trained_options
 from nmt.export.ct2 import POSITIONS
 from nmt.export.engine import NOTE, SUBWORDS
-from nmt.paths import digest, folder_option, write_text
+from nmt.paths import UMASK, digest, folder_option, write_text
 from nmt.provenance import loaded_code
 
 # Every name an export of either format may hold: a folder holding anything else is someone's, and never replaced
@@ -57,7 +57,9 @@ def staging_folder(folder: Path) -> Path:
     """An empty folder of this process's own beside `folder` (the same file system), where the export is made."""
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".partial"))
+        staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".partial"))
+        os.chmod(staging, 0o777 & ~UMASK)  # mkdtemp makes it private; the export gets the mode mkdir would give
+        return staging
     except OSError as error:
         raise UserError(f"output={folder}: cannot write there ({error.strerror or error})") from None
 
