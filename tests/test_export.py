@@ -6,6 +6,7 @@ with nothing a user had changed. Skipped where ctranslate2 is not installed (pip
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -350,15 +351,28 @@ def test_a_line_whose_output_could_run_past_the_exports_positions_is_refused_nam
         exported.translate(["ein Hund", " ".join(["ein Hund"] * 1000)])
 
 
+def sample_splits_of(size: int):
+    from nmt.sample import generate
+
+    return generate(size, 10, 10, 7).train
+
+
 def test_a_damaged_export_is_refused_by_name(tmp_path, sample_vocabulary):
     path = untrained_checkpoint(tmp_path, sample_vocabulary)
     made = command.export(str(path), quantization="float32", output=str(tmp_path / "e"), check_split="none")
     data = (made / "model.bin").read_bytes()
-    (made / "model.bin").write_bytes(data[: len(data) // 3])
-    refused(
-        run("translate.py", "engine=ctranslate2", f"model_dir={made}", stdin=b"Ein Hund.\n"),
-        "CTranslate2 could not load it",
-    )
+    flipped = bytearray(data)
+    flipped[len(data) // 2] ^= 0xFF  # one byte of the weights: CTranslate2 would load it and translate, exit 0
+    (made / "model.bin").write_bytes(bytes(flipped))
+    said = "model.bin is not the file nmt-export wrote there (its sha256 differs"
+    refused(run("translate.py", "engine=ctranslate2", f"model_dir={made}", stdin=b"Ein Hund.\n"), said)
+    (made / "model.bin").write_bytes(data)
+    other = build_vocabulary(sample_splits_of(120), 120, True, "unigram", 1.0, None)  # another model's subwords
+    (made / "target.spm").write_bytes(other.target_model)
+    said = "target.spm is not the file nmt-export wrote there"
+    refused(run("translate.py", "engine=ctranslate2", f"model_dir={made}", stdin=b"Ein Hund.\n"), said)
+    (made / "target.spm").unlink()
+    refused(run("translate.py", "engine=ctranslate2", f"model_dir={made}", stdin=b"x\n"), "target.spm is missing")
     (made / "nmt_export.json").write_text("[]")
     refused(
         run("translate.py", "engine=ctranslate2", f"model_dir={made}", stdin=b"x\n"),
@@ -390,3 +404,40 @@ def test_sigterm_while_an_export_is_checked_leaves_nothing_behind(tmp_path, samp
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 143 and "stopped by SIGTERM; no export files were written" in stderr, stderr[-2000:]
     assert list(out.iterdir()) == [] and "Traceback" not in stderr
+
+
+def test_the_export_folder_is_checked_again_when_the_export_is_put_in_place(tmp_path, sample_vocabulary, monkeypatch):
+    """Checked only at the start, a file a user put in the output folder while the export was made was deleted at
+    install, and of two exports into one folder both said "wrote" (issue 83): now the folder is checked again as the
+    export goes in, and what appeared meanwhile is kept, the export refused, nothing of it left behind."""
+    path = untrained_checkpoint(tmp_path, sample_vocabulary)
+    target = tmp_path / "e"
+    real = command.write_model
+
+    def meanwhile(appears):
+        def write_model(*args, **kwargs):
+            real(*args, **kwargs)
+            appears()
+
+        return write_model
+
+    def users_file():
+        target.mkdir(exist_ok=True)
+        (target / "notes.txt").write_text("mine")
+
+    monkeypatch.setattr(command, "write_model", meanwhile(users_file))
+    with pytest.raises(UserError, match="holds notes.txt, which nmt-export did not write; nothing was replaced"):
+        command.export(str(path), quantization="float32", output=str(target), check_split="none")
+    assert [p.name for p in target.iterdir()] == ["notes.txt"] and not list(tmp_path.glob(".e.*"))
+    (target / "notes.txt").unlink()
+    other = tmp_path / "other"
+    monkeypatch.setattr(command, "write_model", real)
+    command.export(str(path), quantization="float32", output=str(other), check_split="none")
+
+    def another_export():
+        shutil.copytree(other, target, dirs_exist_ok=True)
+
+    monkeypatch.setattr(command, "write_model", meanwhile(another_export))
+    with pytest.raises(UserError, match="holds an earlier export; give overwrite=true"):
+        command.export(str(path), quantization="float32", output=str(target), check_split="none")
+    assert sorted(p.name for p in target.iterdir()) == sorted(p.name for p in other.iterdir())

@@ -93,13 +93,14 @@ def export(
         write_model(spec, vocabulary, staging, quantization)
         settings = {"format": format, "quantization": quantization, "ctranslate2": ct2.ctranslate2_module().__version__}
         note = folder.note_of(path, config, settings, None)
+        note["files"] = folder.file_digests(staging)  # checked each time the folder is loaded
         if check_split != "none":
             exported = Exported.open(staging, note, DecodeOptions(beam=1), threads)
             note["check"] = check.compare(exported, model, vocabulary, config, check_split, data_dir)
             report(note["check"], quantization, tolerance)
         usage = USAGE.format(name=target.name, example=EXAMPLES.get(config["data"].get("src_lang"), "..."))
         folder.write_note(staging, note, usage)
-        folder.install(staging, target)
+        folder.install(staging, target, overwrite)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     print(f"wrote {target} (CTranslate2, {quantization}); use: nmt-translate engine=ctranslate2 model_dir={target}")

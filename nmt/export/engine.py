@@ -19,7 +19,7 @@ from nmt import UserError
 from nmt.config import DecodeOptions
 from nmt.decoding import Search, check_beam_fits, check_input_lengths
 from nmt.export.ct2 import POSITIONS, ctranslate2_module
-from nmt.paths import read_json
+from nmt.paths import digest, read_json
 from nmt.search import output_limit
 
 NOTE = "nmt_export.json"  # what a folder nmt-export wrote holds beside the model: its source, options and check
@@ -35,6 +35,24 @@ def read_note(folder: Path) -> dict:
         raise UserError(f"model_dir={folder}: holds no {NOTE}, so nmt-export did not write it; export with nmt-export")
     remedy = "export the checkpoint again with nmt-export"
     return read_json(folder / NOTE, remedy, {"format": str, "decode_ratio": float, "decode_extra": int})
+
+
+def check_files(folder: Path, note: dict) -> None:
+    """Each file the note names is there and is the one nmt-export wrote (its sha256): a damaged model.bin, or a
+    vocabulary or sentencepiece model of another run, is refused by name instead of translating wrongly. An export
+    from before the note held them is read as it is."""
+    files = note.get("files")
+    if not isinstance(files, dict):
+        return
+    for name, wanted in sorted(files.items()):
+        path = folder / name
+        if not path.is_file():
+            raise UserError(f"model_dir={folder}: {name} is missing; export the checkpoint again with nmt-export")
+        if digest(path) != wanted:
+            raise UserError(
+                f"model_dir={folder}: {name} is not the file nmt-export wrote there (its sha256 differs from the one "
+                f"{NOTE} holds): it was changed or replaced; export the checkpoint again with nmt-export"
+            )
 
 
 @dataclass
@@ -53,7 +71,9 @@ class Exported:
         """The folder's model on `options.device` (auto: a GPU where CTranslate2 sees one), in its exported weights'
         type unless `options.precision` names another (fp32, bf16, fp16), on `threads` CPU threads (0: all cores)."""
         folder = Path(folder).expanduser()
-        return cls.open(folder, read_note(folder), options, threads)
+        note = read_note(folder)
+        check_files(folder, note)
+        return cls.open(folder, note, options, threads)
 
     @classmethod
     def open(cls, folder: Path, note: dict, options: DecodeOptions | None = None, threads: int = 0) -> Exported:

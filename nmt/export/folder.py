@@ -8,6 +8,7 @@ import datetime
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -64,9 +65,14 @@ def staging_folder(folder: Path) -> Path:
         raise UserError(f"output={folder}: cannot write there ({error.strerror or error})") from None
 
 
-def install(staging: Path, folder: Path) -> None:
-    """The finished export in place of `folder`: renamed over it when it is empty or missing, else the earlier
-    export moved aside first and removed once the new one is in place."""
+def install(staging: Path, folder: Path, overwrite: bool = False) -> None:
+    """The finished export in place of `folder`, checked again now (not only when the export started): a folder
+    that meanwhile got a file nmt-export did not write, or another export where overwrite was not given, is refused
+    and kept as it is. An earlier export (overwrite=true) is moved aside, the new one renamed in, the earlier one
+    removed; Ctrl-C and SIGTERM wait across the two renames, so that the folder is never left without an export."""
+    target_folder(folder, overwrite)
+    held = {signal.SIGINT, signal.SIGTERM}
+    signal.pthread_sigmask(signal.SIG_BLOCK, held)
     try:
         if folder.is_dir() and any(folder.iterdir()):
             earlier = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".replaced"))
@@ -77,6 +83,8 @@ def install(staging: Path, folder: Path) -> None:
             os.replace(staging, folder)
     except OSError as error:
         raise UserError(f"output={folder}: could not put the export in place ({error.strerror or error})") from None
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
 
 
 def trained_commits(checkpoint: Path) -> list[str]:
@@ -106,6 +114,12 @@ def note_of(checkpoint: Path, config: dict, settings: dict, check: dict | None) 
         "model": config["model"],
         "check": check,
     }
+
+
+def file_digests(staging: Path) -> dict[str, str]:
+    """The sha256 of each file of the export (the weights, config, vocabularies and sentencepiece models), for its
+    note: a model.bin changed, or another run's vocabulary put in, is refused when the folder is loaded."""
+    return {path.name: digest(path) for path in sorted(staging.iterdir()) if path.is_file() and path.name != NOTE}
 
 
 def write_note(staging: Path, note: dict, usage: str) -> None:
