@@ -80,6 +80,11 @@ def holds_a_model(path: Path) -> bool:
         return False
 
 
+PUT_IN_PLACE: list[
+    Path
+] = []  # what this process has put in place so far (write_text, an export's folder): said on Ctrl-C
+
+
 def write_text(path: Path, text: str | bytes, exclusive: bool = False) -> None:
     """Write `text` (or bytes) to `path` atomically: a temporary file of this writer's own in the same folder, then a
     rename, so two processes writing one path (two jobs filling one cache) each replace it whole. Names the path when
@@ -100,6 +105,7 @@ def write_text(path: Path, text: str | bytes, exclusive: bool = False) -> None:
             os.unlink(temporary)
         else:
             os.replace(temporary, path)
+        PUT_IN_PLACE.append(path)
     except FileExistsError:
         Path(temporary).unlink(missing_ok=True)
         raise UserError(

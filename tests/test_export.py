@@ -406,6 +406,22 @@ def test_sigterm_while_an_export_is_checked_leaves_nothing_behind(tmp_path, samp
     assert list(out.iterdir()) == [] and "Traceback" not in stderr
 
 
+@pytest.mark.skipif(
+    "bfloat16" in ctranslate2.get_supported_compute_types("cpu") or ctranslate2.get_cuda_device_count() > 0,
+    reason="this machine's CTranslate2 runs bf16 on its CPU, or has a GPU",
+)
+def test_a_precision_or_device_the_machine_lacks_is_named_not_blamed_on_the_export(trained, tmp_path):
+    """The export refused "CTranslate2 could not load it; export it again" for a precision or device this machine
+    lacks (issue 83): the option is named, and what the machine runs."""
+    made = tmp_path / "f"
+    assert export(f"checkpoint={trained / 'best.pt'}", "check=none", f"output={made}").returncode == 0
+    engine = ["engine=ctranslate2", f"model_dir={made}"]
+    said = "precision=bf16: CTranslate2 does not run bfloat16 on this cpu (it runs"
+    refused(run("translate.py", *engine, "precision=bf16", stdin=b"Ein Hund.\n"), said)
+    said = "device=cuda: CTranslate2 sees no GPU here; give device=cpu"
+    refused(run("translate.py", *engine, "device=cuda", stdin=b"Ein Hund.\n"), said)
+
+
 def test_the_export_folder_is_checked_again_when_the_export_is_put_in_place(tmp_path, sample_vocabulary, monkeypatch):
     """Checked only at the start, a file a user put in the output folder while the export was made was deleted at
     install, and of two exports into one folder both said "wrote" (issue 83): now the folder is checked again as the

@@ -1267,3 +1267,22 @@ def test_a_run_continued_on_changed_training_files_is_refused_naming_them(tmp_pa
     (corpus / "train.de").write_bytes(original)
     again = run("train.py", *options, "trainer.max_steps=8", "trainer.resume=true")
     assert again.returncode == 0, again.stderr.decode()[-2000:]
+
+
+def test_ctrl_c_after_a_command_wrote_its_output_says_so(tmp_path, capsys, monkeypatch):
+    """evaluate said "no hypotheses were written" when Ctrl-C came after it had replaced its output (issue 83):
+    "written" is said exactly when it is true (in-process: the signal's moment cannot be timed through the command)."""
+    from nmt import paths
+    from nmt.cli import refusals_and_ctrl_c
+
+    monkeypatch.setattr(paths, "PUT_IN_PLACE", [])
+    with pytest.raises(SystemExit) as stopped, refusals_and_ctrl_c("hypotheses"):
+        raise KeyboardInterrupt
+    assert stopped.value.code == 130 and "stopped by Ctrl-C; no hypotheses were written" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stopped, refusals_and_ctrl_c("hypotheses"):
+        paths.write_text(tmp_path / "out.en", "a translation\n")
+        raise KeyboardInterrupt
+    assert (
+        stopped.value.code == 130
+        and f"stopped by Ctrl-C; after it wrote {tmp_path / 'out.en'}" in capsys.readouterr().err
+    )

@@ -39,10 +39,12 @@ def refusals_and_ctrl_c(unwritten: str, task: DictConfig | None = None):
     except (UserError, OmegaConfBaseException) as error:
         sys.exit(f"error: {said(error)}")
     except KeyboardInterrupt as stop:
-        print(
-            f"stopped by {'SIGTERM' if isinstance(stop, Terminated) else 'Ctrl-C'}; no {unwritten} were written",
-            file=sys.stderr,
-        )
+        from nmt.paths import PUT_IN_PLACE
+
+        by = "SIGTERM" if isinstance(stop, Terminated) else "Ctrl-C"
+        wrote = ", ".join(map(str, PUT_IN_PLACE))
+        done = f"after it wrote {wrote}" if PUT_IN_PLACE else f"no {unwritten} were written"
+        print(f"stopped by {by}; {done}", file=sys.stderr)
         sys.exit(143 if isinstance(stop, Terminated) else 130)
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -22,6 +22,7 @@ from nmt.decoding import load_model
 from nmt.device import int8_pairs_clip
 from nmt.export import check, ct2, folder
 from nmt.export.engine import SUBWORDS, Exported
+from nmt.paths import PUT_IN_PLACE
 
 FORMATS = ("ctranslate2",)
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
@@ -103,6 +104,7 @@ def export(
         folder.install(staging, target, overwrite)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+        PUT_IN_PLACE[:] = [p for p in PUT_IN_PLACE if staging not in p.parents]  # the staging files are gone
     print(f"wrote {target} (CTranslate2, {quantization}); use: nmt-translate engine=ctranslate2 model_dir={target}")
     return target
 

@@ -90,6 +90,19 @@ class Exported:
         device = options.device if options.device != "auto" else "cpu"
         if options.device == "auto" and ctranslate2.get_cuda_device_count():
             device = "cuda"
+        supported = (
+            ctranslate2.get_supported_compute_types(device)
+            if device == "cpu" or ctranslate2.get_cuda_device_count()
+            else set()
+        )
+        if device == "cuda" and not supported:
+            raise UserError(f"device={options.device}: CTranslate2 sees no GPU here; give device=cpu (or auto)")
+        if COMPUTE_TYPES[options.precision] != "default" and COMPUTE_TYPES[options.precision] not in supported:
+            runs = ", ".join(sorted(supported))
+            raise UserError(
+                f"precision={options.precision}: CTranslate2 does not run {COMPUTE_TYPES[options.precision]} on this "
+                f"{device} (it runs {runs}); give precision=auto or fp32. The export itself is fine"
+            )
         try:
             translator = ctranslate2.Translator(
                 str(folder),

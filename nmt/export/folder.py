@@ -17,7 +17,7 @@ from nmt import UserError
 from nmt.decoding import trained_options
 from nmt.export.ct2 import POSITIONS
 from nmt.export.engine import NOTE, SUBWORDS
-from nmt.paths import UMASK, digest, folder_option, write_text
+from nmt.paths import PUT_IN_PLACE, UMASK, digest, folder_option, write_text
 from nmt.provenance import loaded_code
 
 # Every name an export of either format may hold: a folder holding anything else is someone's, and never replaced
@@ -81,6 +81,7 @@ def install(staging: Path, folder: Path, overwrite: bool = False) -> None:
             shutil.rmtree(earlier, ignore_errors=True)
         else:
             os.replace(staging, folder)
+        PUT_IN_PLACE.append(folder)
     except OSError as error:
         raise UserError(f"output={folder}: could not put the export in place ({error.strerror or error})") from None
     finally:
