@@ -21,7 +21,7 @@ The converged runs (nmt/study/design.py) are judged by the rules committed befor
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
@@ -29,12 +29,14 @@ from nmt.study import power
 from nmt.study.significance import (
     CONTRADICTED,
     INCONCLUSIVE,
+    LEVEL,
     NEEDS_SEEDS,
     NOT_MEASURED,
     SUPPORTED,
     Evidence,
     Interval,
     holm,
+    p_value,
 )
 from nmt.study.variants import Variant, named
 
@@ -413,7 +415,39 @@ def check_claims(
         local_aligns_better(evidence, variants, improving),
         transformer_beats_recurrent(evidence, variants, valid, improving),
     ]
-    return [from_lab(lab, c) if c.claim in FROM_LAB and c.verdict in (NOT_MEASURED, UNTESTABLE) else c for c in claims]
+    claims = [
+        from_lab(lab, c) if c.claim in FROM_LAB and c.verdict in (NOT_MEASURED, UNTESTABLE) else c for c in claims
+    ]
+    return across_claims(claims)
+
+
+def across_claims(claims: list[Claim]) -> list[Claim]:
+    """Holm's correction over the claims' BLEU primaries, one family of tests (one p below 0.05 among four comes by
+    chance more often than one in twenty): a supported or contradicted verdict whose Holm-adjusted p is not below
+    0.05 becomes inconclusive, and its evidence says so; every tested primary gets its adjusted p."""
+    from statsmodels.stats.multitest import multipletests
+
+    family = [
+        i for i, c in enumerate(claims) if c.unit == "BLEU" and c.comparisons and c.comparisons[0].get("p") is not None
+    ]
+    if len(family) < 2:
+        return claims
+    adjusted = multipletests([claims[i].comparisons[0]["p"] for i in family], method="holm")[1]
+    judged_again = list(claims)
+    for i, p_family in zip(family, adjusted):
+        claim = claims[i]
+        primary = dict(claim.comparisons[0], p_claims=float(p_family))
+        verdict, evidence = claim.verdict, claim.evidence
+        if verdict in (SUPPORTED, CONTRADICTED) and p_family >= LEVEL:
+            evidence = (
+                f"{verdict} at p {p_value(primary['p'])} alone, not after Holm's correction over the "
+                f"{len(family)} BLEU claims (p {p_value(p_family)}); {evidence}"
+            )
+            verdict = INCONCLUSIVE
+        judged_again[i] = replace(
+            claim, verdict=verdict, evidence=evidence, comparisons=[primary, *claim.comparisons[1:]]
+        )
+    return judged_again
 
 
 def power_line(claim: Claim) -> str:

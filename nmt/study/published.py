@@ -186,7 +186,7 @@ def record_measurement(
     return path
 
 
-RULES = "nmt/study/claims.py"  # the claims' decision rules, registered before the runs they judge
+RULES = "nmt/study/claims.py"  # the claims' decision rules; a report names the commit that last changed them
 # What a training run's outcome depends on: the toolkit and its configs, not the study that reads the runs
 TRAINING_CODE = ("nmt", "configs", ":(exclude)nmt/study")
 
