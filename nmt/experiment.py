@@ -60,7 +60,7 @@ class Started:
     def updates(self, stop: StopRequests | None = None) -> Generator[None, None, str]:
         """The run's training, one update per `next` (Trainer.steps; `stop`: requests shared with the runs trained
         beside it), ending with why it stopped."""
-        return self.trainer.steps(user_options(self.resolved, same_run_options()), stop)
+        return self.trainer.steps(user_options(self.resolved, same_run_options(), tuple(given_options())), stop)
 
 
 def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:

@@ -60,7 +60,7 @@ HOW_IT_RUNS = {  # trainer options about how a run is executed and decoded, not 
 }
 
 
-def user_options(config: dict, skipped: set[str] = frozenset()) -> dict[str, object]:
+def user_options(config: dict, skipped: set[str] = frozenset(), given: tuple[str, ...] = ()) -> dict[str, object]:
     """A resolved run config as the options a user chose, for the HParams table: the model and its attention by the
     names a user gives them (`model`: bahdanau, `model.attention`: additive), the seed, then every model, trainer and
     data option as a dotted key; Hydra's underscore keys, a corpus's generator and sizes (data.grammar.*, data.sizes.*),
@@ -72,7 +72,10 @@ def user_options(config: dict, skipped: set[str] = frozenset()) -> dict[str, obj
             options[".".join(node)] = option_name(str(value))
         elif not (leaf.startswith("_") or key in skipped or key in HOW_IT_RUNS or key.startswith("data.") and node[1:]):
             options[key] = value if isinstance(value, (int, float, str, bool)) else str(value)
-    first = ("model", "model.attention", "seed")
+    # The table opens on what runs differ in: the model, its attention, the seed, then the options this command line
+    # set (`given`: its overrides; a sweep's jobs differ in those), then the rest (the same in every run of a sweep)
+    chosen = [option.lstrip("+~").split("=", 1)[0] for option in given]
+    first = ("model", "model.attention", "seed", *(key for key in chosen if key not in ("model", "seed")))
     return {k: options[k] for k in first if k in options} | {k: v for k, v in options.items() if k not in first}
 
 

@@ -96,3 +96,19 @@ def test_text_shows_samples_as_a_table_and_the_results(served):
 
     assert "<table>" in text("valid/samples") and "<table>" in text("results")
     assert "test/bleu" in text("results")
+
+
+def test_the_hparams_table_opens_on_what_the_command_line_set():
+    """TensorBoard's HParams table opened on settings the same in every run (issue 82): after the model, its
+    attention and the seed come the options the command line set (what a sweep's runs differ in), then the rest."""
+    from nmt.runlog import user_options
+
+    config = {
+        "model": {"_target_": "nmt.rnn.BahdanauSeq2Seq", "hidden_size": 8, "dropout": 0.1},
+        "trainer": {"lr": 0.001, "label_smoothing": 0.1, "max_flops": 1e12},
+        "seed": 3,
+    }
+    given = ("trainer.label_smoothing=0.2", "+model.dropout=0.3", "seed=3")
+    keys = list(user_options(config, given=given))
+    assert keys[:4] == ["model", "seed", "trainer.label_smoothing", "model.dropout"]
+    assert set(keys[4:]) == {"model.hidden_size", "trainer.lr", "trainer.max_flops"}

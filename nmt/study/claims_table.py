@@ -28,8 +28,7 @@ def brief(claim: dict) -> str:
     if primary is not None:  # the primary comparison in full, the secondary ones in a word
         text = (
             f"{primary['label']}: {primary['delta']:+.2f} {unit} [{primary['low']:+.2f}, {primary['high']:+.2f}], "
-            f"p {p_value(primary['p'])}"
-            + (f", Holm {p_value(primary['p_claims'])}" if "p_claims" in primary else "")
+            f"p {p_value(primary['p'])}" + (f", Holm {p_value(primary['p_claims'])}" if "p_claims" in primary else "")
         )
         secondary = [c["verdict"] for c in comparisons if c.get("role") == "secondary"]
         counts = ", ".join(f"{secondary.count(v)} {v}" for v in sorted(set(secondary)))
