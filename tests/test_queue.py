@@ -117,6 +117,7 @@ def test_the_queues_runner_alternates_the_arms_and_records_each_trial_in_the_che
     assert next_step(records, {other}) == (first, 2)  # an arm that failed twice in a row is left
     status = queue("status", repo, home, records).stdout
     assert "queue: paused" in status and f"{first} 1 of {design.TRIALS}, {other} 0 of" in status
+    assert f"({first} trial000: " in status and " validations, valid BLEU " in status  # how far its newest run is
 
 
 class Process:
