@@ -14,6 +14,7 @@ import atexit
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -190,3 +191,21 @@ def start(args, *, cwd, env: dict[str, str] | None = None, text: bool = False, s
             stderr=subprocess.PIPE,
         )
     return Started(args, cwd, env, text, start_new_session)
+
+
+def copy_checkout(folder: Path, left_out: tuple[str, ...] = ()) -> Path:
+    """The checkout's files as a commit of them would hold them now (tracked, and untracked ones git does not
+    ignore) copied into `folder`, those under `left_out` prefixes skipped: a fresh copy a test types commands in."""
+    from conftest import ROOT
+
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    for name in filter(None, listed.split("\0")):
+        if not name.startswith(left_out) and (ROOT / name).is_file():
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, folder / name)
+    return folder

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -34,17 +33,7 @@ def user_environment(fresh: bool = False) -> dict[str, str]:
 def checkout(tmp_path: Path, shared: bool) -> Path:
     """A copy of the checkout's tracked files at tmp_path/nmt, with tmp_path/shared the workplace's shared folder
     (`shared`) or no such folder."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=ROOT,
-        capture_output=True,
-        check=True,
-    ).stdout.decode()
-    copy = tmp_path / "nmt"
-    for name in filter(None, listed.split("\0")):
-        if not name.startswith(LEFT_OUT) and (ROOT / name).is_file():
-            (copy / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, copy / name)
+    copy = commands.copy_checkout(tmp_path / "nmt", LEFT_OUT)
     if shared:
         (tmp_path / "shared").symlink_to(SHARED)
     return copy

@@ -4,14 +4,13 @@ alternating, paused and continued by one command each, its records where the che
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import commands
 import pytest
-from conftest import ROOT
 
 from nmt.study import design, progress
 from nmt.study.cli.queue import next_step
@@ -26,18 +25,24 @@ TINY = [
 ]
 
 
+def tiny_design(tmp_path: Path) -> list[str]:
+    """The queue's options for trials of a few seconds on the sample corpus."""
+    return [
+        "--flops",
+        "1e11",
+        "--validations",
+        "3",
+        "--threads",
+        "1",
+        "--extra",
+        *TINY,
+        f"data.spm_cache={tmp_path / 'spm'}",
+    ]
+
+
 def repository(folder: Path) -> Path:
     """A git repository of the checkout's tracked files as they are now (the queue's worktree is made from it)."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=ROOT,
-        capture_output=True,
-        check=True,
-    ).stdout.decode()
-    for name in filter(None, listed.split("\0")):
-        if not name.startswith(("results/", "docs/", "tests/")) and (ROOT / name).is_file():
-            (folder / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, folder / name)
+    commands.copy_checkout(folder, ("results/", "docs/", "tests/"))
     identity = ["-c", "user.name=test", "-c", "user.email=test@example.org"]
     for command in (["init", "-q"], ["add", "-A"], [*identity, "commit", "-q", "-m", "the code under test"]):
         subprocess.run(["git", *command], cwd=folder, check=True, capture_output=True)
@@ -55,17 +60,7 @@ def test_the_queue_starts_from_its_own_worktree_at_idle_priority_once_and_pauses
     `start` says it is running; `pause` ends it and whatever it started; `status` says so."""
     repo = repository(tmp_path / "nmt")
     home, records = tmp_path / "nmt-queue", tmp_path / "records"
-    tiny = [
-        "--flops",
-        "1e11",
-        "--validations",
-        "3",
-        "--threads",
-        "1",
-        "--extra",
-        *TINY,
-        f"data.spm_cache={tmp_path / 'spm'}",
-    ]
+    tiny = tiny_design(tmp_path)
     started = queue("start", repo, home, records, *tiny)
     assert started.returncode == 0 and "the queue runs from" in started.stdout, started.stderr
     pid = int((home / ".queue" / "pid").read_text())
@@ -92,17 +87,7 @@ def test_the_queues_runner_alternates_the_arms_and_records_each_trial_in_the_che
     home, records = tmp_path / "nmt-queue", tmp_path / "records"
     subprocess.run(["git", "worktree", "add", "--detach", str(home)], cwd=repo, check=True, capture_output=True)
     (home / ".queue").mkdir()
-    tiny = [
-        "--flops",
-        "1e11",
-        "--validations",
-        "3",
-        "--threads",
-        "1",
-        "--extra",
-        *TINY,
-        f"data.spm_cache={tmp_path / 'spm'}",
-    ]
+    tiny = tiny_design(tmp_path)
     ran = queue("run", home, home, records, "--steps", "1", *tiny)
     assert ran.returncode == 0, ran.stderr[-3000:]
     first, other = design.TUNED
