@@ -3,6 +3,7 @@ alternating, paused and continued by one command each, its records where the che
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -13,7 +14,8 @@ import commands
 import pytest
 
 from nmt.study import design, progress
-from nmt.study.cli.queue import next_step
+from nmt.study.cli.queue import Step, next_step
+from nmt.study.records import load_record
 
 TINY = [
     "data=sample",
@@ -77,6 +79,12 @@ def test_the_queue_starts_from_its_own_worktree_at_idle_priority_once_and_pauses
     assert "queue: paused" in queue("status", repo, home, records).stdout
     time.sleep(1)
     assert not any(str(home) in " ".join(p.cmdline) for p in processes()), "a trial outlived the pause"
+    identity = ["-c", "user.name=test", "-c", "user.email=test@example.org"]
+    subprocess.run(["git", *identity, "commit", "-q", "--allow-empty", "-m", "later"], cwd=repo, check=True)
+    later = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout
+    moved = queue("start", repo, home, records, "--commit", "HEAD", *tiny)  # the checkout's HEAD, not the worktree's
+    assert moved.returncode == 0 and f"the queue runs from {later[:10]}" in moved.stdout, moved.stderr
+    assert queue("pause", repo, home, records).returncode == 0
 
 
 @pytest.mark.slow
@@ -98,11 +106,52 @@ def test_the_queues_runner_alternates_the_arms_and_records_each_trial_in_the_che
     assert (
         progress.trial_path(records / "tune", first, 0).is_file() and (records / "tune" / f"{first}.journal").is_file()
     )
-    assert next_step(records, set()) == (other, 1)  # the arm with fewer trials ended goes next
-    assert next_step(records, {other}) == (first, 2)  # an arm that failed twice in a row is left
+    assert next_step(records, set()) == Step("tune", other, 1)  # the arm with fewer trials ended goes next
+    assert next_step(records, {other}) == Step("tune", first, 2)  # an arm that failed twice in a row is left
     status = queue("status", repo, home, records).stdout
     assert "queue: paused" in status and f"{first} 1 of {design.TRIALS}, {other} 0 of" in status
     assert f"({first} trial000: " in status and " validations, valid BLEU " in status  # how far its newest run is
+
+
+def tuned(records: Path) -> dict[str, str]:
+    """Both arms' tunings recorded (design.TRIALS trials each, one pruned): trial 3 beats trial 0 (the defaults) by
+    more than design.ADOPT_MARGIN, trial 4 by less with its average of 2; the choice's options."""
+    choice = {"trainer.lr": "0.003", "trainer.label_smoothing": "0.2"}
+    for target in design.TUNED:
+        for number in range(design.TRIALS):
+            bleu = {0: 10.0, 3: 10.0 + design.ADOPT_MARGIN + 0.1, 4: 10.2}.get(number, 9.0)
+            trial = {"family": target, "number": number, "valid_bleu": bleu, "averaging": {"2": bleu - 0.5}}
+            trial |= {"stopped_by": "pruned" if number == 5 else "patience", "options": {"trainer.lr": "0.001"}}
+            if number == 3:
+                trial["options"] = choice
+            path = progress.trial_path(records / "tune", target, number)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(trial))
+    return choice
+
+
+def test_once_both_arms_are_tuned_the_queue_trains_the_final_runs_alternating_with_each_arms_choice(tmp_path):
+    """After the tuning, the final runs (design.FINAL_RUNS), the arms alternating, each seed from FIRST_SEED on: one
+    trained by the runner with its arm's tuned choice and the design's protocol, recorded as make results records its
+    runs (with its test BLEU), in the checkout's records/<part>; then the other arm's first seed."""
+    repo = repository(tmp_path / "nmt")
+    home, records = tmp_path / "nmt-queue", tmp_path / "records"
+    subprocess.run(["git", "worktree", "add", "--detach", str(home)], cwd=repo, check=True, capture_output=True)
+    (home / ".queue").mkdir()
+    choice = tuned(records)
+    (part, first), (other_part, other) = [(p, t) for p, runs in design.FINAL_RUNS.items() for t in runs]
+    assert next_step(records, set()) == Step(part, first, design.FIRST_SEED)
+    ran = queue("run", home, home, records, "--steps", "1", *tiny_design(tmp_path))
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    record = load_record(records / part / first / f"seed{design.FIRST_SEED}.record.json")
+    trainer = record["config"]["trainer"]
+    assert trainer["lr"] == float(choice["trainer.lr"]) and trainer["label_smoothing"] == 0.2
+    assert trainer["average_last"] == 1 and trainer["patience"] == design.PATIENCE and trainer["precision"] == "fp32"
+    assert record["test_bleu_beam"] is not None and record["seed"] == design.FIRST_SEED
+    assert next_step(records, set()) == Step(other_part, other, design.FIRST_SEED)  # the arms alternate
+    assert next_step(records, {other}) == Step(part, first, design.FIRST_SEED + 1)
+    status = queue("status", repo, home, records).stdout
+    assert f"{part}: {first} 1 of {design.SEEDS}" in status and f"({first} seed{design.FIRST_SEED}: " in status
 
 
 class Process:

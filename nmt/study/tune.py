@@ -174,6 +174,15 @@ def chosen(trials: list[dict]) -> tuple[dict, int] | None:
     return trials[index], -count
 
 
+def choice(trials: list[dict]) -> dict[str, str]:
+    """The options of a target's choice (`chosen`): its trial's, and trainer.average_last; none where no trial
+    finished."""
+    if (found := chosen(trials)) is None:
+        return {}
+    best, count = found
+    return best["options"] | {"trainer.average_last": str(count)}
+
+
 def table(records: Path) -> str:
     """Every tuned target's trials, its choice and what the choice gained on valid BLEU over its defaults (trial 0)."""
     lines = []
@@ -231,7 +240,7 @@ def tuned_config(trials: list[dict], family: str, current: dict[str, str]) -> st
     replaces its family's choice whole). train.py composes a family's after its model and before a variant, a recipe
     (the demo's, the lab's) and the command line, which keep their say. `trials`: one finished at least."""
     best, count = chosen(trials)
-    options = current | best["options"] | {"trainer.average_last": str(count)}
+    options = current | choice(trials)
     tuned = OmegaConf.to_yaml(OmegaConf.from_dotlist([f"{key}={value}" for key, value in sorted(options.items())]))
     source = f"trial {best['number']} of {len(trials)}, valid BLEU {candidates(best)[count]:.2f}"
     return (

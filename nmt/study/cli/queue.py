@@ -10,8 +10,11 @@ journal refuses a tuning whose protocol changed). Its runner is a process of its
 (SCHED_IDLE, nice 19: it takes only what other work leaves), its runs in the worktree's multirun/queue, outside the
 checkout. It tunes both arms of the design one trial at a time, alternating between them so that every machine
 trains both alike; each trial continues where it stopped (trainer.resume=auto), and each finished or pruned trial is
-recorded, with the study's journal, in the checkout's results/runs/tune (commit them). A trial that fails is named in
-the log and asked again at the next start; an arm that fails twice in a row is left until then.
+recorded, with the study's journal, in the checkout's results/runs/tune. Once both tunings are recorded it trains the
+final runs (design.FINAL_RUNS: SEEDS seeds of each arm, the arms alternating) with each arm's tuned choice from those
+records, each recorded, with its test BLEU, in results/runs/main or results/runs/claims as make results records its
+runs (commit them all). A step that fails is named in the log and asked again at the next start; an arm that fails
+twice in a row is left until then.
 """
 
 from __future__ import annotations
@@ -24,10 +27,14 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from nmt import UserError
-from nmt.study import design, progress
+from nmt.study import design, progress, tune
+from nmt.study.cli.results import MAIN_BEAM
+from nmt.study.published import finished
+from nmt.study.records import recorded_sweep
 from nmt.study.sweep import ROOT
 
 HOME = ROOT.parent / "nmt-queue"  # beside the checkout: the worktree the queue trains from
@@ -38,7 +45,8 @@ def arguments(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m nmt.study queue", description=__doc__.split("\n\n")[0], epilog="make queue | queue-pause"
     )
-    parser.add_argument("action", choices=("start", "pause", "status", "run"), help="run: the runner itself")
+    actions = ("start", "pause", "status", "run", "final")
+    parser.add_argument("action", choices=actions, help="run: the runner itself; final: one final run (the runner's)")
     parser.add_argument("--home", type=Path, default=HOME, help="the queue's worktree (default: ../nmt-queue)")
     parser.add_argument("--commit", default=None, help="start: train from this commit (default: the worktree's own)")
     parser.add_argument("--records", type=Path, default=ROOT / "results" / "runs", help="where records go")
@@ -47,6 +55,8 @@ def arguments(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=design.THREADS, help=argparse.SUPPRESS)
     parser.add_argument("--steps", type=int, default=0, help="run: stop after this many trials (0: the whole queue)")
     parser.add_argument("--extra", nargs="*", default=[], help="more train.py options (data.dir=...)")
+    for option, kind in (("--part", str), ("--target", str), ("--seed", int)):  # final: which run
+        parser.add_argument(option, type=kind, default=None, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
@@ -75,8 +85,8 @@ def worktree(home: Path, commit: str | None) -> str:
         if home.exists() and any(home.iterdir()):
             raise UserError(f"--home {home}: a folder that is not the queue's worktree; give an empty or new folder")
         git("worktree", "add", "--detach", str(home), commit or "HEAD")
-    elif commit:
-        git("checkout", "--quiet", "--detach", commit, cwd=home)
+    elif commit:  # named as the checkout names it (HEAD: the checkout's, not the worktree's)
+        git("checkout", "--quiet", "--detach", git("rev-parse", "--verify", f"{commit}^{{commit}}"), cwd=home)
     return git("rev-parse", "HEAD", cwd=home)
 
 
@@ -146,9 +156,11 @@ def status(args: argparse.Namespace) -> None:
 
 
 def so_far(home: Path) -> str:
-    """How far the newest trial run of the queue's worktree is, from its last validation: " (4.0e+13 FLOPs, 2 of 50
-    validations, valid BLEU 12.3)"; empty before its first."""
-    runs = sorted((home / "multirun" / "queue").glob("*/trial*/validations.jsonl"), key=lambda p: p.stat().st_mtime)
+    """How far the newest run of the queue's worktree (a trial or a final run) is, from its last validation:
+    " (transformer trial000: 4.0e+13 FLOPs, 2 validations, valid BLEU 12.3)"; empty before its first."""
+    queued = home / "multirun" / "queue"  # tuning trials: <target>/trial<N>; final runs: <part>/<target>/seed<N>
+    found = [*queued.glob("*/trial*/validations.jsonl"), *queued.glob("*/*/seed*/validations.jsonl")]
+    runs = sorted(found, key=lambda p: p.stat().st_mtime)
     if not runs:
         return ""
     lines = runs[-1].read_text(encoding="utf-8").splitlines()
@@ -161,24 +173,84 @@ def so_far(home: Path) -> str:
     return ""
 
 
-def next_step(records: Path, blocked: set[str]) -> tuple[str, int] | None:
-    """The tuning trial to train next: the arm with fewer trials ended (finished or pruned; the first of the design's
-    order on a tie), and the number of trials it then holds; None when both arms' tunings are complete."""
-    ended = {t: len(progress.ended_trials(records / "tune", t)) for t in design.TUNED if t not in blocked}
-    open_arms = [t for t in design.TUNED if t in ended and ended[t] < design.TRIALS]
+@dataclass(frozen=True)
+class Step:
+    """What the queue trains next: a tuning trial of `target` (`part` "tune"; `number`: the trials its arm then
+    holds) or a final run (`part` main or claims, design.FINAL_RUNS; `number`: its seed)."""
+
+    part: str
+    target: str
+    number: int
+
+    def __str__(self) -> str:
+        if self.part == "tune":
+            return f"{self.target} trial {self.number - 1}"
+        return f"{self.target} seed {self.number} ({self.part})"
+
+
+def next_step(records: Path, blocked: set[str]) -> Step | None:
+    """What to train next. The tuning first: the arm with fewer trials ended (finished or pruned; the first of the
+    design's order on a tie). Once both arms' tunings are recorded, the final runs the same way: the arm with fewer
+    seeds recorded, its first seed without a record. None when the queue is done, or when what is left belongs to
+    `blocked` arms (failed twice in a row)."""
+    ended = {t: len(progress.ended_trials(records / "tune", t)) for t in design.TUNED}
+    if any(n < design.TRIALS for n in ended.values()):
+        open_arms = [t for t in design.TUNED if ended[t] < design.TRIALS and t not in blocked]
+        if not open_arms:
+            return None
+        target = min(open_arms, key=lambda t: (ended[t], design.TUNED.index(t)))
+        return Step("tune", target, ended[target] + 1)
+    arms = [(part, target) for part, runs in design.FINAL_RUNS.items() for target in runs]
+    seeds = range(design.FIRST_SEED, design.FIRST_SEED + design.SEEDS)
+    have = {arm: set(finished(records / arm[0]).get(arm[1], [])) & set(seeds) for arm in arms}
+    open_arms = [a for a in arms if len(have[a]) < design.FINAL_RUNS[a[0]][a[1]] and a[1] not in blocked]
     if not open_arms:
         return None
-    target = min(open_arms, key=lambda t: (ended[t], design.TUNED.index(t)))
-    return target, ended[target] + 1
+    part, target = min(open_arms, key=lambda a: (len(have[a]), arms.index(a)))
+    return Step(part, target, next(seed for seed in seeds if seed not in have[(part, target)]))
+
+
+def step_command(step: Step, args: argparse.Namespace) -> list[str]:
+    """The command that trains `step`: a tuning of one trial more (nmt.study tune), or one final run (`final`)."""
+    if step.part == "tune":
+        command = [sys.executable, "-m", "nmt.study", "tune", "--families", step.target, "--trials", str(step.number)]
+        command += ["--records", str(args.records / "tune"), "--runs", str(args.home / "multirun" / "queue")]
+    else:
+        command = [sys.executable, "-m", "nmt.study", "queue", "final", "--home", str(args.home), "--records"]
+        command += [str(args.records), "--part", step.part, "--target", step.target, "--seed", str(step.number)]
+    command += ["--flops", f"{args.flops:g}", "--validations", str(args.validations), "--threads", str(args.threads)]
+    return command + (["--extra", *args.extra] if args.extra else [])
+
+
+def final_overrides(args: argparse.Namespace) -> list[str]:
+    """A final run's options: the design's protocol (up to the cap, a validation every SPACING FLOPs, patience on
+    valid BLEU), its pinned precision and threads, and the arm's tuned choice (nmt.study.tune.choice: trial 0's
+    defaults unless a trial beat them by design.ADOPT_MARGIN), from the tuning's records."""
+    choice = tune.choice(tune.trials_of(args.records / "tune", args.target))
+    if not choice:
+        raise UserError(f"{args.target}: no finished tuning trial in {args.records / 'tune'}; tune it first")
+    protocol = [f"trainer.max_flops={args.flops:g}", f"trainer.patience={design.PATIENCE}", "trainer.select=bleu"]
+    protocol += [f"trainer.validations={args.validations}", "trainer.precision=fp32", f"trainer.threads={args.threads}"]
+    return ["trainer.progress=false", *protocol, *(f"{k}={v}" for k, v in sorted(choice.items())), *args.extra]
+
+
+def final(args: argparse.Namespace) -> None:
+    """One final run of the design (`--part`, `--target`, `--seed`), trained in the worktree's multirun/queue/<part>
+    as `python train.py variant=<target>` trains it with final_overrides, and recorded with its test BLEU (beam
+    MAIN_BEAM) in the checkout's records/<part>/<target>/seed<N>.record.json, as make results records its runs."""
+    if args.part not in design.FINAL_RUNS or args.target not in design.FINAL_RUNS[args.part]:
+        raise UserError(f"--part {args.part} --target {args.target}: not one of the design's final runs")
+    folder = args.home / "multirun" / "queue" / args.part
+    recorded_sweep([args.target], [args.seed], final_overrides(args), folder, args.records / args.part, MAIN_BEAM)
 
 
 def run(args: argparse.Namespace) -> None:
-    """The runner: one tuning trial after another until both arms' tunings are recorded, a stop signal, or both arms
-    failing twice in a row."""
+    """The runner: one step after another (a tuning trial, then the final runs) until the design's runs are all
+    recorded, a stop signal, or each arm left failing twice in a row."""
     child: list[subprocess.Popen] = []
     stopped: list[int] = []
 
-    def stop(number, _frame):  # passed on; the runner ends once its tuning has saved its trial and ended
+    def stop(number, _frame):  # passed on; the runner ends once its child has saved its run and ended
         stopped.append(number)
         for process in child:
             process.send_signal(signal.SIGTERM)
@@ -191,19 +263,8 @@ def run(args: argparse.Namespace) -> None:
         if args.steps and taken == args.steps:
             return
         taken += 1
-        target, trials = step
-        (args.home / STATE / "step.json").write_text(json.dumps({"step": f"{target} trial {trials - 1}"}) + "\n")
-        command = [sys.executable, "-m", "nmt.study", "tune", "--families", target, "--trials", str(trials)]
-        command += ["--records", str(args.records / "tune"), "--runs", str(args.home / "multirun" / "queue")]
-        command += [
-            "--flops",
-            f"{args.flops:g}",
-            "--validations",
-            str(args.validations),
-            "--threads",
-            str(args.threads),
-        ]
-        command += ["--extra", *args.extra] if args.extra else []
+        (args.home / STATE / "step.json").write_text(json.dumps({"step": str(step)}) + "\n")
+        command = step_command(step, args)
         print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(command[1:])}", flush=True)
         if stopped:
             break
@@ -212,18 +273,19 @@ def run(args: argparse.Namespace) -> None:
         if stopped:
             print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} paused", flush=True)
             sys.exit(128 + stopped[0])
-        failures[target] = 0 if code == 0 else failures.get(target, 0) + 1
+        failures[step.target] = 0 if code == 0 else failures.get(step.target, 0) + 1
     (args.home / STATE / "step.json").unlink(missing_ok=True)
     blocked = sorted(t for t, n in failures.items() if n >= 2)
     if blocked:
         sys.exit(f"the queue stopped: {', '.join(blocked)} failed twice in a row (the log above says why)")
     print(
-        "both arms' tunings are recorded: `python -m nmt.study tune --report --apply` makes their choices the "
-        "defaults, then the final runs (design.FINAL_RUNS) train",
+        f"the design's runs are all recorded in {args.records}: commit them, then `python -m nmt.study tune --report "
+        "--apply` makes the tuned choices the defaults and `python -m nmt.study results --parts main,claims --record` "
+        "reports on them",
         flush=True,
     )
 
 
 def main(argv: list[str]) -> None:
     args = arguments(argv)
-    {"start": start, "pause": pause, "status": status, "run": run}[args.action](args)
+    {"start": start, "pause": pause, "status": status, "run": run, "final": final}[args.action](args)
