@@ -38,18 +38,18 @@ COMPARE_FLOPS ?= 1e14
 COMPARE_JOBS ?= 2
 LAB_JSON = $(wildcard multirun/lab/lab.json)
 compare: install
-	$(BIN)/python -m nmt.study compare --train --output multirun/compare --seeds $(SEEDS) --flops $(COMPARE_FLOPS) \
+	$(BIN)/python -m nmt_study compare --train --output multirun/compare --seeds $(SEEDS) --flops $(COMPARE_FLOPS) \
 		--launcher joblib --jobs $(COMPARE_JOBS) $(if $(LAB_JSON),--lab $(LAB_JSON),) --extra $(DATA_ARG)
 
 # The alignment lab: the four families and the Luong variants on the sample grammar; AER against its gold alignments
 # and BLEU by sentence length up to 80 words (multirun/lab/report.md and its figures). About 13 minutes a run on one
 # core, two at once on 2 cores: about two hours per seed (17 variants).
 lab: install
-	$(BIN)/python -m nmt.study lab --output multirun/lab --seeds $(SEEDS) --launcher joblib --jobs $(COMPARE_JOBS)
+	$(BIN)/python -m nmt_study lab --output multirun/lab --seeds $(SEEDS) --launcher joblib --jobs $(COMPARE_JOBS)
 
 # What README.md and docs/results.md report, 3 seeds each, from one commit: the four families' (tuned) defaults and
 # the claims' own arms the main table lacks (input feeding), trained until they stop learning (up to the cap,
-# patience on valid BLEU: nmt/study/design.py), the claims judged on both; the lab (8 seeds of the variants its
+# patience on valid BLEU: nmt_study/design.py), the claims judged on both; the lab (8 seeds of the variants its
 # claims compare); the comparison of every variant at 1e14 FLOPs (early training). About an hour a run on 2 cores;
 # on one GPU the whole converged queue costs the minutes docs/tuning.md computes (scripts/device_check.sh study).
 # Each run is recorded in results/runs/ as it finishes (commit them: a later `make results`, on any machine, trains
@@ -59,7 +59,7 @@ lab: install
 # results/*.json.
 PARTS ?= main,claims,lab,others
 results: install
-	$(BIN)/python -m nmt.study results --parts $(PARTS) --seeds 3 $(if $(ONLY),--only $(ONLY),) $(if $(DATA_DIR),--extra data.dir=$(abspath $(DATA_DIR)),)
+	$(BIN)/python -m nmt_study results --parts $(PARTS) --seeds 3 $(if $(ONLY),--only $(ONLY),) $(if $(DATA_DIR),--extra data.dir=$(abspath $(DATA_DIR)),)
 
 # Each family's recipe (and the input-feeding arm's) tuned with equal effort on valid BLEU (docs/tuning.md): its
 # defaults, then Sobol points, TRIALS in all, pruned by successive halving, each up to the final runs' cap; rerunning
@@ -67,27 +67,27 @@ results: install
 TRIALS ?= 6
 FAMILIES ?= transformer,sutskever,bahdanau,luong,luong_feeding
 tune: install
-	$(BIN)/python -m nmt.study tune --families $(FAMILIES) --trials $(TRIALS) $(if $(DATA_DIR),--extra data.dir=$(abspath $(DATA_DIR)),)
+	$(BIN)/python -m nmt_study tune --families $(FAMILIES) --trials $(TRIALS) $(if $(DATA_DIR),--extra data.dir=$(abspath $(DATA_DIR)),)
 
-# The study's design (nmt/study/design.py) in the background, at the lowest CPU priority, from a worktree of its own
+# The study's design (nmt_study/design.py) in the background, at the lowest CPU priority, from a worktree of its own
 # beside the checkout (../nmt-queue): `make queue` starts or continues it, `make queue-pause` pauses it (before timing
 # anything), `make queue-status` says what runs, what is recorded and the machine-hours left. Commit results/runs/tune.
 queue: install
-	$(BIN)/python -m nmt.study queue start
+	$(BIN)/python -m nmt_study queue start
 
 queue-pause: install
-	$(BIN)/python -m nmt.study queue pause
+	$(BIN)/python -m nmt_study queue pause
 
 queue-status: install
-	$(BIN)/python -m nmt.study queue status
+	$(BIN)/python -m nmt_study queue status
 
 results-tables: install
-	$(BIN)/python -m nmt.study results --render
+	$(BIN)/python -m nmt_study results --render
 
 # Training tokens/s, peak memory and decoding sentences/s of each model (bench/benchmark.md); decodes with the
 # checkpoints in outputs/runs/<model>/best.pt when they exist.
 bench: install
-	$(BIN)/python -m nmt.study measure speed $(if $(DATA_DIR),--data-dir $(abspath $(DATA_DIR)),)
+	$(BIN)/python -m nmt_study measure speed $(if $(DATA_DIR),--data-dir $(abspath $(DATA_DIR)),)
 
 # One pytest worker per core (at most 4): most tests start a train.py or decode in a process of its own. Bytecode
 # caches (__pycache__/, ignored by git) are written even where PYTHONDONTWRITEBYTECODE is set: the suite's fresh

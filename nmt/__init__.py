@@ -1,4 +1,13 @@
-"""nmt: the classic encoder-decoder families for neural machine translation, side by side."""
+"""nmt: the classic encoder-decoder families for neural machine translation, side by side.
+
+The toolkit lies in wings along the data's path, each importing only those below it (tests/test_layout.py):
+models/ (the families and their attention), config.py, text/ (corpora to batches), build.py, runs/ (a run's folder,
+checkpoints, resuming), decoding/ (translation, search, evaluation, the export), training/ (one run's loop), launch/
+(a run started, packed or swept) and cli/ (the commands), on a ground floor of device.py, distributed.py and
+paths.py. The study (nmt_study, with its own extra) lives beside the toolkit, which never imports it.
+
+Here: what every wing raises, and the signal that stopped a sweep.
+"""
 
 
 class UserError(Exception):
@@ -20,3 +29,16 @@ class Interrupted(Exception):
 class NonFiniteLoss(Exception):
     """The training loss became NaN or infinite; the trainer turns it into a UserError naming the last good
     checkpoint (no checkpoint is ever written with non-finite weights)."""
+
+
+class SweepStop:
+    """The signal that stopped this process's sweep (0: none). A job of `train.py -m` that a signal interrupts
+    saves its run and returns to Hydra instead of exiting, and sets it; a job that starts after it does not train, and
+    one that it reached in its setup stops at its first update. A joblib worker that exited would have its siblings
+    killed, maybe inside a checkpoint's write (nmt.launch.multirun.FailedJobs)."""
+
+    signal_number = 0
+
+    @staticmethod
+    def note(signal_number: int, frame) -> None:
+        SweepStop.signal_number = signal_number

@@ -20,11 +20,13 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from nmt import UserError
-from nmt import model_config as schemas
 from nmt.config import DataConfig, FilesConfig, GrammarOptions, Multi30kConfig, SampleConfig
-from nmt.corpus import Splits, load_files, load_multi30k, with_text
-from nmt.data import PAD_ID, Vocabulary, build_vocabulary
-from nmt.sample import generate_aligned
+from nmt.models import options as schemas
+from nmt.models.attention import Attention
+from nmt.models.model import FAMILY_MODULES, Seq2Seq
+from nmt.text.corpus import SHARED_COPY, Splits, load_files, load_multi30k, with_text
+from nmt.text.data import PAD_ID, Vocabulary, build_vocabulary
+from nmt.text.sample import generate_aligned
 
 CORPORA = {"multi30k": Multi30kConfig, "sample": SampleConfig, "files": FilesConfig}  # data.corpus -> its schema
 
@@ -82,11 +84,9 @@ def with_subwords(splits: Splits, vocabulary: Vocabulary, data: DataConfig | Dic
 def buildable() -> tuple[dict[str, type], dict[str, type]]:
     """nmt's own model classes and attention classes, each by the dotted name a `_target_` gives it: the only classes
     nmt builds from a config. Found in the package, not listed: every class of the family modules
-    (`nmt.model.FAMILY_MODULES`) that declares the model contract `Seq2Seq`, and every subclass of `Attention`. A
+    (`nmt.models.model.FAMILY_MODULES`) that declares the model contract `Seq2Seq`, and every subclass of `Attention`. A
     checkpoint's config is data that anyone may have written, and building the `_target_` it names runs that
     callable, whatever it is."""
-    from nmt.attention import Attention
-    from nmt.model import FAMILY_MODULES, Seq2Seq
 
     for module in FAMILY_MODULES:
         importlib.import_module(module)
@@ -193,7 +193,7 @@ def constructor_defaults(target: str | None) -> dict[str, object]:
 
 
 def typed(plain: Mapping, prefix: str = "model") -> DictConfig:
-    """A model config (composed, or a checkpoint's) merged onto its schema (nmt/model_config.py), its attention onto
+    """A model config (composed, or a checkpoint's) merged onto its schema (nmt/models/options.py), its attention onto
     the attention's: each option of the type the schema declares, then in its range (`model_config.check`); refused
     naming the option. Options a checkpoint has that the schema does not are refused too."""
     schema = schemas.schema_of(plain.get("_target_"))
@@ -210,7 +210,7 @@ def typed(plain: Mapping, prefix: str = "model") -> DictConfig:
 
 def option_name(target: str) -> str:
     """The name a user gives one of nmt's classes on the command line (`model=`, `model/attention=`): its NAME, or its
-    class name without "Seq2Seq" or "Attention", in lower case (nmt.rnn.BahdanauSeq2Seq: bahdanau)."""
+    class name without "Seq2Seq" or "Attention", in lower case (nmt.models.rnn.BahdanauSeq2Seq: bahdanau)."""
     default = str(target).rsplit(".", 1)[-1].removesuffix("Seq2Seq").removesuffix("Attention").lower()
     models, attentions = buildable()
     return getattr({**models, **attentions}.get(target), "NAME", default)
@@ -261,7 +261,6 @@ def model(model_config, vocab: Vocabulary) -> torch.nn.Module:
 def corpus_files(config: dict, data_dir: str | None = None) -> list[Path]:
     """The files a checkpoint's corpus is read from (the user's files of data=files; Multi30k's in data_dir, its
     data.dir, $NMT_DATA_DIR, the download cache and the shared copy): inputs no command may write over."""
-    from nmt.corpus import SHARED_COPY
 
     data = saved_data_config(config["data"])
     if data.corpus == "files":

@@ -6,7 +6,7 @@ Hydra validates them against these dataclasses, so a wrong type (`trainer.lr=abc
 overrides reproduces the README's figures.
 
 Without Hydra, build the same objects in Python: `TrainerConfig(max_steps=100)`, `SampleConfig(vocab_size=150)`.
-Model options are the model classes' own constructor arguments, with their schemas in nmt/model_config.py.
+Model options are the model classes' own constructor arguments, with their schemas in nmt/models/options.py.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ CONFIGS = _PACKAGED if _PACKAGED.is_dir() else Path(__file__).resolve().parents[
 
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw"
 # An option whose value does not change what a run trains (where files are, what is logged, how many threads sum the
-# same products): a finished run with another value of it is the same run (nmt.resume.same_run_options). Every
+# same products): a finished run with another value of it is the same run (nmt.runs.resume.same_run_options). Every
 # other option of data, model and trainer makes another run
 SAME_RUN = {"same_run": True}
 
@@ -105,7 +105,7 @@ class GrammarOptions:
 
 @dataclass
 class SampleConfig(DataConfig):
-    """The built-in German-English sample corpus (nmt/sample.py): offline, generated from a small grammar that also
+    """The built-in German-English sample corpus (nmt/text/sample.py): offline, generated from a small grammar that also
     gives every pair's gold word alignment."""
 
     corpus: str = "sample"
@@ -228,8 +228,8 @@ class TrainerConfig:
     max_steps: int = 0
     max_minutes: float = 0.0  # wall-clock budget of training (validation excluded); not reproducible across machines
     # Training compute budget: the FLOPs of the updates' matrix products, from each model's formula for its batches
-    # (nmt/flops.py); the same updates on any machine, idle or busy. 5e14: what Bahdanau's model trains in about 40
-    # minutes alone on a 2-core CPU with native bf16 (12.7 epochs of Multi30k), the budget of README's results
+    # (nmt/models/flops.py); the same updates on any machine, idle or busy. 5e14: what Bahdanau's model trains in about
+    # 40 minutes alone on a 2-core CPU with native bf16 (12.7 epochs of Multi30k), the budget of README's results
     max_flops: float = 5e14
     valid_every: int = 0  # steps between validations; 0: at the end of each epoch
     validations: int = 0  # with max_flops: validate as training passes each 1/N of the budget (instead of valid_every)
@@ -241,9 +241,9 @@ class TrainerConfig:
     # or fp32, bf16, fp16 (GPU only)
     precision: str = "auto"
     device: str = "auto"  # auto (CUDA when present), cpu or cuda
-    # true: on a GPU each update is captured as a CUDA graph per batch shape and replayed (nmt/update.py; batches of
-    # a few static shapes), where the run allows it (one process, no accumulation, no fp16), else eager with the
-    # reason logged; false: eager, batches as on a CPU. No effect on a CPU
+    # true: on a GPU each update is captured as a CUDA graph per batch shape and replayed (nmt/training/update.py;
+    # batches of a few static shapes), where the run allows it (one process, no accumulation, no fp16), else eager with
+    # the reason logged; false: eager, batches as on a CPU. No effect on a CPU
     cuda_graphs: bool = True
     # true: deterministic kernels only, so a CUDA run repeats bit for bit (slower; an op without one is refused by
     # name). CPU runs repeat bit for bit without it
@@ -271,7 +271,7 @@ class TrainerConfig:
     # The model a run reports (tests, and the study reads): 1, its best checkpoint (best.pt); k > 1, the average of
     # the weights of its k validations ending at the best one (averaged_last<k>.pt, scored on valid when training
     # ends; the best checkpoint is always in the window): a choice each family's tuning makes on valid
-    # (nmt/study/tune.py)
+    # (nmt_study/tune.py)
     average_last: int = 1
     accumulate: int = 1  # batches whose gradients are summed into one update
 
@@ -341,8 +341,8 @@ class SearchOptions(DecodeOptions):
     @classmethod
     def task(cls, config) -> dict:
         """The command's own options of `config` (its Hydra config, or this dataclass), beyond the checkpoint and the
-        decoding options, as the keyword arguments of its function (nmt.evaluate's `evaluate`, `translate_file`): an
-        option added here reaches the function without a word more in the command."""
+        decoding options, as the keyword arguments of its function (nmt.decoding.evaluate's `evaluate`,
+        `translate_file`): an option added here reaches the function without a word more in the command."""
         decoding = {f.name for f in dataclasses.fields(DecodeOptions)} | {"checkpoint"}
         return {
             cls.RENAMED.get(f.name, f.name): getattr(config, f.name)
@@ -383,7 +383,7 @@ class TranslateConfig(SearchOptions):
 
 @dataclass
 class ExportConfig:
-    """`nmt-export`: a trained Transformer as a CTranslate2 model folder (nmt/export/)."""
+    """`nmt-export`: a trained Transformer as a CTranslate2 model folder (nmt/decoding/export/)."""
 
     checkpoint: str = MISSING  # a best.pt, last.pt or averaged checkpoint of a Transformer
     format: str = "ctranslate2"
@@ -444,6 +444,6 @@ def register() -> None:
     store.store(group="schema", name="export", node=ExportConfig)
     for name, node in (("multi30k", Multi30kConfig), ("sample", SampleConfig), ("files", FilesConfig)):
         store.store(group="schema/data", name=name, node=node)
-    from nmt import model_config  # the model and attention schemas (a module of their own)
+    from nmt.models import options as model_config  # the model and attention schemas (a module of their own)
 
     model_config.register(store)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from nmt import UserError
+from nmt import UserError, distributed
 
 log = logging.getLogger(__name__)
 
@@ -200,7 +200,6 @@ def place(name: str, precision: str, deterministic: bool = False) -> tuple[torch
     """The device (`trainer.device`; under torchrun this process's) and the precision a run trains in, decided here
     and only here: a precision the device cannot run is refused; fp32 made exact (no TF32); deterministic kernels
     where asked."""
-    from nmt import distributed
 
     where = distributed.setup(device(name))
     if deterministic:

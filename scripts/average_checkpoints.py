@@ -13,8 +13,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from nmt import UserError, averaging, checkpoint
+from nmt import UserError
 from nmt.paths import output_file
+from nmt.runs import averaging, checkpoint
 
 
 def choose(inputs: list[Path], last: int) -> list[Path]:

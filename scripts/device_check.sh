@@ -26,18 +26,18 @@
 #                                          ($OUT/pack.txt; logs in $OUT/pack.tgz), against `jobs`' one at a time
 #   bash scripts/device_check.sh study PART VARIANTS JOBS SECONDS [SEEDS]
 #                                          there: `make results`' PART (tune first, as it sets the defaults:
-#                                          `python -m nmt.study tune` of the targets VARIANTS, SEEDS trials each (6),
+#                                          `python -m nmt_study tune` of the targets VARIANTS, SEEDS trials each (6),
 #                                          continuing the journals and records it has; back here untar them, then `python -m
-#                                          nmt.study tune --report --apply` and commit before the next part; claims,
+#                                          nmt_study tune --report --apply` and commit before the next part; claims,
 #                                          main, others (`make compare`'s variants at 1e14 FLOPs, recorded in
-#                                          results/runs/compare), or lab: `python -m nmt.study lab`'s variants) for
+#                                          results/runs/compare), or lab: `python -m nmt_study lab`'s variants) for
 #                                          VARIANTS (comma-separated), SEEDS each (3),
 #                                          JOBS runs at once on the one GPU, for at most SECONDS; every run that
 #                                          finishes is recorded by its own job, and the records come back as
-#                                          $OUT/records.tgz (untar it into results/runs/, then `python -m nmt.study results
+#                                          $OUT/records.tgz (untar it into results/runs/, then `python -m nmt_study results
 #                                          --parts PART --record` here makes the report and tables)
 #
-# Back here, copy $OUT's benchmark_cuda.json into results/measured/ and run `python -m nmt.study results --render`:
+# Back here, copy $OUT's benchmark_cuda.json into results/measured/ and run `python -m nmt_study results --render`:
 # docs/speed.md's GPU table is rendered from it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -141,15 +141,15 @@ if [[ "${1:-}" == "study" ]]; then
         > "$OUT/gpu_use.csv" 2>&1 &
     start=$(date +%s)
     if [[ "$part" == "tune" ]]; then  # VARIANTS: the families, in the order they are tuned; SEEDS: trials each
-        timeout --kill-after=20 "$seconds" "$PYTHON" -m nmt.study tune --families "$variants" --trials "${6:-6}" \
+        timeout --kill-after=20 "$seconds" "$PYTHON" -m nmt_study tune --families "$variants" --trials "${6:-6}" \
             --jobs "$jobs" --runs /tmp/results/tune/runs \
             --extra "data.dir=$NMT_DATA_DIR" "data.spm_cache=$PWD/$GPU/spm" > "$OUT/study.log" 2>&1 || true
     elif [[ "$part" == "lab" ]]; then  # the lab's own program, pinned as the CPU's lab runs are, eager as they are
-        timeout --kill-after=20 "$seconds" "$PYTHON" -m nmt.study lab --output /tmp/results/lab --variants "$variants" \
+        timeout --kill-after=20 "$seconds" "$PYTHON" -m nmt_study lab --output /tmp/results/lab --variants "$variants" \
             --seeds "$seeds" --launcher joblib --jobs "$jobs" --records results/runs/lab \
             --extra trainer.precision=fp32 trainer.threads=1 trainer.cuda_graphs=false > "$OUT/study.log" 2>&1 || true
     else
-        timeout --kill-after=20 "$seconds" "$PYTHON" -m nmt.study results --parts "$part" --only "$variants" \
+        timeout --kill-after=20 "$seconds" "$PYTHON" -m nmt_study results --parts "$part" --only "$variants" \
             --seeds "$seeds" --jobs "$jobs" --runs /tmp/results \
             --extra "data.dir=$NMT_DATA_DIR" "data.spm_cache=$PWD/$GPU/spm" > "$OUT/study.log" 2>&1 || true
     fi
@@ -158,10 +158,10 @@ if [[ "${1:-}" == "study" ]]; then
     # Records of runs whose job could not record them (stopped by the time limit after finishing; the lab's are
     # measured on its length test set too), then one archive each for the records and the logs: the device tool
     # brings back a limited number of files
-    [[ "$part" == "tune" ]] || "$PYTHON" -c "from pathlib import Path; from nmt.study.records import record_runs; \
+    [[ "$part" == "tune" ]] || "$PYTHON" -c "from pathlib import Path; from nmt_study.records import record_runs; \
 record_runs(Path('/tmp/results/$folder/runs'), Path('results/runs/$folder'), 5)" >> "$OUT/study.log" 2>&1 || true
     if [[ "$part" == "lab" ]]; then
-        "$PYTHON" -c "from pathlib import Path; from nmt.study.lab_measure import measure_one; \
+        "$PYTHON" -c "from pathlib import Path; from nmt_study.lab_measure import measure_one; \
 out = Path('/tmp/results/lab'); long = tuple(out / 'data' / f'long.{x}' for x in ('de', 'en', 'align')); \
 [measure_one(r.parent, Path('results/runs/lab'), long) for r in sorted(out.glob('runs/*/seed*/results.json'))]" \
             >> "$OUT/study.log" 2>&1 || true
@@ -203,7 +203,7 @@ step cuda_graph_tests 140 "$PYTHON" -m pytest tests/test_cuda.py -k "captured or
 # eager beside it, in one run: the ratio is what the graphs give. The tables are written after each model.
 eager=""
 for model in sutskever bahdanau luong transformer; do eager+=";$model trainer.cuda_graphs=false"; done
-step benchmark 230 "$PYTHON" -m nmt.study measure speed --record benchmark_cuda --train-only --device cuda --steps 24 \
+step benchmark 230 "$PYTHON" -m nmt_study measure speed --record benchmark_cuda --train-only --device cuda --steps 24 \
     --windows 7 --model-timeout 50 --models "sutskever;bahdanau;luong;transformer$eager" \
     --data-dir "$NMT_DATA_DIR" --output "$LOGS/bench"
 # A run at the claims' budget (1e14 FLOPs, 12 validations) and one at the main table's (5e14) end to end, with their
@@ -214,7 +214,7 @@ for flops in 1e14 5e14; do
         "data.spm_cache=$PWD/$GPU/spm" hydra.run.dir=/tmp/e2e_$flops/bahdanau
     cp /tmp/e2e_$flops/bahdanau/*.log "$LOGS/e2e_${flops}_train.log" 2>/dev/null || true
 done
-step decode 60 "$PYTHON" -m nmt.study measure speed --models bahdanau --checkpoints /tmp/e2e_1e14 --device cuda \
+step decode 60 "$PYTHON" -m nmt_study measure speed --models bahdanau --checkpoints /tmp/e2e_1e14 --device cuda \
     --data-dir "$NMT_DATA_DIR" --output "$LOGS/decode"
 # Joey NMT beside it on the same GPU (45 s each model), then the other CUDA tests with the time left: training,
 # resuming and decoding through the commands, the fused kernels
@@ -224,7 +224,7 @@ if [[ -f "$GPU/joey/gpu.sh" ]]; then
 fi
 # Where a captured update's time goes (the kernels' and the host's, 16 updates each; profile_*.txt in the logs),
 # apart from the benchmark so that a profiler that stalls under graph replay costs no figure
-step profile 60 "$PYTHON" -m nmt.study measure speed --train-only --device cuda --steps 4 --windows 1 --profile 16 \
+step profile 60 "$PYTHON" -m nmt_study measure speed --train-only --device cuda --steps 4 --windows 1 --profile 16 \
     --models "bahdanau;transformer" --data-dir "$NMT_DATA_DIR" --output "$LOGS/profile"
 step cuda_tests 120 "$PYTHON" -m pytest tests/test_cuda.py -k "not captured and not replayed" -rs \
     -p no:cacheprovider -o addopts=""

@@ -9,9 +9,9 @@ import sys
 
 from nmt import UserError
 from nmt.config import DecodeOptions
-from nmt.decoding import Translator
+from nmt.decoding.plot import image_format
+from nmt.decoding.translator import Translator
 from nmt.paths import output_file
-from nmt.plot import image_format
 
 OPTIONS = {"checkpoint": None, "text": None, "output": "attention.png", "device": "auto"}
 

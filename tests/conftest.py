@@ -13,8 +13,8 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 from nmt.config import register
-from nmt.data import build_vocabulary
-from nmt.sample import generate
+from nmt.text.data import build_vocabulary
+from nmt.text.sample import generate
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
@@ -36,23 +36,23 @@ def forked_sweeps(monkeypatch):
 
 
 def fork_sweeps(monkeypatch) -> None:
-    """The study's sweeps (`python train.py -m ...`, run by `nmt.study.sweep.waited`) forked like the tests' own
+    """The study's sweeps (`python train.py -m ...`, run by `nmt_study.sweep.waited`) forked like the tests' own
     commands (tests/commands.py), their output passed on to this process's streams where capfd reads it. Tests that
     signal a sweep start it as a process of their own; a joblib sweep runs fresh (loky's workers, started from a
     forked process, waited minutes to start). A fixture wider than a test calls it with its own MonkeyPatch."""
-    import nmt.study.sweep
+    import nmt_study.sweep
 
     def waited(command: list[str]) -> int:
         if "hydra/launcher=joblib" in command:
             return fresh(command)
-        done = commands.run(command, cwd=nmt.study.sweep.ROOT)
+        done = commands.run(command, cwd=nmt_study.sweep.ROOT)
         sys.stdout.write(done.stdout.decode(errors="replace"))
         sys.stderr.write(done.stderr.decode(errors="replace"))
         return done.returncode
 
-    fresh = getattr(nmt.study.sweep.waited, "fresh", nmt.study.sweep.waited)  # the real one, if patched already
+    fresh = getattr(nmt_study.sweep.waited, "fresh", nmt_study.sweep.waited)  # the real one, if patched already
     waited.fresh = fresh
-    monkeypatch.setattr(nmt.study.sweep, "waited", waited)
+    monkeypatch.setattr(nmt_study.sweep, "waited", waited)
 
 
 def compose_config(*overrides: str, config_name: str = "train") -> DictConfig:
@@ -124,3 +124,16 @@ def bare_venv(folder: Path) -> tuple[Path, Path]:
         check=True,
     ).stdout.strip()
     return python, Path(purelib)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A finished small run, trained once for each module that asks: (run directory, the sentencepiece cache's
+    folder)."""
+    from helpers import SMALL, run_cli  # helpers imports this module
+
+    folder = tmp_path_factory.mktemp("trained")
+    run_dir, spm = folder / "run", folder / "spm"
+    result = run_cli("train.py", *SMALL, f"data.spm_cache={spm}", f"hydra.run.dir={run_dir}")
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+    return run_dir, spm

@@ -5,8 +5,7 @@ import pytest
 import torch
 
 from nmt import UserError
-from nmt.aer import Gold, alignment_error, format_links, parse_links, read_gold
-from nmt.alignment import (
+from nmt.decoding.alignment import (
     argmax_links,
     attention_report,
     choose_map,
@@ -19,11 +18,13 @@ from nmt.alignment import (
     word_attention,
     word_weights,
 )
-from nmt.sample import GrammarOptions, generate_aligned
-from nmt.sample_words import (
+from nmt.text.aer import Gold, alignment_error, format_links, parse_links, read_gold
+from nmt.text.sample import (
+    GrammarOptions,
     complex_sentence,
     english,
     fronted,
+    generate_aligned,
     links,
     main_clause,
     make_clause,
@@ -132,7 +133,7 @@ def test_fronted_adverb_puts_the_verb_before_the_subject():
 
 
 def test_plural_with_a_number_and_a_contracted_place():
-    from nmt.sample import Grammar
+    from nmt.text.sample import Grammar
 
     class Scripted:  # the choices the grammar asks for, in order
         def __init__(self, values):
@@ -246,7 +247,7 @@ def test_word_attention_is_the_same_in_batches_of_any_size_and_comes_in_the_orde
     from conftest import compose_config, tiny_model_overrides
 
     from nmt import build
-    from nmt.alignment import length_batches
+    from nmt.decoding.alignment import length_batches
 
     cfg = compose_config(*tiny_model_overrides("bahdanau"), "data=sample")
     torch.manual_seed(0)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from nmt.attention import (
+from nmt.models.attention import (
     AdditiveAttention,
     ConcatAttention,
     DotAttention,

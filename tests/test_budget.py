@@ -11,12 +11,13 @@ import commands
 import pytest
 import torch
 from conftest import ROOT
-from test_train import make_trainer
+from helpers import make_trainer
 
-from nmt import UserError, checkpoint
+from nmt import UserError
 from nmt.config import TrainerConfig
-from nmt.data import collate
-from nmt.flops import Shape
+from nmt.models.flops import Shape
+from nmt.runs import checkpoint
+from nmt.text.data import collate
 
 
 def test_a_compute_budget_stops_at_the_update_that_reaches_it_and_validates_at_its_fractions(

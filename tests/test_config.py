@@ -61,7 +61,7 @@ def test_unknown_option_lists_the_valid_ones():
 
 def test_default_is_bahdanau_on_multi30k_de_en():
     cfg = compose_config()
-    assert cfg.model._target_ == "nmt.rnn.BahdanauSeq2Seq"
+    assert cfg.model._target_ == "nmt.models.rnn.BahdanauSeq2Seq"
     assert (cfg.data.corpus, cfg.data.src_lang, cfg.data.tgt_lang) == ("multi30k", "de", "en")
 
 
@@ -88,7 +88,7 @@ def test_a_checkpoint_that_predates_an_option_resumes_when_the_option_keeps_its_
     from pathlib import Path
 
     from nmt import UserError
-    from nmt.resume import check_changes
+    from nmt.runs.resume import check_changes
 
     model = "transformer" if "model.window" in dropped else "luong"
     new = OmegaConf.to_container(compose_config(f"model={model}", *override), resolve=True)
@@ -112,7 +112,7 @@ def test_every_variant_composes_with_the_lab_size_of_its_family():
     variants are one list, with no lab_* copies of them."""
     from omegaconf import OmegaConf
 
-    from nmt.study.variants import VARIANTS
+    from nmt_study.variants import VARIANTS
 
     variants = sorted(p.stem for p in (CONFIGS / "variant").glob("*.yaml"))
     assert not [name for name in variants if name.startswith("lab_")]
@@ -130,14 +130,14 @@ def test_every_variant_composes_with_the_lab_size_of_its_family():
 
 
 def test_every_model_and_attention_schema_holds_its_class_constructor_arguments():
-    """nmt/model_config.py: each schema's options are its class's constructor arguments, but for those the model
+    """nmt/models/options.py: each schema's options are its class's constructor arguments, but for those the model
     gives at build time (vocabulary sizes, padding id; an attention's query and key sizes)."""
     import dataclasses
     import inspect
 
     from hydra.utils import get_class
 
-    from nmt.model_config import ATTENTIONS, MODELS
+    from nmt.models.options import ATTENTIONS, MODELS
 
     given_at_build = {"self", "source_vocab_size", "target_vocab_size", "pad_id", "query_size", "key_size"}
     for schema in (*MODELS.values(), *ATTENTIONS.values()):
@@ -164,8 +164,8 @@ def test_a_score_the_models_paper_does_not_define_is_refused_naming_the_ones_it_
     ],
 )
 def test_a_window_no_attention_reads_makes_no_other_run(model, before, after, other):
-    from nmt.resume import another_run
-    from nmt.study.sweep import settings
+    from nmt.runs.resume import another_run
+    from nmt_study.sweep import settings
 
     saved, new = (settings([f"model={model}", *overrides]) for overrides in (before, after))
     assert another_run(saved, new)[1] == other
@@ -201,7 +201,7 @@ def test_every_option_of_evaluate_and_translate_reaches_its_function():
     import inspect
 
     from nmt.config import DecodeOptions, EvaluateConfig, TranslateConfig
-    from nmt.evaluate import evaluate, translate_file
+    from nmt.decoding.evaluate import evaluate, translate_file
 
     decoding = {f.name for f in dataclasses.fields(DecodeOptions)}
     for name, schema, function in (

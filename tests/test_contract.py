@@ -1,4 +1,4 @@
-"""Every config in configs/model/ builds a model that keeps the contract of nmt.model.Seq2Seq.
+"""Every config in configs/model/ builds a model that keeps the contract of nmt.models.model.Seq2Seq.
 
 The configs are found by globbing, and small sizes come from conftest's rule for a model it does not know, so a new
 model file is checked here without editing any test.
@@ -9,9 +9,9 @@ import torch
 from conftest import MODELS, compose_config, tiny_model_overrides
 
 from nmt import build
-from nmt.data import BOS_ID, PAD_ID
-from nmt.model import Seq2Seq
-from nmt.search import SOURCE_SIDE
+from nmt.decoding.search import SOURCE_SIDE
+from nmt.models.model import Seq2Seq
+from nmt.text.data import BOS_ID, PAD_ID
 
 
 def make(sample_vocabulary, model_name):
@@ -37,7 +37,7 @@ def inputs(vocabulary_size, lengths=(6, 3), target_length=5):
 @pytest.mark.parametrize("model_name", MODELS)
 def test_model_declares_the_contract(sample_vocabulary, model_name):
     model = make(sample_vocabulary, model_name)
-    assert Seq2Seq in type(model).__mro__, f"{type(model).__name__} must declare nmt.model.Seq2Seq as a base"
+    assert Seq2Seq in type(model).__mro__, f"{type(model).__name__} must declare nmt.models.model.Seq2Seq as a base"
     assert isinstance(model, Seq2Seq) and isinstance(model.output, torch.nn.Linear)
 
 

@@ -11,13 +11,13 @@ import sys
 import pytest
 import torch
 from conftest import ROOT
-from test_sync_free import VARIANTS  # every family and attention variant the trainer trains
+from helpers import VARIANTS  # every family and attention variant the trainer trains
 
-from nmt import checkpoint
-from nmt.attention import MultiHeadAttention
 from nmt.device import cuda_capability
-from nmt.loss import linear_cross_entropy
-from nmt.transformer import band
+from nmt.models.attention import MultiHeadAttention
+from nmt.models.transformer import band
+from nmt.runs import checkpoint
+from nmt.training.loss import linear_cross_entropy
 
 pytestmark = pytest.mark.skipif(
     not torch.cuda.is_available(), reason="no CUDA device on this machine: these run where a GPU is"
@@ -146,7 +146,7 @@ def test_two_gpus_train_identical_replicas_on_nccl(tmp_path):
 def test_an_update_on_cuda_never_waits_for_the_device(tmp_path, sample_vocabulary, sample_splits, name, overrides):
     """CUDA's own check of tests/test_sync_free.py: with torch's sync debug mode set to error, any operation that
     makes the host wait for the GPU raises while an update of each family runs (bf16 where the GPU has it)."""
-    from test_train import make_trainer
+    from helpers import make_trainer
 
     precision = "bf16" if bf16_supported() else "fp32"
     trainer = make_trainer(
@@ -166,7 +166,7 @@ def test_an_update_on_cuda_never_waits_for_the_device(tmp_path, sample_vocabular
 
 
 def captured_trainer(tmp_path, sample_vocabulary, sample_splits, name, overrides=(), dropout=0.1):
-    from test_train import make_trainer
+    from helpers import make_trainer
 
     precision = "bf16" if bf16_supported() else "fp32"
     trainer = make_trainer(
@@ -181,7 +181,7 @@ def captured_trainer(tmp_path, sample_vocabulary, sample_splits, name, overrides
 def test_every_variant_trains_as_captured_cuda_graphs(tmp_path, sample_vocabulary, sample_splits, name, overrides):
     """trainer.cuda_graphs on a GPU: every family and attention variant's update is captured, one graph per batch
     shape, and replayed; the loss falls."""
-    from nmt.update import WARMUP
+    from nmt.training.update import WARMUP
 
     trainer, update = captured_trainer(tmp_path, sample_vocabulary, sample_splits, name, overrides)
     assert trainer.sampler.static is not None
@@ -203,7 +203,7 @@ def test_every_variant_trains_as_captured_cuda_graphs(tmp_path, sample_vocabular
 def test_a_replayed_update_is_the_eager_update(tmp_path, sample_vocabulary, sample_splits):
     """From the same weights and optimiser state, one batch: the graph's replay and the eager update give the same
     loss and the same weights after the step (dropout off, so nothing random tells them apart)."""
-    from nmt.update import WARMUP
+    from nmt.training.update import WARMUP
 
     trainer, update = captured_trainer(tmp_path, sample_vocabulary, sample_splits, "luong", dropout=0.0)
     batches, tokens, *_ = next(trainer.updates())

@@ -6,11 +6,11 @@ import torch
 from conftest import MULTI30K
 
 from nmt import UserError
-from nmt.batches import TokenBatchSampler
 from nmt.config import FilePair
-from nmt.corpus import fetch, load_files, load_multi30k, read_lines, read_parallel
-from nmt.data import BOS_ID, EOS_ID, PAD_ID, ParallelDataset, collate
-from nmt.sample import drawn, generate
+from nmt.text.batches import TokenBatchSampler
+from nmt.text.corpus import fetch, load_files, load_multi30k, read_lines, read_parallel
+from nmt.text.data import BOS_ID, EOS_ID, PAD_ID, ParallelDataset, collate
+from nmt.text.sample import drawn, generate
 
 
 def test_read_lines_strips_bom_crlf_and_keeps_empty_lines(tmp_path):
@@ -77,7 +77,7 @@ def test_multi30k_folder_without_files_says_what_to_do(tmp_path):
 
 
 def test_failed_download_suggests_data_dir(tmp_path, monkeypatch):
-    monkeypatch.setattr("nmt.corpus.SHARED_COPY", tmp_path / "no-shared-copy")
+    monkeypatch.setattr("nmt.text.corpus.SHARED_COPY", tmp_path / "no-shared-copy")
     with pytest.raises(UserError, match=r"data.dir=FOLDER to train.py \(make train DATA_DIR=FOLDER\)"):
         fetch("val.de.gz", f"file://{tmp_path}/empty", tmp_path / "cache")
 
@@ -91,7 +91,7 @@ def test_multi30k_from_folder_and_from_file_url(tmp_path):
 
 
 def test_download_with_wrong_checksum_is_rejected(tmp_path, monkeypatch):
-    monkeypatch.setattr("nmt.corpus.SHARED_COPY", tmp_path / "no-shared-copy")
+    monkeypatch.setattr("nmt.text.corpus.SHARED_COPY", tmp_path / "no-shared-copy")
     mirror = tmp_path / "mirror"
     mirror.mkdir()
     (mirror / "val.de.gz").write_bytes(gzip.compress(b"not the real file\n"))
@@ -109,7 +109,7 @@ def test_sentencepiece_round_trip(sample_splits, sample_vocabulary):
 
 
 def test_vocabulary_cache_is_reused(tmp_path, sample_splits):
-    from nmt.data import build_vocabulary
+    from nmt.text.data import build_vocabulary
 
     first = build_vocabulary(sample_splits.train, 120, False, "bpe", 1.0, tmp_path)
     assert len(list(tmp_path.glob("*.model"))) == 2
@@ -119,7 +119,7 @@ def test_vocabulary_cache_is_reused(tmp_path, sample_splits):
 
 
 def test_a_damaged_vocabulary_cache_is_named_and_trained_again(tmp_path, sample_splits, caplog):
-    from nmt.data import build_vocabulary
+    from nmt.text.data import build_vocabulary
 
     first = build_vocabulary(sample_splits.train, 120, False, "bpe", 1.0, tmp_path)
     cached = sorted(tmp_path.glob("*.src.model"))[0]

@@ -16,9 +16,9 @@ from omegaconf import OmegaConf
 import nmt.device
 from nmt import UserError
 from nmt.config import DecodeOptions, TrainerConfig
-from nmt.decoding import Translator
+from nmt.decoding.translator import Translator
 from nmt.device import Capability, choose, cpu_capability, cpu_kernels, cuda_capability
-from nmt.trainer import Trainer
+from nmt.training.trainer import Trainer
 
 NATIVE_CPU = Capability("cpu", "CPU", native_bf16=True, bf16_kernels=True, fp16=False, detail="AVX512_BF16")
 EMULATED_CPU = Capability("cpu", "CPU", native_bf16=False, bf16_kernels=True, fp16=False, detail="AVX512_CORE")

@@ -9,7 +9,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from nmt import distributed, state
+from nmt import distributed
+from nmt.training import state
 
 
 def test_a_slurm_task_gets_torchruns_variables():

@@ -23,8 +23,8 @@ def commands(text: str) -> list[re.Match]:
 
 def missing(match: re.Match, targets: set[str]) -> str | None:
     """What a command names that does not exist, or None."""
-    from nmt.study.__main__ import PROGRAMS
-    from nmt.study.cli.measure import MEASURES
+    from nmt_study.__main__ import PROGRAMS
+    from nmt_study.cli.measure import MEASURES
 
     if match["script"]:
         return None if (ROOT / match["script"]).is_file() else f"no file {match['script']}"
@@ -34,7 +34,7 @@ def missing(match: re.Match, targets: set[str]) -> str | None:
     path = ROOT / module.replace(".", "/")
     if not (path.with_suffix(".py").is_file() or (path / "__main__.py").is_file()):
         return None if not module.startswith("nmt") else f"no module {module}"
-    if module == "nmt.study" and match["program"]:
+    if module == "nmt_study" and match["program"]:
         if match["program"] not in PROGRAMS:
             return f"no study program {match['program']}"
         if match["program"] == "measure" and match["kind"] and match["kind"] not in MEASURES:
@@ -54,11 +54,11 @@ def test_every_command_the_documents_give_names_something_that_exists():
 
 
 def test_the_check_of_commands_finds_what_does_not_exist():
-    found = commands("run `python scripts/benchmark.py --x` or `make nothing`; make up for it; `python -m nmt.study x`")
+    found = commands("run `python scripts/benchmark.py --x` or `make nothing`; make up for it; `python -m nmt_study x`")
     targets = {"test"}
     problems = [missing(m, targets) for m in found]
     assert problems == ["no file scripts/benchmark.py", "no make target nothing", "no study program x"]
-    assert [missing(m, targets) for m in commands("```\nmake test\npython -m nmt.study measure speed\n```")] == [
+    assert [missing(m, targets) for m in commands("```\nmake test\npython -m nmt_study measure speed\n```")] == [
         None,
         None,
     ]

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from nmt.dropout import LEVELS, Dropout, keep_mask
+from nmt.models.dropout import LEVELS, Dropout, keep_mask
 
 
 @pytest.mark.parametrize("p", [0.1, 0.3, 0.6])

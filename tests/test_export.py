@@ -15,15 +15,16 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import bare_venv, compose_config
+from helpers import refused, snapshot
+from helpers import run_cli as run
 from omegaconf import OmegaConf
-from test_hostile_cli import refused, run, snapshot
 
 from nmt import UserError, build
-from nmt.data import ParallelDataset, Vocabulary, build_vocabulary, collate
+from nmt.decoding.export import command, folder
+from nmt.decoding.export.ct2 import transformer_spec
 from nmt.device import int8_pairs_clip
-from nmt.export import command, folder
-from nmt.export.ct2 import transformer_spec
 from nmt.paths import UMASK
+from nmt.text.data import ParallelDataset, Vocabulary, build_vocabulary, collate
 
 ctranslate2 = pytest.importorskip(
     "ctranslate2", reason="the export needs ctranslate2: pip install 'nmt-classics[export]'"
@@ -108,7 +109,7 @@ def trained(tmp_path_factory):
 
 
 def export(*options: str, timeout: float = 90):
-    return run("-m", "nmt.export", *options, timeout=timeout)
+    return run("export.py", *options, timeout=timeout)
 
 
 def figures(stdout: bytes) -> dict:
@@ -257,7 +258,7 @@ def test_export_options_are_refused_before_the_checkpoint_is_read(tmp_path, opti
 def test_checkpoints_that_are_damaged_hostile_or_of_another_model_are_refused_writing_nothing(
     tmp_path, sample_vocabulary
 ):
-    from test_train import Exploit
+    from helpers import Exploit
 
     hostile = tmp_path / "hostile.pt"
     torch.save({"model": {}, "config": {}, "payload": Exploit()}, hostile)
@@ -342,7 +343,7 @@ def test_without_ctranslate2_the_export_says_how_to_install_it(tmp_path):
 
 def test_a_line_whose_output_could_run_past_the_exports_positions_is_refused_naming_it(tmp_path, sample_vocabulary):
     from nmt.config import DecodeOptions
-    from nmt.export.engine import Exported
+    from nmt.decoding.export.engine import Exported
 
     path = untrained_checkpoint(tmp_path, sample_vocabulary)
     made = command.export(str(path), quantization="float32", output=str(tmp_path / "e"), check_split="none")
@@ -352,7 +353,7 @@ def test_a_line_whose_output_could_run_past_the_exports_positions_is_refused_nam
 
 
 def sample_splits_of(size: int):
-    from nmt.sample import generate
+    from nmt.text.sample import generate
 
     return generate(size, 10, 10, 7).train
 
@@ -394,7 +395,7 @@ def test_sigterm_while_an_export_is_checked_leaves_nothing_behind(tmp_path, samp
     out = tmp_path / "out"
     out.mkdir()
     process = commands.start(
-        [sys.executable, "-m", "nmt.export", f"checkpoint={path}", f"output={out / 'e'}"], cwd=ROOT, text=True
+        [sys.executable, "export.py", f"checkpoint={path}", f"output={out / 'e'}"], cwd=ROOT, text=True
     )
     deadline = time.monotonic() + 60
     while not list(out.glob(".e.*.partial")) and time.monotonic() < deadline:

@@ -1,17 +1,18 @@
 """What docs/extending.md says must agree does: each model family and attention score has its module among those nmt
 builds and loads, its schema, its config file, a family that takes it, and its reference test."""
 
+import ast
 import subprocess
 import sys
 
 from conftest import ROOT, compose_config
 
-from nmt.model_config import ATTENTIONS, MODELS
+from nmt.models.options import ATTENTIONS, MODELS
 
 
 def test_every_family_is_in_the_import_list_with_its_schema_and_config():
     from nmt.build import buildable
-    from nmt.model import FAMILY_MODULES
+    from nmt.models.model import FAMILY_MODULES
 
     models, _ = buildable()
     configs = {path.stem for path in (ROOT / "configs" / "model").glob("*.yaml")}
@@ -19,12 +20,14 @@ def test_every_family_is_in_the_import_list_with_its_schema_and_config():
     for name, schema in MODELS.items():
         target = compose_config(f"model={name}").model._target_
         assert target == schema._target_ and target in models, f"model={name}: {target} is not a buildable family"
-        assert target.rsplit(".", 1)[0] in FAMILY_MODULES, f"{target}: its module is not in nmt.model.FAMILY_MODULES"
+        assert target.rsplit(".", 1)[0] in FAMILY_MODULES, (
+            f"{target}: its module is not in nmt.models.model.FAMILY_MODULES"
+        )
     loaded = subprocess.run(
         [
             sys.executable,
             "-c",
-            "import sys, nmt.experiment; print(sorted(m for m in sys.modules if m.startswith('nmt')))",
+            "import sys, nmt.launch.experiment; print(sorted(m for m in sys.modules if m.startswith('nmt')))",
         ],
         cwd=ROOT,
         capture_output=True,
@@ -35,7 +38,13 @@ def test_every_family_is_in_the_import_list_with_its_schema_and_config():
 
 
 def test_every_score_has_its_schema_config_a_family_that_takes_it_and_its_reference():
-    from test_attention import MODULES
+    references = (ROOT / "tests" / "test_attention.py").read_text(encoding="utf-8")
+    modules = next(
+        node.value
+        for node in ast.parse(references).body
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "MODULES" for t in node.targets)
+    )
+    MODULES = {key.value for key in modules.keys}  # the scores with a reference written from their equations
 
     from nmt.build import buildable, option_name
 
@@ -47,3 +56,14 @@ def test_every_score_has_its_schema_config_a_family_that_takes_it_and_its_refere
         assert schema._target_ in attentions and option_name(schema._target_) == name, name
         assert name in taken, f"model/attention={name}: no family's SCORES takes it"
         assert name == "none" or name in MODULES, f"{name}: no reference in tests/test_attention.py"
+
+
+def test_every_score_says_what_it_costs():
+    """A budget counts FLOPs (trainer.max_flops), so every attention says what its score costs (`flops`); a score
+    written without it would fail at its first update (docs/extending.md)."""
+    from nmt.build import buildable
+    from nmt.models.attention import Attention
+
+    _, attentions = buildable()
+    lacking = [name for name, cls in attentions.items() if issubclass(cls, Attention) and cls.flops is Attention.flops]
+    assert not lacking, f"no flops(batch, queries, positions) of their own: {lacking}"

@@ -7,9 +7,9 @@ import torch
 from conftest import compose_config
 
 from nmt import build
-from nmt.data import ParallelDataset, collate
-from nmt.flops import counted
-from nmt.loss import batch_loss
+from nmt.models.flops import counted
+from nmt.text.data import ParallelDataset, collate
+from nmt.training.loss import batch_loss
 
 # Every family, and each option that changes what is computed, at the lab's widths (size=lab: its layers and
 # options, narrower; the formula has no term that only the default widths reach, and matches there as well)

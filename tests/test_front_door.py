@@ -165,7 +165,7 @@ def test_the_demo_is_the_sample_corpus_on_a_budget_that_learns():
 
 @pytest.mark.skipif(not (SHARED / "data" / "multi30k").is_dir(), reason="no ../shared/data/multi30k beside this one")
 def test_multi30k_is_read_from_the_shared_copy_beside_the_checkout_without_a_download(tmp_path, monkeypatch):
-    from nmt.corpus import SHARED_COPY, load_multi30k
+    from nmt.text.corpus import SHARED_COPY, load_multi30k
 
     monkeypatch.delenv("NMT_DATA_DIR", raising=False)
     assert SHARED_COPY == SHARED / "data" / "multi30k"
@@ -268,12 +268,12 @@ def served(line: str, folder: Path) -> bool:
 
 
 def test_each_study_programs_help_says_what_it_does_in_whole_sentences():
-    """`python -m nmt.study PROGRAM --help`, as the README gives it: its description is whole (compare's stopped at
+    """`python -m nmt_study PROGRAM --help`, as the README gives it: its description is whole (compare's stopped at
     its docstring's first line, mid-sentence)."""
-    from nmt.study.__main__ import PROGRAMS
+    from nmt_study.__main__ import PROGRAMS
 
     for program in PROGRAMS:
-        done = commands.run([sys.executable, "-m", "nmt.study", program, "--help"], cwd=ROOT, text=True)
+        done = commands.run([sys.executable, "-m", "nmt_study", program, "--help"], cwd=ROOT, text=True)
         assert done.returncode == 0, done.stderr
         paragraphs = done.stdout.split("\n\n")
         description = " ".join((paragraphs[0] if program == "measure" else paragraphs[1]).split())

@@ -14,11 +14,11 @@ from omegaconf import OmegaConf
 
 from nmt import UserError, build
 from nmt.config import DecodeOptions, TrainerConfig
-from nmt.corpus import read_lines, read_parallel
-from nmt.decoding import Search, Translator, load_model
-from nmt.evaluate import translate_file
-from nmt.trainer import Trainer
-from nmt.transformer_layers import Embedding, sinusoids
+from nmt.decoding.evaluate import translate_file
+from nmt.decoding.translator import Search, Translator, load_model
+from nmt.models.transformer import Embedding, sinusoids
+from nmt.text.corpus import read_lines, read_parallel
+from nmt.training.trainer import Trainer
 
 SETTINGS = settings(
     max_examples=60,

@@ -10,41 +10,19 @@ import tempfile
 from functools import partial
 from pathlib import Path
 
-import commands
 import pytest
 import torch
 from conftest import ROOT
+from helpers import SMALL, refused, snapshot
+from helpers import run_cli as run
 
-from nmt import UserError, checkpoint
-from nmt.attention import AdditiveAttention
+from nmt import UserError
 from nmt.config import TrainerConfig
-from nmt.data import PAD_ID
-from nmt.rnn import BahdanauSeq2Seq
-from nmt.trainer import Trainer
-
-SMALL = [
-    "experiment=demo",
-    "data.sizes.train=300",
-    "data.sizes.valid=10",
-    "data.sizes.test=10",
-    "trainer=debug",
-    "trainer.max_steps=4",
-    "trainer.valid_every=2",
-    "trainer.progress=false",
-    "trainer.num_plots=0",
-    "model.hidden_size=32",
-    "model.embedding_size=16",
-    "model.readout_size=16",
-]
-
-
-def run(*args, stdin: bytes | None = None, timeout: float = 90):
-    environment = {**os.environ, "HYDRA_FULL_ERROR": "0", "LC_ALL": "C.UTF-8"}
-    return commands.run([sys.executable, *args], cwd=ROOT, env=environment, input=stdin, timeout=timeout)
-
-
-def snapshot(folder) -> dict:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+from nmt.models.attention import AdditiveAttention
+from nmt.models.rnn import BahdanauSeq2Seq
+from nmt.runs import checkpoint
+from nmt.text.data import PAD_ID
+from nmt.training.trainer import Trainer
 
 
 def unchanged(before: dict, after: dict) -> bool:
@@ -53,23 +31,6 @@ def unchanged(before: dict, after: dict) -> bool:
         after.get(name, b"").startswith(data) if name.endswith(".log") else after.get(name) == data
         for name, data in before.items()
     )
-
-
-def refused(result, message: str) -> None:
-    stderr = result.stderr.decode()
-    assert result.returncode != 0, stderr
-    assert message in stderr, stderr[-2000:]
-    assert "Traceback" not in stderr
-
-
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """A finished small run: (run directory, the sentencepiece cache's folder)."""
-    folder = tmp_path_factory.mktemp("trained")
-    run_dir, spm = folder / "run", folder / "spm"
-    result = run("train.py", *SMALL, f"data.spm_cache={spm}", f"hydra.run.dir={run_dir}")
-    assert result.returncode == 0, result.stderr.decode()[-2000:]
-    return run_dir, spm
 
 
 def train_again(trained, *extra):
@@ -91,7 +52,10 @@ def test_a_new_run_into_a_run_directory_that_holds_one_is_refused(trained):
         ("data.vocab_size=200", "data.vocab_size: 250 in the checkpoint, 200 now"),
         ("model.hidden_size=48", "model.hidden_size: 32 in the checkpoint, 48 now"),
         ("seed=7", "seed: 1234 in the checkpoint, 7 now"),
-        ("model/attention=none", "model.attention._target_: 'nmt.attention.AdditiveAttention' in the checkpoint"),
+        (
+            "model/attention=none",
+            "model.attention._target_: 'nmt.models.attention.AdditiveAttention' in the checkpoint",
+        ),
     ],
 )
 def test_resuming_with_settings_that_make_another_run_is_refused_naming_them(trained, change, message):
@@ -280,7 +244,7 @@ def test_a_read_only_run_folder_is_refused_through_the_real_command_as_a_user_me
 
 
 def test_hydras_saved_config_of_another_shape_is_refused_naming_it(tmp_path):
-    from nmt.study.sweep import saved_settings
+    from nmt_study.sweep import saved_settings
 
     saved = tmp_path / ".hydra" / "2026-11-28_10-00-00" / "config.yaml"
     saved.parent.mkdir(parents=True)
@@ -353,12 +317,14 @@ def test_an_existing_file_is_replaced_only_when_the_user_says_so(trained, tmp_pa
 
 def test_the_sample_writer_keeps_existing_files_and_refuses_impossible_sizes(tmp_path):
     (tmp_path / "train.de").write_text("mine\n")
-    refused(run("-m", "nmt.sample", "--sizes", "10", "5", "5", tmp_path), "train.de: exists")
+    refused(run("-m", "nmt.text.sample", "--sizes", "10", "5", "5", tmp_path), "train.de: exists")
     assert (tmp_path / "train.de").read_text() == "mine\n" and not (tmp_path / "valid.de").exists()
-    assert run("-m", "nmt.sample", "--sizes", "10", "5", "5", tmp_path, "--overwrite").returncode == 0
+    assert run("-m", "nmt.text.sample", "--sizes", "10", "5", "5", tmp_path, "--overwrite").returncode == 0
     assert len((tmp_path / "train.de").read_text().splitlines()) == 10
-    refused(run("-m", "nmt.sample", "--sizes", "-5", "10", "10", tmp_path / "x"), "cannot be negative")
-    refused(run("-m", "nmt.sample", "--sizes", "10000000000", "5", "5", tmp_path / "y", timeout=20), "at most 200,000")
+    refused(run("-m", "nmt.text.sample", "--sizes", "-5", "10", "10", tmp_path / "x"), "cannot be negative")
+    refused(
+        run("-m", "nmt.text.sample", "--sizes", "10000000000", "5", "5", tmp_path / "y", timeout=20), "at most 200,000"
+    )
 
 
 def test_evaluate_never_overwrites_its_own_inputs(trained, tmp_path):
@@ -498,8 +464,8 @@ def test_no_output_option_writes_over_the_corpus_the_model_was_trained_on(traine
 def test_an_output_that_appears_while_a_command_decodes_is_kept_and_named(trained, tmp_path, monkeypatch):
     """The output is checked when it is put in place, not only at the start (issue 83): a file a user or another
     process writes at output= while translate decodes is kept as it is, and the command says so, writing nothing."""
-    import nmt.evaluate
-    from nmt.decoding import Translator
+    import nmt.decoding.evaluate
+    from nmt.decoding.translator import Translator
 
     target = tmp_path / "out.en"
     search = Translator.search_lines
@@ -509,9 +475,9 @@ def test_an_output_that_appears_while_a_command_decodes_is_kept_and_named(traine
         return search(self, lines)
 
     monkeypatch.setattr(Translator, "search_lines", meanwhile)
-    monkeypatch.setattr(nmt.evaluate, "lines_to_translate", lambda source: ["Der Hund läuft."])
+    monkeypatch.setattr(nmt.decoding.evaluate, "lines_to_translate", lambda source: ["Der Hund läuft."])
     with pytest.raises(UserError, match="out.en: a file appeared there while this command ran .*: kept"):
-        nmt.evaluate.translate_file(str(trained[0] / "best.pt"), output=str(target))
+        nmt.decoding.evaluate.translate_file(str(trained[0] / "best.pt"), output=str(target))
     assert target.read_text() == "written by someone else meanwhile\n"
     assert [p.name for p in tmp_path.iterdir()] == ["out.en"]  # no temporary left behind
 
@@ -589,14 +555,14 @@ def test_ctrl_c_in_translate_stops_without_a_traceback_and_writes_nothing(traine
 
 def test_benchmark_options_are_checked_before_anything_is_measured(tmp_path):
     refused(
-        run("-m", "nmt.study", "measure", "speed", "--steps", "0", "--output", tmp_path / "b"),
+        run("-m", "nmt_study", "measure", "speed", "--steps", "0", "--output", tmp_path / "b"),
         "--steps 0: must be at least 1",
     )
     (tmp_path / "file").write_text("mine\n")
-    refused(run("-m", "nmt.study", "measure", "speed", "--output", tmp_path / "file"), "is a file, not a folder")
+    refused(run("-m", "nmt_study", "measure", "speed", "--output", tmp_path / "file"), "is a file, not a folder")
     assert (tmp_path / "file").read_text() == "mine\n" and not (tmp_path / "b").exists()
     # the measurement is named first; options alone (the benchmark's command line before it was `measure speed`)
-    refused(run("-m", "nmt.study", "measure", "--record"), "--record: no such measurement; name one first: speed,")
+    refused(run("-m", "nmt_study", "measure", "--record"), "--record: no such measurement; name one first: speed,")
 
 
 def test_a_folder_given_as_a_text_file_is_named_as_one(trained, tmp_path):
@@ -683,9 +649,9 @@ def test_only_nmts_own_model_and_attention_classes_are_buildable():
     import pkgutil
 
     import nmt
-    from nmt.attention import Attention
     from nmt.build import buildable
-    from nmt.model import Seq2Seq
+    from nmt.models.attention import Attention
+    from nmt.models.model import Seq2Seq
 
     models, attentions = buildable()
     for info in pkgutil.walk_packages(nmt.__path__, "nmt."):
@@ -697,9 +663,9 @@ def test_only_nmts_own_model_and_attention_classes_are_buildable():
         if c.__module__.startswith("nmt.") and not inspect.isabstract(c)
     }
     assert everywhere == set(models) | set(attentions)
-    assert {"nmt.rnn.BahdanauSeq2Seq", "nmt.transformer.Transformer"} <= set(models)
-    assert "nmt.attention.AdditiveAttention" in attentions and not set(models) & set(attentions)
-    from nmt.model_config import ATTENTIONS, MODELS, schema_of
+    assert {"nmt.models.rnn.BahdanauSeq2Seq", "nmt.models.transformer.Transformer"} <= set(models)
+    assert "nmt.models.attention.AdditiveAttention" in attentions and not set(models) & set(attentions)
+    from nmt.models.options import ATTENTIONS, MODELS, schema_of
 
     assert {schema._target_ for schema in MODELS.values()} == set(models)  # every model has its schema
     assert {schema._target_ for schema in ATTENTIONS.values()} == set(attentions)
@@ -723,7 +689,7 @@ def all_subclasses(cls: type) -> set[type]:
 )
 def test_a_comparison_with_no_end_or_no_statistics_is_refused_at_once(trained, tmp_path, arguments, message):
     arguments = [str(trained[0]) if a == "RUNS" else a for a in arguments]
-    result = run("-m", "nmt.study", "compare", *arguments, "--output", str(tmp_path / "report"), timeout=30)
+    result = run("-m", "nmt_study", "compare", *arguments, "--output", str(tmp_path / "report"), timeout=30)
     refused(result, message)
     assert not (tmp_path / "report").exists()
 
@@ -818,7 +784,7 @@ def test_a_finished_run_with_a_damaged_last_checkpoint_is_judged_by_the_one_resu
     ],
 )
 def test_a_record_of_another_shape_is_refused_naming_the_file_and_field(tmp_path, text, field):
-    from nmt.study.records import load_record
+    from nmt_study.records import load_record
 
     path = tmp_path / "seed1.record.json"
     path.write_text(text)
@@ -829,7 +795,7 @@ def test_a_record_of_another_shape_is_refused_naming_the_file_and_field(tmp_path
 
 @pytest.mark.parametrize("text", ["[]", "{}", '{"variants": []}', "\ufeff{"])
 def test_a_report_of_another_shape_is_refused_naming_the_file(tmp_path, text):
-    from nmt.study.cli.results import export
+    from nmt_study.cli.results import export
 
     (tmp_path / "compare.json").write_text(text)
     with pytest.raises(UserError, match="compare.json") as refusal:
@@ -840,7 +806,7 @@ def test_a_report_of_another_shape_is_refused_naming_the_file(tmp_path, text):
 def test_validations_that_are_not_records_are_skipped_and_named_once(tmp_path, caplog):
     """validations.jsonl's lines are read by one reader: a line cut short, of another shape (no bleu, a word for a
     number, a list), or not text is skipped with one warning naming the file and lines; the others hold."""
-    from nmt.study.records import compute_curve, valid_curve
+    from nmt_study.records import compute_curve, valid_curve
 
     good = {"step": 10, "bleu": 5.0, "train_minutes": 1.0, "petaflops": 0.1, "epochs": 0.5}
     lines = [json.dumps(good).encode(), b'{"step": 20, "bleu": "high", "train_minutes": 2.0}', b"[1, 2]",
@@ -970,7 +936,7 @@ def test_translations_are_reused_only_from_the_checkpoint_and_settings_that_made
     import shutil
 
     from nmt.paths import derived_from
-    from nmt.study.records import beam_hypotheses
+    from nmt_study.records import beam_hypotheses
 
     copy = tmp_path / "run"
     shutil.copytree(trained[0], copy)
@@ -989,8 +955,8 @@ def test_translations_are_reused_only_from_the_checkpoint_and_settings_that_made
 
 def test_damaged_records_and_reports_are_named_with_what_to_do(tmp_path, monkeypatch):
     """A record cut short stops the study's readers with its path and a remedy, never a JSONDecodeError."""
-    from nmt.study import tables
-    from nmt.study.records import recorded
+    from nmt_study import tables
+    from nmt_study.records import recorded
 
     damaged = tmp_path / "bahdanau" / "seed1234.record.json"
     damaged.parent.mkdir()
@@ -1000,7 +966,7 @@ def test_damaged_records_and_reports_are_named_with_what_to_do(tmp_path, monkeyp
     (tmp_path / "claims.json").write_text("{")
     with pytest.raises(UserError, match=r"claims.json: damaged or unreadable .*restore it from git"):
         tables.render("claims_short", tmp_path)
-    report = run("-m", "nmt.study", "compare", damaged.parent, "--output", tmp_path / "report", timeout=60)
+    report = run("-m", "nmt_study", "compare", damaged.parent, "--output", tmp_path / "report", timeout=60)
     refused(report, "seed1234.record.json: damaged or unreadable")
     assert "not a run's record: `make results` writes them" in report.stderr.decode()
 
@@ -1023,10 +989,10 @@ def test_messages_name_what_was_given(trained, tmp_path):
 @pytest.mark.parametrize(
     "script, arguments, name",
     [
-        (["-m", "nmt.study", "compare"], ["RUNS"], "report.md"),
-        (["-m", "nmt.study", "compare"], ["RUNS"], "compare.json"),
-        (["-m", "nmt.study", "measure", "speed"], ["--train-only", "--models", "sutskever"], "benchmark.md"),
-        (["-m", "nmt.study", "measure", "attention_kernels"], [], "attention_kernels.json"),
+        (["-m", "nmt_study", "compare"], ["RUNS"], "report.md"),
+        (["-m", "nmt_study", "compare"], ["RUNS"], "compare.json"),
+        (["-m", "nmt_study", "measure", "speed"], ["--train-only", "--models", "sutskever"], "benchmark.md"),
+        (["-m", "nmt_study", "measure", "attention_kernels"], [], "attention_kernels.json"),
     ],
 )
 def test_an_output_folder_holding_a_users_files_is_refused_before_any_work(trained, tmp_path, script, arguments, name):
@@ -1064,9 +1030,9 @@ def test_an_unexpected_exception_in_a_sweep_job_is_a_named_failure_not_a_traceba
     its failed.txt, its traceback kept in its train.log; the other jobs run."""
     (tmp_path / "patch").mkdir()
     (tmp_path / "patch" / "sitecustomize.py").write_text(
-        "import os\nif os.environ.get('NMT_TEST_BOOM'):\n    import nmt.trainer\n"
+        "import os\nif os.environ.get('NMT_TEST_BOOM'):\n    import nmt.training.trainer\n"
         "    def boom(self, *options):\n        raise RuntimeError('boom at ' + str(self.seed))\n"
-        "    nmt.trainer.Trainer.steps = boom\n"
+        "    nmt.training.trainer.Trainer.steps = boom\n"
     )
     sweep = tmp_path / "sweep"
     path = os.pathsep.join([str(tmp_path / "patch"), os.environ.get("PYTHONPATH", "")])
@@ -1098,8 +1064,8 @@ def test_an_unexpected_exception_in_a_sweep_job_is_a_named_failure_not_a_traceba
 def test_one_plan_decides_what_a_run_directory_is_for(trained, tmp_path):
     """resume.plan: keep the finished run (auto, same settings), continue it with the safe changes (true), start a
     new run where there is none, and refuse a new run over it or a finished run of other settings, before any write."""
-    from nmt.resume import Plan, plan
-    from nmt.run_folder import RunFolder
+    from nmt.runs.folder import RunFolder
+    from nmt.runs.resume import Plan, plan
 
     run_dir, _ = trained
     before = snapshot(run_dir)
@@ -1179,7 +1145,7 @@ def test_a_folder_with_an_older_runs_validations_holds_a_run_and_a_continued_one
 @pytest.mark.parametrize(
     "spoil, message",
     [
-        (lambda p: p["config"]["model"].update(_target_=["nmt.rnn.BahdanauSeq2Seq"]), "model._target_"),
+        (lambda p: p["config"]["model"].update(_target_=["nmt.models.rnn.BahdanauSeq2Seq"]), "model._target_"),
         (lambda p: p.update(model=list(p["model"].values())), "not a mapping of names to tensors"),
         (lambda p: p["vocabulary"].update(source=b"\x00\xff garbage"), "source vocabulary is not a sentencepiece"),
         (lambda p: p["vocabulary"].update(target="text"), "target vocabulary is not a sentencepiece"),
@@ -1205,10 +1171,10 @@ def test_a_checkpoint_of_another_shape_is_refused_naming_it_before_it_is_used(tr
         (["evaluate.py"], "error: checkpoint: required; give it on the command line (checkpoint=...)"),
         (["evaluate.py", "checkpoint={tmp}/empty.pt"], "empty.pt: not a checkpoint: an empty file (0 bytes)"),
         (["translate.py", "checkpoint=/dev/zero"], "/dev/zero: not a regular file (a device, FIFO or socket)"),
-        (["-m", "nmt.study", "compare", "{tmp}/nonexistent"], "nonexistent: no such folder; give the folders"),
-        (["-m", "nmt.study", "compare", "{tmp}", "--beam", "0"], "--beam 0: the beam size must be 1 (greedy) or more"),
-        (["-m", "nmt.study", "compare", "--train", "--records", "{tmp}/empty.pt"], "empty.pt: is a file; give a"),
-        (["-m", "nmt.study", "results", "--parts", "main,lab", "--only", "bogus"], "--only: bogus unknown; use any of"),
+        (["-m", "nmt_study", "compare", "{tmp}/nonexistent"], "nonexistent: no such folder; give the folders"),
+        (["-m", "nmt_study", "compare", "{tmp}", "--beam", "0"], "--beam 0: the beam size must be 1 (greedy) or more"),
+        (["-m", "nmt_study", "compare", "--train", "--records", "{tmp}/empty.pt"], "empty.pt: is a file; give a"),
+        (["-m", "nmt_study", "results", "--parts", "main,lab", "--only", "bogus"], "--only: bogus unknown; use any of"),
         (["train.py", *SMALL, "seed=-1", "hydra.run.dir={tmp}/run"], "seed=-1: must be a whole number from 0 to"),
         (["train.py", *SMALL, "hydra.run.dir={tmp}/empty.pt"], "hydra.run.dir={tmp}/empty.pt: is a file; give a"),
         (
@@ -1242,7 +1208,7 @@ def test_inputs_that_mean_nothing_are_refused_in_one_line_before_any_work(tmp_pa
 
 def test_the_studys_counts_are_checked_with_render_too():
     """`results --seeds 0 --render` was accepted (--render skipped the checks); a count is a count either way."""
-    result = run("-m", "nmt.study", "results", "--seeds", "0", "--render")
+    result = run("-m", "nmt_study", "results", "--seeds", "0", "--render")
     assert result.returncode == 2 and b"--seeds 0: at least 1" in result.stderr
 
 
@@ -1250,7 +1216,7 @@ def test_a_run_continued_on_changed_training_files_is_refused_naming_them(tmp_pa
     """A data=files run knows the text it read (corpus.json: each split's sha256): trainer.resume on training files
     changed since is refused naming the split and its files, before an update; restored, the run continues."""
     corpus = tmp_path / "corpus"
-    written = run("-m", "nmt.sample", str(corpus))
+    written = run("-m", "nmt.text.sample", str(corpus))
     assert written.returncode == 0, written.stderr.decode()[-1000:]
     files = [f"data.{split}.{side}={corpus / f'{split}.{lang}'}" for split in ("train", "valid", "test")
              for side, lang in (("src", "de"), ("tgt", "en"))]  # fmt: skip

@@ -5,10 +5,11 @@ import os
 from pathlib import Path
 
 import pytest
-from test_hostile_cli import SMALL, refused, run, trained  # noqa: F401 (trained: the module's finished small run)
+from helpers import refused
+from helpers import run_cli as run
 
 from nmt import UserError
-from nmt.corpus import read_lines, with_text
+from nmt.text.corpus import read_lines, with_text
 
 TEXT = {"src": "Der Hund läuft.\nDie Katze schläft.\n", "tgt": "The dog runs.\nThe cat sleeps.\n"}
 

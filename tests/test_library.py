@@ -10,14 +10,15 @@ from conftest import compose_config, tiny_model_overrides
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-from nmt import build, checkpoint
-from nmt.attention import AdditiveAttention
+from nmt import build
 from nmt.config import Multi30kConfig, SampleConfig, SampleSizes, TrainConfig, TrainerConfig
-from nmt.data import PAD_ID
-from nmt.experiment import set_seed, train
-from nmt.rnn import BahdanauSeq2Seq
-from nmt.run_folder import RunFolder
-from nmt.trainer import Trainer
+from nmt.launch.experiment import set_seed, train
+from nmt.models.attention import AdditiveAttention
+from nmt.models.rnn import BahdanauSeq2Seq
+from nmt.runs import checkpoint
+from nmt.runs.folder import RunFolder
+from nmt.text.data import PAD_ID
+from nmt.training.trainer import Trainer
 
 
 def test_the_library_defaults_are_the_command_line_defaults():
@@ -122,9 +123,10 @@ def test_a_process_loads_every_model_at_once_and_records_the_commit_it_loaded(tm
 
     from conftest import ROOT
 
-    from nmt import provenance
+    from nmt.runs import provenance
 
-    probe = "import sys, nmt.experiment, nmt.provenance as p; print(sorted(sys.modules), p.loaded_code.cache_info())"
+    probe = "import sys, nmt.launch.experiment, nmt.runs.provenance as p; "
+    probe += "print(sorted(sys.modules), p.loaded_code.cache_info())"
     loaded = subprocess.run(
         [sys.executable, "-c", probe],
         cwd=ROOT,
@@ -132,7 +134,7 @@ def test_a_process_loads_every_model_at_once_and_records_the_commit_it_loaded(tm
         text=True,
         check=True,
     ).stdout
-    assert "'nmt.transformer'" in loaded and "'nmt.rnn'" in loaded and "'nmt.attention'" in loaded
+    assert "'nmt.models.transformer'" in loaded and "'nmt.models.rnn'" in loaded and "'nmt.models.attention'" in loaded
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     assert "currsize=0" in loaded  # the commit is not found at import: when a run starts
     assert provenance.loaded_code()["commit"] == (head or None)
@@ -151,14 +153,14 @@ def test_a_process_loads_every_model_at_once_and_records_the_commit_it_loaded(tm
 def test_the_code_version_counts_changes_to_code_not_to_results_or_their_markdown(tmp_path):
     import subprocess
 
-    from nmt import provenance
+    from nmt.runs import provenance
 
     def git(*args):
         subprocess.run(
             ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True, capture_output=True
         )
 
-    for name in ("nmt/model.py", "README.md", "docs/results.md", "results/compare.json"):
+    for name in ("nmt/models/model.py", "README.md", "docs/results.md", "results/compare.json"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("before\n")
     git("init", "-q")
@@ -168,17 +170,44 @@ def test_the_code_version_counts_changes_to_code_not_to_results_or_their_markdow
         (tmp_path / name).write_text("after\n")
     version = provenance.code_version(tmp_path)
     assert len(version["commit"]) == 40 and version["uncommitted_changes"] is False
-    (tmp_path / "nmt" / "model.py").write_text("after\n")
+    (tmp_path / "nmt" / "models" / "model.py").write_text("after\n")
     assert provenance.code_version(tmp_path)["uncommitted_changes"] is True
 
 
 def test_a_copy_of_the_tree_without_git_takes_its_commit_from_nmt_commit(tmp_path, monkeypatch):
     """scripts/device_check.sh runs a copy of the tree on a GPU machine, where there may be no .git: the figures it
     records name the commit that `prepare` read here."""
-    from nmt import provenance
+    from nmt.runs import provenance
 
     monkeypatch.delenv("NMT_COMMIT", raising=False)
     assert provenance.code_version(tmp_path) == {"commit": None, "uncommitted_changes": False}
     monkeypatch.setenv("NMT_COMMIT", "a" * 40)
     assert provenance.code_version(tmp_path)["commit"] == "a" * 40
     assert provenance.code_version()["commit"] != "a" * 40  # a checkout's own commit wins
+
+
+def test_a_checkpoint_and_every_record_written_before_the_wings_load_as_todays_classes():
+    """Checkpoints and committed records name their model and attention classes by dotted paths of their day
+    (nmt.rnn.BahdanauSeq2Seq before the move into wings): a tiny checkpoint written at 3586822 loads and translates
+    as today's classes, and every committed record's classes are today's once loaded (nmt.runs.checkpoint.MOVED)."""
+    from conftest import ROOT
+
+    from nmt.build import buildable
+    from nmt.config import DecodeOptions
+    from nmt.decoding.translator import Translator
+    from nmt.models.attention import AdditiveAttention
+    from nmt.models.rnn import BahdanauSeq2Seq
+    from nmt_study.records import load_record
+
+    fixture = ROOT / "tests" / "fixtures" / "bahdanau_3586822.pt"
+    assert torch.load(fixture, weights_only=True)["config"]["model"]["_target_"] == "nmt.rnn.BahdanauSeq2Seq"
+    translator = Translator.load(fixture, DecodeOptions())
+    assert isinstance(translator.model, BahdanauSeq2Seq) and isinstance(translator.model.attention, AdditiveAttention)
+    assert translator.translate(["ein hund läuft"]) == ["rrrrrrrrrrrrrrrrrrrrrrrrrrrr"]  # as decoded at 3586822
+    models, attentions = buildable()
+    records = sorted((ROOT / "results" / "runs").rglob("*.record.json"))
+    assert records
+    for path in records:
+        model = load_record(path)["config"]["model"]
+        assert model["_target_"] in models, path
+        assert "attention" not in model or model["attention"]["_target_"] in attentions, path

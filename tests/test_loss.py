@@ -5,8 +5,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-from nmt import loss
-from nmt.loss import linear_cross_entropy
+from nmt.training import loss
+from nmt.training.loss import linear_cross_entropy
 
 
 @pytest.mark.parametrize("bias", [True, False])
@@ -31,8 +31,8 @@ def test_equals_linear_then_cross_entropy_in_value_and_gradient(monkeypatch, bia
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])
 def test_row_weights_give_the_weighted_sum_of_pytorchs_per_row_losses(monkeypatch, bias, smoothing):
-    """The static shapes of a captured update keep padding rows and give them weight 0 (nmt.update): the weighted
-    loss is PyTorch's per-row losses times the weights, in value and gradient, and a 0 row adds nothing."""
+    """The static shapes of a captured update keep padding rows and give them weight 0 (nmt.training.update): the
+    weighted loss is PyTorch's per-row losses times the weights, in value and gradient, and a 0 row adds nothing."""
     monkeypatch.setitem(loss.CHUNK_ELEMENTS, "cpu", 120)
     torch.manual_seed(2)
     features = torch.randn(50, 8, dtype=torch.float64, requires_grad=True)
@@ -111,7 +111,7 @@ def test_hard_attention_trains_its_score_through_the_attention_loss_alone(sample
     from conftest import compose_config, tiny_model_overrides
 
     from nmt import build
-    from nmt.data import ParallelDataset, collate
+    from nmt.text.data import ParallelDataset, collate
 
     overrides = [*tiny_model_overrides("luong"), f"model.attention.hard={hard}", "model.dropout=0"]
     torch.manual_seed(0)

@@ -7,8 +7,8 @@ import torch
 from conftest import ATTENTIONS, MODELS, compose_config, tiny_model_overrides
 
 from nmt import UserError, build
-from nmt.data import BOS_ID, PAD_ID
-from nmt.rnn import reverse_padded
+from nmt.models.rnn import reverse_padded
+from nmt.text.data import BOS_ID, PAD_ID
 
 LUONG_SCORES = [a for a in ATTENTIONS if a not in ("additive", "none")]  # dot, general, concat, location
 FIXED = ["bahdanau", "model/attention=none"]  # RNNencdec: Bahdanau's model with a fixed context
@@ -254,7 +254,7 @@ def test_the_fixed_context_is_each_directions_final_state_of_the_unpadded_senten
 def test_the_fixed_context_baseline_is_bahdanaus_model_but_for_the_context(sample_vocabulary):
     """Like for like: the same parameters as RNNsearch but the attention's own (W, U, v), and the same FLOPs but the
     attention's score and context products."""
-    from nmt.flops import Shape
+    from nmt.models.flops import Shape
 
     search, fixed = make_model(sample_vocabulary, ["bahdanau"]), make_model(sample_vocabulary, FIXED)
     own = {name for name in dict(search.named_parameters()) if name.startswith("attention.")}

@@ -1,5 +1,5 @@
-"""Runs trained together in one process (nmt.pack) end as they end alone: on a CPU in fp32, the same weights bit for
-bit, the same validations and results; a job that fails ends alone."""
+"""Runs trained together in one process (nmt.launch.pack) end as they end alone: on a CPU in fp32, the same weights bit
+for bit, the same validations and results; a job that fails ends alone."""
 
 import json
 
@@ -7,8 +7,10 @@ import pytest
 import torch
 from conftest import compose_config
 
-from nmt import UserError, checkpoint, experiment
-from nmt.pack import train_packed
+from nmt import UserError
+from nmt.launch import experiment
+from nmt.launch.pack import train_packed
+from nmt.runs import checkpoint
 
 TINY = [
     "data=sample",
@@ -76,7 +78,7 @@ def test_a_signal_stops_every_job_of_a_pack_and_the_rerun_ends_each_where_it_wou
     import signal
 
     from nmt import Interrupted
-    from nmt.trainer import Trainer
+    from nmt.training.trainer import Trainer
 
     first = configs(tmp_path)[:2]
     alone = [experiment.train(config, tmp_path / "alone" / str(n)) for n, config in enumerate(first)]
@@ -104,7 +106,7 @@ def test_a_signal_stops_every_job_of_a_pack_and_the_rerun_ends_each_where_it_wou
 def test_a_second_pack_into_the_same_folders_is_refused_before_it_trains(tmp_path):
     """Each job of a pack holds its run folder's lock from its start: a pack (or train.py) into a folder another one
     trains in is refused at that job's start, naming the first, and nothing of the folder changes."""
-    from nmt.run_folder import RunFolder
+    from nmt.runs.folder import RunFolder
 
     folder = tmp_path / "busy"
     folder.mkdir()
@@ -150,7 +152,7 @@ def test_a_job_whose_folder_cannot_be_written_fails_alone_and_its_last_good_chec
     import errno
     from pathlib import Path
 
-    from nmt import checkpoint as checkpoints
+    from nmt.runs import checkpoint as checkpoints
 
     full = tmp_path / "full"
     save, written = checkpoints.torch.save, []
@@ -213,7 +215,7 @@ def test_a_pack_killed_with_sigkill_then_resumed_ends_each_job_bit_for_bit_where
 def test_a_job_out_of_memory_midway_ends_alone_with_its_message_and_the_others_finish(tmp_path, monkeypatch):
     """torch's out-of-memory error in one job's update (a GPU's, or the CPU allocator's): that job ends with the
     error and keeps its last whole checkpoint; the others end bit for bit as alone."""
-    from nmt.trainer import Trainer
+    from nmt.training.trainer import Trainer
 
     first, second = configs(tmp_path)[:2]
     alone = experiment.train(second, tmp_path / "alone")
@@ -282,3 +284,27 @@ def test_a_pack_refuses_what_it_cannot_give_each_job_as_alone_before_any_trains(
     done = commands.run([*line, f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=ROOT, text=True)
     assert done.returncode == 1 and done.stderr.strip().splitlines()[-1].startswith(f"error: {said}")
     assert not list((tmp_path / "sweep").rglob("*.pt")) and not list((tmp_path / "sweep").rglob("failed.txt"))
+
+
+def test_a_packed_job_with_an_option_that_is_none_fails_with_train_pys_own_line(tmp_path):
+    """One outcome for a sweep's job whatever launches it (nmt.cli.train.job_outcome): `+trainer.bogus=1` is refused
+    in every job, as the one line train.py gives, by the basic launcher and by the packed one alike."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    said = {}
+    for launcher in ("basic", "packed"):
+        sweep = tmp_path / launcher
+        command = [sys.executable, "train.py", "-m", *TINY, "seed=1,2", "+trainer.bogus=1", f"hydra.sweep.dir={sweep}"]
+        command += [f"data.spm_cache={tmp_path / 'spm'}", f"hydra/launcher={launcher}"]
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 1 and not any(sweep.rglob("*.pt")), done.stderr[-2000:]
+        said[launcher] = [
+            line.replace(str(sweep), "SWEEP") for line in done.stderr.splitlines() if line.startswith(f"  {sweep}")
+        ]
+    expected = (
+        "  SWEEP/0_bahdanau: +trainer.bogus=1: trainer.bogus is no option; `--help` lists every option with its default"
+    )
+    assert said["basic"] == said["packed"] and expected in said["basic"], said

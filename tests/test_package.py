@@ -22,7 +22,7 @@ def test_the_package_list_holds_every_package_under_nmt():
     wheel."""
     found = {
         ".".join(path.parent.relative_to(ROOT).parts)
-        for folder in ("nmt", "hydra_plugins")
+        for folder in ("nmt", "nmt_study", "hydra_plugins")
         for path in (ROOT / folder).rglob("__init__.py")
     }
     assert set(PROJECT["tool"]["setuptools"]["packages"]) == found | {"nmt.configs"}
@@ -31,7 +31,7 @@ def test_the_package_list_holds_every_package_under_nmt():
 def copy_tree(destination: Path) -> Path:
     """What a build needs, copied, so that building leaves nothing (build/, *.egg-info) in the checkout."""
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for name in ("nmt", "configs", "hydra_plugins"):
+    for name in ("nmt", "nmt_study", "configs", "hydra_plugins"):
         shutil.copytree(ROOT / name, destination / name, ignore=ignore)
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, destination / name)
@@ -70,10 +70,8 @@ def test_the_wheel_holds_the_study_every_config_and_the_console_scripts(wheel):
         entry_points = next(archive.read(n).decode() for n in names if n.endswith(".dist-info/entry_points.txt"))
     configs = {f"nmt/configs/{p.relative_to(ROOT / 'configs').as_posix()}" for p in (ROOT / "configs").rglob("*.yaml")}
     assert configs and configs <= names, sorted(configs - names)
-    study = {
-        f"nmt/study/{p.relative_to(ROOT / 'nmt' / 'study').as_posix()}" for p in (ROOT / "nmt/study").rglob("*.py")
-    }
-    assert "nmt/study/__main__.py" in study and study <= names, sorted(study - names)
+    study = {f"nmt_study/{p.relative_to(ROOT / 'nmt_study').as_posix()}" for p in (ROOT / "nmt_study").rglob("*.py")}
+    assert "nmt_study/__main__.py" in study and study <= names, sorted(study - names)
     assert "hydra_plugins/nmt_packed_launcher/packed.py" in names  # hydra/launcher=packed, where Hydra finds it
     for script in ("nmt-train", "nmt-evaluate", "nmt-translate", "nmt-study"):
         assert f"{script} = " in entry_points
@@ -82,8 +80,10 @@ def test_the_wheel_holds_the_study_every_config_and_the_console_scripts(wheel):
 @pytest.mark.slow
 def test_the_installed_wheel_trains_and_translates_from_any_folder(wheel, tmp_path):
     """A fresh virtual environment outside the checkout gets the wheel (its dependencies from this environment's
-    site-packages, read as a plain path, so this environment's editable install of nmt is not seen); from a folder of
-    its own, nmt-train trains a tiny model on the sample corpus and nmt-translate translates a line with it."""
+    site-packages, read as a plain path, so this environment's editable install of nmt is not seen), at first without
+    the study's extra (optuna, scipy, statsmodels): from a folder of its own, nmt-train trains a tiny model on the
+    sample corpus, nmt-evaluate scores it and nmt-translate translates a line with it, and nmt-study says in one line
+    what to install; with the extra's packages, nmt-study runs."""
     venv = tmp_path / "venv"
     python, site = bare_venv(venv)
     installed = subprocess.run(
@@ -93,7 +93,14 @@ def test_the_installed_wheel_trains_and_translates_from_any_folder(wheel, tmp_pa
         timeout=300,
     )
     assert installed.returncode == 0, installed.stderr[-2000:]
-    Path(site, "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    # `pip install .` without extras: this environment's packages less the study's (nmt_study.__main__.STUDY_EXTRA)
+    everything = Path(sysconfig.get_paths()["purelib"])
+    toolkit_only = tmp_path / "toolkit-only"
+    toolkit_only.mkdir()
+    for entry in everything.iterdir():
+        if not entry.name.lower().startswith(("optuna", "scipy", "statsmodels")):
+            (toolkit_only / entry.name).symlink_to(entry)
+    Path(site, "dependencies.pth").write_text(f"{toolkit_only}\n")
     work = tmp_path / "elsewhere"
     work.mkdir()
     environment = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
@@ -136,5 +143,13 @@ def test_the_installed_wheel_trains_and_translates_from_any_folder(wheel, tmp_pa
     translated = command("nmt-translate", f"checkpoint={run_dir / 'best.pt'}", stdin="Ein Hund läuft.\n")
     assert translated.returncode == 0, translated.stderr[-3000:]
     assert len(translated.stdout.splitlines()) == 1 and translated.stdout.strip()
+    evaluated = command("nmt-evaluate", f"checkpoint={run_dir / 'best.pt'}", f"output={work / 'test.hyp'}")
+    assert evaluated.returncode == 0 and "BLEU" in evaluated.stdout, evaluated.stderr[-3000:]
+    absent = command("python", "-c", "import importlib.util as u; print([u.find_spec(n) for n in ('optuna', 'scipy')])")
+    assert absent.stdout.strip() == "[None, None]", absent.stdout  # the toolkit ran without the study's extra
+    study = command("nmt-study", "--help")
+    assert study.returncode != 0 and len(study.stderr.strip().splitlines()) == 1, study.stderr
+    assert "pip install 'nmt-classics[study]'" in study.stderr
+    Path(site, "dependencies.pth").write_text(f"{everything}\n")  # pip install '.[study]'
     study = command("nmt-study", "--help")
     assert study.returncode == 0 and "compare" in study.stdout

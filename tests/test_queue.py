@@ -1,4 +1,4 @@
-"""The study's queue (python -m nmt.study queue): trained from a worktree of its own at the lowest priority, the arms
+"""The study's queue (python -m nmt_study queue): trained from a worktree of its own at the lowest priority, the arms
 alternating, paused and continued by one command each, its records where the checkout keeps them."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from pathlib import Path
 import commands
 import pytest
 
-from nmt.study import design, progress
-from nmt.study.cli.queue import Step, next_step
-from nmt.study.records import load_record
+from nmt_study import design, progress
+from nmt_study.cli.queue import Step, next_step
+from nmt_study.records import load_record
 
 TINY = [
     "data=sample",
@@ -52,7 +52,7 @@ def repository(folder: Path) -> Path:
 
 
 def queue(action: str, repo: Path, home: Path, records: Path, *more: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "nmt.study", "queue", action, "--home", str(home), "--records", str(records)]
+    command = [sys.executable, "-m", "nmt_study", "queue", action, "--home", str(home), "--records", str(records)]
     return subprocess.run([*command, *more], cwd=repo, capture_output=True, text=True, timeout=120)
 
 
@@ -71,7 +71,7 @@ def test_the_queue_starts_from_its_own_worktree_at_idle_priority_once_and_pauses
     if autogroup.is_file():  # the kernel shares the CPU between sessions first: the runner's session yields too
         assert autogroup.read_text().split()[-1] == "19"
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout
-    assert (home / ".git").is_file() and (home / "nmt" / "study" / "design.py").is_file()
+    assert (home / ".git").is_file() and (home / "nmt_study" / "design.py").is_file()
     assert subprocess.run(["git", "rev-parse", "HEAD"], cwd=home, capture_output=True, text=True).stdout == head
     assert "the queue is running" in queue("start", repo, home, records).stdout  # one runner at a time
     paused = queue("pause", repo, home, records)

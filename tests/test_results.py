@@ -7,12 +7,12 @@ import pytest
 from conftest import ROOT
 
 from nmt import UserError
-from nmt.study import parts, published, tables
-from nmt.study.claims_table import brief, claims_table
-from nmt.study.comparison import stopped_by, stops
-from nmt.study.design import CLAIM_RUNS
-from nmt.study.sources import missing
-from nmt.study.variants import FAMILIES, LAB_CLAIM_VARIANTS, VARIANTS
+from nmt_study import parts, published, tables
+from nmt_study.claims_table import brief, claims_table
+from nmt_study.comparison import stopped_by, stops
+from nmt_study.design import CLAIM_RUNS
+from nmt_study.sources import missing
+from nmt_study.variants import FAMILIES, LAB_CLAIM_VARIANTS, VARIANTS
 
 
 def test_every_generated_table_matches_the_committed_results():
@@ -25,7 +25,7 @@ def test_every_generated_table_matches_the_committed_results():
         for name, body in found:
             assert body == tables.render(name), (
                 f"{document}: the table results:{name} differs from what results/*.json gives; run "
-                "`python -m nmt.study results --render` (make results-tables) and commit both"
+                "`python -m nmt_study results --render` (make results-tables) and commit both"
             )
     assert {name for name, _ in tables.blocks((ROOT / "README.md").read_text())} >= {"main_short", "claims_short"}
 
@@ -64,7 +64,7 @@ def record(variants: dict[str, list[float]]) -> dict:
         for name, bleus in variants.items()
     }
     return {
-        "command": "python -m nmt.study compare x",
+        "command": "python -m nmt_study compare x",
         "torch": "2.13.0",
         "signatures": {"BLEU": "nrefs:1|tok:13a"},
         "power": "Test BLEU moves by 1.00 from one seed to the next.",
@@ -164,7 +164,7 @@ def test_marked_blocks_are_rewritten_in_place_and_nothing_else(tmp_path):
 
 
 def test_a_measurement_is_saved_with_where_and_when_and_rendered_as_its_table(tmp_path):
-    assert "Not measured yet: `python -m nmt.study measure decode_memory --record`" in tables.render(
+    assert "Not measured yet: `python -m nmt_study measure decode_memory --record`" in tables.render(
         "decode_memory", tmp_path
     )
     path = published.record_measurement(
@@ -178,11 +178,11 @@ def test_a_measurement_is_saved_with_where_and_when_and_rendered_as_its_table(tm
     assert f"at commit {(saved['commit'] or 'not recorded')[:7]}" in table and "UTC" in table
     with pytest.raises(ValueError, match="not a measurement"):
         published.record_measurement("speed_of_light", ["a"], [["b"]], folder=tmp_path)
-    # the command as typed, not the path Python gives `python -m nmt.study`
+    # the command as typed, not the path Python gives `python -m nmt_study`
     main = str(Path(published.__file__).parent / "__main__.py")
     assert published.invoked([main, "measure", "speed", "--record"]) == [
         "-m",
-        "nmt.study",
+        "nmt_study",
         "measure",
         "speed",
         "--record",
@@ -190,7 +190,7 @@ def test_a_measurement_is_saved_with_where_and_when_and_rendered_as_its_table(tm
 
 
 def test_our_speed_beside_joey_nmts_is_rendered_with_the_ratio_and_where_each_comes_from(tmp_path):
-    assert tables.render("versus_joeynmt", tmp_path).startswith("Not measured yet: `python -m nmt.study measure")
+    assert tables.render("versus_joeynmt", tmp_path).startswith("Not measured yet: `python -m nmt_study measure")
     ours = {
         "bahdanau": {"train_tokens_per_second": 2000.0, "peak_rss_gib": 2.0},
         "transformer": {"train_tokens_per_second": 2700.0, "decode_beam1_sentences_per_second": 200.0},
@@ -200,7 +200,7 @@ def test_our_speed_beside_joey_nmts_is_rendered_with_the_ratio_and_where_each_co
         "transformer": {"train_tokens_per_second": 540.0, "decode_beam1_sentences_per_second": 25.0},
     }
     published.record_measurement("benchmark", ["model"], [["bahdanau"]], "Ours, bf16.", tmp_path, values=ours)
-    assert "Not measured yet: `python -m nmt.study measure joeynmt" in tables.render("versus_joeynmt", tmp_path)
+    assert "Not measured yet: `python -m nmt_study measure joeynmt" in tables.render("versus_joeynmt", tmp_path)
     published.record_measurement("joeynmt", ["model"], [["rnn"]], "Joey, fp32.", tmp_path, values=theirs)
     table = tables.render("versus_joeynmt", tmp_path)
     assert "| bahdanau / Joey's rnn, train target tok/s | 2,000 | 625 | 3.20x |" in table
@@ -214,7 +214,7 @@ def test_the_lab_is_rendered_from_its_json_as_the_lab_writes_its_report(tmp_path
     alignment = {"aer": 0.08, "precision": 0.91, "recall": 0.92, "entropy": 0.8, "diagonality": 0.9, "support": 12.5}
     local_m = "luong (general, local_m, no feeding, bidirectional)"
     lab = {
-        "command": "python -m nmt.study lab --seeds 3",
+        "command": "python -m nmt_study lab --seeds 3",
         "train_words": 20,
         "commits": ["abc1234"],
         "results": [
@@ -266,7 +266,7 @@ def test_the_lab_is_rendered_from_its_json_as_the_lab_writes_its_report(tmp_path
         and f"| {local_m} | 99.8 | - | - | - | - | 73.7 |" in table
     )
     assert "at most 20 words" in table and "| Local attention aligns better than global (lower AER) |" in table
-    assert table.rstrip().endswith("`python -m nmt.study lab --seeds 3`; commits abc1234.")
+    assert table.rstrip().endswith("`python -m nmt_study lab --seeds 3`; commits abc1234.")
     family = tables.render("lab_family", tmp_path)  # docs/attention.md's: Bahdanau's and the Transformer's variants
     assert "sutskever" not in family and local_m not in family and family.rstrip().endswith("commits abc1234.")
     provenance = {
@@ -278,7 +278,7 @@ def test_the_lab_is_rendered_from_its_json_as_the_lab_writes_its_report(tmp_path
     for result in lab["results"]:  # the lab.json of today's make results keeps each run's provenance
         result["seeds"] = [{"provenance": {**provenance, "finished": f"2026-11-2{5 + k}T1{k}:00"}} for k in range(3)]
     (tmp_path / "lab.json").write_text(json.dumps({**lab, "torch": "2.13.0"}))
-    line = "9 runs, `python -m nmt.study lab --seeds 3`, trained 2026-11-25 10:00 to 2026-11-27 12:00 UTC at commit "
+    line = "9 runs, `python -m nmt_study lab --seeds 3`, trained 2026-11-25 10:00 to 2026-11-27 12:00 UTC at commit "
     assert (
         tables.render("lab", tmp_path)
         .rstrip()
@@ -389,8 +389,8 @@ def test_the_lab_tests_each_variant_against_the_one_it_changes_and_the_tables_sh
     family table of docs/attention.md keeps Bahdanau's and the Transformer's rows."""
     import numpy as np
 
-    from nmt.study.lab_plan import contrasts, contrasts_table
-    from nmt.study.significance import Evidence
+    from nmt_study.lab_plan import contrasts, contrasts_table
+    from nmt_study.significance import Evidence
 
     names = {
         "bahdanau": "bahdanau (additive)",
@@ -422,7 +422,7 @@ def test_the_lab_tests_each_variant_against_the_one_it_changes_and_the_tables_sh
     assert contrasts_table(two_seeds)[3].endswith("| needs 3 seeds |")
     alignment = {"aer": 0.1, "precision": 0.9, "recall": 0.9, "entropy": 0.8, "diagonality": 0.9, "support": 12.5}
     lab = {
-        "command": "python -m nmt.study lab --seeds 3",
+        "command": "python -m nmt_study lab --seeds 3",
         "train_words": 20,
         "commits": ["abc1234"],
         "claims": [],
@@ -483,7 +483,7 @@ def test_the_claims_table_takes_from_the_lab_only_what_the_comparison_could_not_
     ]
     provenance = {"commits": ["abc1234"], "dates": ["2026-11-25T17:33:34"], "machines": ["a CPU (fp32)"]}
     lab = {
-        "command": "python -m nmt.study lab --seeds 3",
+        "command": "python -m nmt_study lab --seeds 3",
         "results": [{"seeds": [{"provenance": provenance}] * 3}],
         "claims": [{**lab_claims[0], "verdict": "needs 3 seeds"}, lab_claims[1]],
     }
@@ -556,7 +556,7 @@ def test_the_claims_table_takes_from_the_earlier_runs_only_what_the_converged_on
 
 
 def test_the_lab_windows_choice_is_rendered_from_its_runs_records_in_order_of_window(tmp_path):
-    from nmt.study.records import validation_at
+    from nmt_study.records import validation_at
 
     run = tmp_path / "run"
     run.mkdir()
@@ -575,7 +575,11 @@ def test_the_lab_windows_choice_is_rendered_from_its_runs_records_in_order_of_wi
     def record(folder, alignment, window, best, score="General"):
         path = tmp_path / "runs" / folder / "seed7.record.json"
         path.parent.mkdir(parents=True)
-        model = {"alignment": alignment, "window": window, "attention": {"_target_": f"nmt.attention.{score}Attention"}}
+        model = {
+            "alignment": alignment,
+            "window": window,
+            "attention": {"_target_": f"nmt.models.attention.{score}Attention"},
+        }
         body = {"seed": 7, "config": {"model": model}, "best_step": 90, "provenance": provenance}
         path.write_text(json.dumps({**body, "best_validation": best}))
 
@@ -602,7 +606,7 @@ def test_the_still_improving_threshold_holds_on_the_recorded_noise():
     curves truly gaining twice as much are flagged over 95% of the time."""
     import numpy as np
 
-    from nmt.study.claims import IMPROVING_GAIN, last_third_gain
+    from nmt_study.claims import IMPROVING_GAIN, last_third_gain
 
     residuals, steps = [], None
     for path in sorted((ROOT / "results" / "runs").glob("[mc][al]*/*/*.record.json")):  # main/ and claims/
@@ -634,8 +638,8 @@ def test_committed_records_name_their_corpus_by_checksum_and_rederive_here(monke
     again from its sentence statistics."""
     from conftest import MULTI30K
 
-    from nmt.study import records
-    from nmt.study.significance import corpus_score
+    from nmt_study import records
+    from nmt_study.significance import corpus_score
 
     paths = sorted((ROOT / "results" / "runs").rglob("*.record.json"))
     assert paths
@@ -657,7 +661,7 @@ def test_committed_records_name_their_corpus_by_checksum_and_rederive_here(monke
 
 
 def test_the_main_tables_intervals_come_again_from_the_committed_records_on_this_checkout():
-    """What `python -m nmt.study results --parts main --earlier` published (results/main_5e14.json), re-derived from
+    """What `python -m nmt_study results --parts main --earlier` published (results/main_5e14.json), re-derived from
     the committed records alone, with the corpus wherever $NMT_DATA_DIR says: each family's mean test BLEU and its
     interval against the best on valid, over seeds and sentences, figure for figure, and the runs named as published
     (from the checkout's root, whichever checkout: records keep them so). The whole command, sacrebleu's per-seed
@@ -665,9 +669,9 @@ def test_the_main_tables_intervals_come_again_from_the_committed_records_on_this
     again with only the analysis's commit differing."""
     from conftest import MULTI30K
 
-    from nmt.study import records
-    from nmt.study.comparison import group, headline
-    from nmt.study.significance import Evidence
+    from nmt_study import records
+    from nmt_study.comparison import group, headline
+    from nmt_study.significance import Evidence
 
     if not (MULTI30K / "test_2016_flickr.de.gz").is_file():
         pytest.skip(f"no Multi30k at {MULTI30K} (set NMT_DATA_DIR)")

@@ -19,14 +19,15 @@ import torch
 from commands import run as run_command
 from conftest import ROOT, fork_sweeps
 
-from nmt import UserError, checkpoint
+from nmt import UserError
 from nmt.device import autocast, resolve
-from nmt.flops import counted
-from nmt.study import comparison as compare
-from nmt.study import published, tables
-from nmt.study import records as run_records
-from nmt.study import report as reports
-from nmt.study.claims import (
+from nmt.models.flops import counted
+from nmt.runs import checkpoint
+from nmt_study import comparison as compare
+from nmt_study import published, tables
+from nmt_study import records as run_records
+from nmt_study import report as reports
+from nmt_study.claims import (
     IMPROVING,
     MIXED,
     UNDERPOWERED,
@@ -36,7 +37,7 @@ from nmt.study.claims import (
     last_third_gain,
     still_improving,
 )
-from nmt.study.significance import (
+from nmt_study.significance import (
     CONTRADICTED,
     INCONCLUSIVE,
     NEEDS_SEEDS,
@@ -45,9 +46,9 @@ from nmt.study.significance import (
     Evidence,
     Interval,
 )
-from nmt.study.variants import FAMILIES, Variant
+from nmt_study.variants import FAMILIES, Variant
 
-# The keys (nmt/study/variants.py) of the variants the claims' tests name: the claims pair runs by key, never by name
+# The keys (nmt_study/variants.py) of the variants the claims' tests name: the claims pair runs by key, never by name
 KEYS = {
     v.name: v
     for v in [
@@ -76,12 +77,12 @@ MEASURES = ("joeynmt", "attention_kernels", "calibration", "decode_memory", "ali
 
 
 def load_script(name: str):
-    """scripts/<name>.py, the study's program of that name (`python -m nmt.study compare|lab|results`) or one of its
-    measurements (`python -m nmt.study measure NAME`)."""
+    """scripts/<name>.py, the study's program of that name (`python -m nmt_study compare|lab|results`) or one of its
+    measurements (`python -m nmt_study measure NAME`)."""
     if name in STUDY_PROGRAMS:
-        return importlib.import_module(f"nmt.study.{STUDY_PROGRAMS[name]}")
+        return importlib.import_module(f"nmt_study.{STUDY_PROGRAMS[name]}")
     if name in MEASURES:
-        return importlib.import_module(f"nmt.study.measures.{name}")
+        return importlib.import_module(f"nmt_study.measures.{name}")
     spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -105,7 +106,7 @@ def test_runs_that_differ_only_in_seed_get_mean_and_spread():
 def test_two_runs_of_one_variant_and_seed_are_refused_before_anything_is_decoded(tmp_path):
     from omegaconf import OmegaConf
 
-    from nmt.study.sweep import settings
+    from nmt_study.sweep import settings
 
     paper, before = tmp_path / "luong_paper" / "seed1", tmp_path / "before" / "luong" / "seed1"
     dropouts = {paper: 0.2, before: 0.2}  # the same config, trained twice
@@ -126,7 +127,7 @@ def test_two_runs_of_one_variant_and_seed_are_refused_before_anything_is_decoded
 
 
 def test_runs_are_seeds_of_one_variant_only_when_their_configs_differ_in_the_seed_alone():
-    from nmt.study.sweep import settings
+    from nmt_study.sweep import settings
 
     def run(seed, *overrides):
         config = settings(["model=luong", f"seed={seed}", *overrides])
@@ -155,8 +156,8 @@ def test_runs_are_seeds_of_one_variant_only_when_their_configs_differ_in_the_see
 def test_variant_names_tell_the_score_alignment_normaliser_hard_mode_and_window():
     def bahdanau(**attention):
         return {
-            "_target_": "nmt.rnn.BahdanauSeq2Seq",
-            "attention": {"_target_": "nmt.attention.AdditiveAttention", **attention},
+            "_target_": "nmt.models.rnn.BahdanauSeq2Seq",
+            "attention": {"_target_": "nmt.models.attention.AdditiveAttention", **attention},
         }
 
     assert name_of(bahdanau()) == "bahdanau (additive)"  # a checkpoint from before the options
@@ -164,11 +165,11 @@ def test_variant_names_tell_the_score_alignment_normaliser_hard_mode_and_window(
     assert name_of(bahdanau(normalizer="sparsemax", hard="none")) == "bahdanau (additive, sparsemax)"
     assert name_of(bahdanau(hard="reinforce")) == "bahdanau (additive, hard reinforce)"
     luong = {
-        "_target_": "nmt.rnn.LuongSeq2Seq",
+        "_target_": "nmt.models.rnn.LuongSeq2Seq",
         "alignment": "local_p",
         "window": 10,
         "input_feeding": False,
-        "attention": {"_target_": "nmt.attention.GeneralAttention", "normalizer": "entmax15"},
+        "attention": {"_target_": "nmt.models.attention.GeneralAttention", "normalizer": "entmax15"},
     }
     assert name_of(luong) == "luong (general, local_p, no feeding, entmax15)"  # its window is local's
     both_ways = {
@@ -176,10 +177,10 @@ def test_variant_names_tell_the_score_alignment_normaliser_hard_mode_and_window(
         "alignment": "global",
         "input_feeding": True,
         "bidirectional": True,
-        "attention": {"_target_": "nmt.attention.GeneralAttention"},
+        "attention": {"_target_": "nmt.models.attention.GeneralAttention"},
     }
     assert name_of(both_ways) == "luong (general, global, bidirectional)"
-    transformer = {"_target_": "nmt.transformer.Transformer", "window": 0}
+    transformer = {"_target_": "nmt.models.transformer.Transformer", "window": 0}
     assert name_of(transformer) == "transformer"
     assert name_of({**transformer, "window": 4}) == "transformer (window 4)"
 
@@ -229,7 +230,7 @@ def test_the_curves_legend_sits_beside_the_axes_and_every_line_has_its_own_colou
 def test_the_heatmap_grids_title_sits_above_every_panels_title():
     import numpy as np
 
-    from nmt.plot import panels_figure
+    from nmt.decoding.plot import panels_figure
 
     words = "ein Hund läuft über das Gras".split()
     titles = [f"luong (general, variant {i}, no feeding, bidirectional)" for i in range(15)]
@@ -254,7 +255,7 @@ def test_the_claims_compare_like_with_like_and_follow_from_the_intervals():
     """Each claim's verdict is its primary comparison's (like for like, fixed in claims.py); secondary comparisons
     are shown, Holm-adjusted, and make a claim mixed only when significant ones point both ways; a variant still
     learning at the end of its budget withholds the verdict; the length claim needs sentences over 30 words."""
-    from test_significance import REFERENCES, system
+    from helpers import REFERENCES, system
 
     local_m, local_p = (
         "luong (general, local_m, no feeding, bidirectional)",
@@ -391,7 +392,7 @@ def test_still_improving_reads_the_last_third_of_each_run():
 def test_the_gap_by_length_compares_what_each_model_keeps_on_long_sentences():
     """Figure 2's claim as a ratio: the share of its short-sentence BLEU each model keeps in each longer bucket,
     averaged over every bucket (the middle ones too), Bahdanau's model against its fixed-context twin."""
-    from test_significance import degrade
+    from helpers import degrade
 
     short = [f"the {a} {n} {v} ." for a, n, v in [("small", "dog", "runs"), ("old", "man", "sleeps")] * 30]
     middle = [" ".join(f"m{i}{k}" for k in range(15)) for i in range(60)]
@@ -498,7 +499,7 @@ def test_the_comparison_trains_seeds_tests_significance_and_refuses_other_settin
     table = tables.compare_table(tmp_path / "results")
     assert f"| {luong} | 2 |" in table and f"at commit {head[:7]}" in table
     load_script("results").export(output, "claims")  # as the claims' report: under 3 seeds, figures and no verdict
-    from nmt.study.claims_table import claims_table
+    from nmt_study.claims_table import claims_table
 
     claims = claims_table(tmp_path / "results")
     assert "These runs have 2 seeds per variant" in claims and "Some variants have 2 seeds so far" in claims
@@ -517,7 +518,7 @@ def test_the_comparison_trains_seeds_tests_significance_and_refuses_other_settin
 def test_a_sweep_stopped_after_its_last_run_finished_says_so_instead_of_listing_no_runs(tmp_path):
     """device_check.sh's time limit reached a GPU sweep whose 12 runs had all just finished: the message read
     '0 of 12 runs of the sweep did not finish:' and an empty list."""
-    from nmt.study.sweep import failures
+    from nmt_study.sweep import failures
 
     runs = [(f"luong seed {seed}", [], tmp_path / f"seed{seed}") for seed in (1, 2)]
     for _, _, run_dir in runs:
@@ -536,8 +537,8 @@ def test_a_sweep_names_only_its_own_failed_jobs_not_those_a_sweep_just_before_le
     the failures it reports are its own jobs', each rewritten failed.txt counted once."""
     from omegaconf import OmegaConf
 
-    from nmt.multirun import FailedJobs
-    from nmt.run_files import FAILED
+    from nmt.launch.multirun import FailedJobs
+    from nmt.paths import FAILED
 
     config = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}})
     for job in ("luong/seed1", "luong/seed2", "sutskever/seed1"):
@@ -559,7 +560,7 @@ def test_a_sweep_names_only_its_own_failed_jobs_not_those_a_sweep_just_before_le
 
 
 def test_a_failing_job_of_a_sweep_lets_the_others_run_and_is_named_with_its_reason(tmp_path, capfd):
-    from nmt.study.sweep import sweep
+    from nmt_study.sweep import sweep
 
     overrides = [
         "data=sample",
@@ -677,7 +678,7 @@ def test_ctrl_c_stops_a_joblib_sweep_and_every_running_job_saves_its_last_update
     ]
     sweep = tmp_path / "sweep"
     script = (
-        "import sys\nfrom nmt import UserError\nfrom nmt.study.sweep import sweep\ntry:\n"
+        "import sys\nfrom nmt import UserError\nfrom nmt_study.sweep import sweep\ntry:\n"
         f"    sweep(['sutskever'], [1, 2, 3], {overrides!r}, __import__('pathlib').Path({str(sweep)!r}), "
         "'joblib', 2)\nexcept UserError as error:\n    sys.exit(f'error: {error}')\n"
     )
@@ -760,7 +761,7 @@ def test_a_finished_run_is_kept_only_with_the_settings_asked_for_today(tmp_path)
     (beside seeds that do): it names the run and the option instead, before anything trains."""
     from omegaconf import OmegaConf
 
-    from nmt.study.sweep import check_finished, settings
+    from nmt_study.sweep import check_finished, settings
 
     overrides = ["model=luong", "data=sample", "seed=7", "hydra.run.dir=elsewhere"]
     run = tmp_path / "luong" / "seed7"
@@ -809,8 +810,8 @@ def test_make_results_records_each_finished_run_and_reports_from_the_records_alo
     from omegaconf import OmegaConf
 
     from nmt.build import load_corpus
-    from nmt.study.records import recorded
-    from nmt.study.sweep import settings
+    from nmt_study.records import recorded
+    from nmt_study.sweep import settings
 
     overrides = [
         "data=sample",
@@ -909,7 +910,7 @@ def test_make_results_record_reports_on_what_is_recorded_without_training(tmp_pa
     none skipped), and a variant without seed 1234 is named; the claims' report covers their records so far."""
     from types import SimpleNamespace
 
-    from nmt.study.variants import VARIANTS as LAB_VARIANTS
+    from nmt_study.variants import VARIANTS as LAB_VARIANTS
 
     script = load_script("results")
     monkeypatch.setattr(published, "RECORDS", tmp_path / "records")
@@ -961,7 +962,7 @@ def test_a_joblib_sweep_around_recorded_runs_keeps_every_core_busy_and_skips_the
     """Runs left to train after some were recorded are no rectangle (variants x seeds): the joblib launcher gets the
     rectangle around them in one `train.py -m`, so no run waits for another while a core idles, and the job of a run
     recorded already returns at once, training nothing."""
-    from nmt.study import sweep as sweeps
+    from nmt_study import sweep as sweeps
 
     records = tmp_path / "records"
     (records / "sutskever").mkdir(parents=True)
@@ -1132,7 +1133,7 @@ def test_benchmark_record_refuses_to_time_an_untrained_models_decoding(tmp_path)
         [
             sys.executable,
             "-m",
-            "nmt.study",
+            "nmt_study",
             "measure",
             "speed",
             "--record",

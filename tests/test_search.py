@@ -5,8 +5,8 @@ import torch
 from conftest import MODELS, compose_config, tiny_model_overrides
 
 from nmt import build
-from nmt.data import BOS_ID, EOS_ID, PAD_ID
-from nmt.search import SOURCE_SIDE, beam_search, greedy, length_penalty, max_output_length
+from nmt.decoding.search import SOURCE_SIDE, beam_search, greedy, length_penalty, max_output_length
+from nmt.text.data import BOS_ID, EOS_ID, PAD_ID
 
 
 def model_with_likely_eos(sample_vocabulary, name):

@@ -5,9 +5,10 @@ import statistics
 
 import numpy as np
 import pytest
+from helpers import REFERENCES, degrade, system
 
-from nmt.study.claims import judged
-from nmt.study.significance import (
+from nmt_study.claims import judged
+from nmt_study.significance import (
     CONTRADICTED,
     INCONCLUSIVE,
     NEEDS_SEEDS,
@@ -25,24 +26,6 @@ from nmt.study.significance import (
     pooled_sd,
     seeded_tests,
 )
-
-SCENES = [
-    ("small", "dog", "runs", "park"),
-    ("old", "man", "sleeps", "house"),
-    ("red", "car", "waits", "street"),
-    ("young", "girl", "sings", "garden"),
-    ("tired", "cat", "lies", "kitchen"),
-    ("blue", "bird", "sits", "tree"),
-    ("big", "horse", "stands", "field"),
-    ("fast", "boy", "plays", "yard"),
-]
-REFERENCES = [f"the {a} {n} {v} in the {p} ." for a, n, v, p in SCENES] * 5
-
-
-def degrade(sentence: str, every: int, offset: int = 0) -> str:
-    """Every `every`-th word (from `offset`) replaced by a wrong one."""
-    words = sentence.split()
-    return " ".join("xx" if (i + offset) % every == 0 else w for i, w in enumerate(words, 1))
 
 
 @pytest.fixture(scope="module")
@@ -129,11 +112,6 @@ def test_mismatched_lengths_and_unknown_reference_system_are_refused():
 # --- over seeds and sentences together ---------------------------------------------------------------------------
 
 
-def system(every: int, seeds=(1, 2, 3)) -> dict[int, list[str]]:
-    """Hypotheses of one variant: every `every`-th word wrong, the wrong words moving with the seed."""
-    return {seed: [degrade(r, every, i + seed) for i, r in enumerate(REFERENCES)] for seed in seeds}
-
-
 def test_a_variant_against_itself_is_inconclusive():
     evidence = Evidence({"a": system(3), "copy": system(3)}, REFERENCES, resamples=2000)
     interval = evidence.compare("a", "copy")
@@ -217,7 +195,7 @@ def null_runs(
 def test_three_against_three_seeds_keep_the_false_positive_rate_at_its_level(seed_sd, noise_sd):
     """Two variants that differ in nothing, 3 seeds each, 2,000 simulated studies: the test calls a difference
     significant in at most 6% of them at the 0.05 level, whether seeds or sentences are the noise (the two-stage
-    bootstrap it replaces called 18% where seeds dominate: nmt/study/measures/calibration.py)."""
+    bootstrap it replaces called 18% where seeds dominate: nmt_study/measures/calibration.py)."""
     rng = np.random.default_rng(7)
     sentences = rng.normal(0, 1, 150)  # one test set, shared by every study
     counts = Resampler(len(sentences), resamples=200, seed=3).counts
@@ -252,7 +230,7 @@ def test_detects_is_the_difference_the_seed_level_t_test_finds_80_percent_of_the
     finds that difference 80% of the time, within 3 points (the shortcut (t + t) x se found it about 75%)."""
     from scipy import stats
 
-    from nmt.study.significance import exact_detectable
+    from nmt_study.significance import exact_detectable
 
     rng, sd, trials = np.random.default_rng(0), 1.0, 20_000
     df, se = 2 * seeds - 2, sd * np.sqrt(2 / seeds)
@@ -271,9 +249,9 @@ def test_the_published_detects_is_what_the_claims_own_test_finds_80_percent_of_t
     it at the 0.05 level within 2 points of 80% of the time."""
     import json
 
-    from nmt.study import published
-    from nmt.study.power import detects, split_variance
-    from nmt.study.significance import Interval
+    from nmt_study import published
+    from nmt_study.power import detects, split_variance
+    from nmt_study.significance import Interval
 
     claims = json.loads((published.RESULTS / "claims_5e14.json").read_text())["claims"]
     checked = 0

@@ -8,66 +8,9 @@ CPU (`Batch.source_lengths`), and the RNN modules read the packed batch sizes ma
 step counter, which lives on the host unless the optimizer is capturable (what CUDA graphs will need).
 """
 
-import contextlib
-import os
-import sys
-
 import pytest
 import torch
-from test_train import make_trainer
-
-READS = ("item", "cpu", "tolist", "numpy", "__bool__", "__int__", "__float__", "__index__")
-READ = {name: getattr(torch.Tensor, name) for name in READS}
-
-
-@contextlib.contextmanager
-def reads_raise(monkeypatch):
-    """Every read of a tensor's value on the host raises, naming it, until the block ends."""
-    with monkeypatch.context() as patched:
-        for name in READS:
-
-            def refuse(tensor, *args, _name=name, _read=READ[name], **kwargs):
-                if reads_host_data():
-                    return _read(tensor, *args, **kwargs)
-                raise AssertionError(f"Tensor.{_name} inside an update: the host would wait for the device")
-
-            patched.setattr(torch.Tensor, name, refuse)
-        yield
-
-
-HOST_DATA = (  # torch's code that reads host data only: packing by CPU lengths, the optimizer's step counter
-    os.path.join("torch", "nn", "utils", "rnn.py"),
-    os.path.join("torch", "nn", "modules", "rnn.py"),
-    os.path.join("torch", "optim", ""),
-)
-
-
-def reads_host_data() -> bool:
-    """Whether the read comes from torch code that reads host data (HOST_DATA)."""
-    frame = sys._getframe(2)
-    while frame is not None:
-        if any(part in frame.f_code.co_filename for part in HOST_DATA):
-            return True
-        frame = frame.f_back
-    return False
-
-
-VARIANTS = [
-    ("sutskever", ()),
-    ("bahdanau", ()),
-    ("bahdanau", ("model/attention=none",)),
-    ("bahdanau", ("model.attention.normalizer=sparsemax",)),
-    ("bahdanau", ("model.attention.hard=reinforce",)),
-    ("bahdanau", ("model.attention.hard=gumbel",)),
-    ("luong", ()),
-    ("luong", ("model.input_feeding=true",)),
-    ("luong", ("model.alignment=local_m",)),
-    ("luong", ("model.alignment=local_p",)),
-    ("luong", ("model/attention=location",)),
-    ("luong", ("model/attention=concat",)),
-    ("transformer", ()),
-    ("transformer", ("model.window=2",)),
-]
+from helpers import VARIANTS, make_trainer, reads_raise
 
 
 @pytest.mark.parametrize("name, overrides", VARIANTS, ids=[f"{n}{''.join(o)}" for n, o in VARIANTS])

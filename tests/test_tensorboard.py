@@ -7,9 +7,9 @@ import urllib.parse
 import urllib.request
 
 import pytest
-from test_train import run
+from helpers import run_python as run
 
-from nmt.runlog import CURVES, METRICS
+from nmt.training.runlog import CURVES, METRICS
 
 
 @pytest.fixture(scope="module")
@@ -101,10 +101,10 @@ def test_text_shows_samples_as_a_table_and_the_results(served):
 def test_the_hparams_table_opens_on_what_the_command_line_set():
     """TensorBoard's HParams table opened on settings the same in every run (issue 82): after the model, its
     attention and the seed come the options the command line set (what a sweep's runs differ in), then the rest."""
-    from nmt.runlog import user_options
+    from nmt.training.runlog import user_options
 
     config = {
-        "model": {"_target_": "nmt.rnn.BahdanauSeq2Seq", "hidden_size": 8, "dropout": 0.1},
+        "model": {"_target_": "nmt.models.rnn.BahdanauSeq2Seq", "hidden_size": 8, "dropout": 0.1},
         "trainer": {"lr": 0.001, "label_smoothing": 0.1, "max_flops": 1e12},
         "seed": 3,
     }

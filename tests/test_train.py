@@ -15,51 +15,23 @@ import commands
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import MODELS, ROOT, compose_config, tiny_model_overrides
+from conftest import MODELS, ROOT
+from helpers import Exploit, make_trainer
+from helpers import run_python as run
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-import nmt.decoding
-from nmt import UserError, averaging, build, checkpoint
-from nmt.aer import parse_links
-from nmt.config import DecodeOptions, TrainerConfig
-from nmt.data import PAD_ID
-from nmt.decoding import Search, score, translate
+import nmt.decoding.translator
+from nmt import UserError
+from nmt.config import DecodeOptions
+from nmt.decoding.evaluate import evaluate as evaluate_checkpoint
+from nmt.decoding.search import beam_search
+from nmt.decoding.translator import Search, score, translate
 from nmt.device import cpu_capability
-from nmt.evaluate import evaluate as evaluate_checkpoint
-from nmt.run_folder import RunFolder
-from nmt.search import beam_search
-from nmt.study import tune
-from nmt.trainer import Trainer
-
-
-def make_trainer(tmp_path, vocabulary, train_pairs, model_name, dropout=0.0, overrides=(), mode=None, **options):
-    cfg = compose_config(*tiny_model_overrides(model_name, *overrides), f"model.dropout={dropout}")
-    torch.manual_seed(0)
-    model = build.model(cfg.model, vocabulary)
-    defaults = dict(
-        lr=0.01,
-        schedule="constant",
-        label_smoothing=0.0,
-        precision="fp32",
-        device="cpu",
-        log_every=10,
-        valid_every=0,
-        patience=0,
-        progress=False,
-        num_plots=0,  # heatmaps are drawn where a test reads them
-    )
-    return Trainer(
-        model,
-        vocabulary,
-        train_pairs,
-        train_pairs[:4],
-        tmp_path,
-        TrainerConfig(**{**defaults, **options}),
-        max_tokens=400,
-        max_len=100,
-        seed=1,
-        mode=mode,
-    )
+from nmt.runs import averaging, checkpoint
+from nmt.runs.folder import RunFolder
+from nmt.text.aer import parse_links
+from nmt.text.data import PAD_ID
+from nmt_study import tune
 
 
 @pytest.mark.slow
@@ -173,11 +145,6 @@ def test_checkpoint_is_written_atomically_and_loads_safely(tmp_path):
     assert torch.equal(checkpoint.load(tmp_path / "x.pt")["model"]["w"], torch.ones(2))
 
 
-class Exploit:
-    def __reduce__(self):
-        return (os.system, ("echo pwned > /dev/null",))
-
-
 def test_checkpoint_that_would_run_code_is_refused(tmp_path):
     path = tmp_path / "evil.pt"
     torch.save({"model": {}, "config": {}, "payload": Exploit()}, path)
@@ -215,11 +182,6 @@ def test_our_bleu_equals_the_sacrebleu_command_line(tmp_path):
     assert scores.bleu_signature.startswith("nrefs:1|case:mixed")
 
 
-def run(*args, cwd=ROOT, stdin=None):
-    environment = {**os.environ, "HYDRA_FULL_ERROR": "0"}
-    return commands.run([sys.executable, *args], cwd=cwd, text=True, env=environment, input=stdin)
-
-
 @pytest.mark.slow
 def test_train_and_evaluate_command_lines_end_to_end(tmp_path, monkeypatch):
     run_dir = tmp_path / "run"
@@ -254,7 +216,9 @@ def test_train_and_evaluate_command_lines_end_to_end(tmp_path, monkeypatch):
     assert scalars <= set(events.Tags()["scalars"])
     assert {"heatmaps/alignment/0", "heatmaps/alignment/2"} <= set(events.Tags()["images"])  # 3 plots
     searched = []
-    monkeypatch.setattr(nmt.decoding, "beam_search", lambda *a, **k: searched.append(a[3]) or beam_search(*a, **k))
+    monkeypatch.setattr(
+        nmt.decoding.translator, "beam_search", lambda *a, **k: searched.append(a[3]) or beam_search(*a, **k)
+    )
     evaluate_checkpoint(str(run_dir / "best.pt"), DecodeOptions(beam=3, device="cpu"), split="valid")
     assert searched and set(searched) == {3}  # beam=3 really decodes with a beam of 3
     translate = run(
@@ -306,7 +270,7 @@ def test_train_and_evaluate_command_lines_end_to_end(tmp_path, monkeypatch):
     assert results["tested"] == "averaged_last2.pt" and 0 <= results["valid/averaged_bleu"] <= 100
     assert RunFolder(run_dir).reported(last["config"]["trainer"]) == run_dir / "averaged_last2.pt"
     assert tune.averaged_valid_bleu(run_dir, (2,)) == {"2": results["valid/averaged_bleu"]}  # tuning measures the same
-    compare = run("-m", "nmt.study", "compare", str(run_dir), "--output", str(tmp_path / "report"))
+    compare = run("-m", "nmt_study", "compare", str(run_dir), "--output", str(tmp_path / "report"))
     assert compare.returncode == 0, compare.stderr
     assert "| bahdanau (additive) |" in (tmp_path / "report" / "report.md").read_text()
     assert (tmp_path / "report" / "bleu_by_length.png").is_file()
@@ -327,7 +291,7 @@ def test_train_and_evaluate_command_lines_end_to_end(tmp_path, monkeypatch):
 
 
 def test_averaged_checkpoint_holds_the_mean_of_the_weights(tmp_path, sample_vocabulary):
-    config = {"model": {"_target_": "nmt.rnn.BahdanauSeq2Seq"}}  # the weights are made up; the config is read
+    config = {"model": {"_target_": "nmt.models.rnn.BahdanauSeq2Seq"}}  # the weights are made up; the config is read
     vocabulary = {"source": sample_vocabulary.source_model, "target": sample_vocabulary.target_model}
     for step, value in [(1, 1.0), (2, 2.0), (3, 6.0)]:
         weights = {"w": torch.full((2, 2), value), "count": torch.tensor(step)}
@@ -472,7 +436,7 @@ def test_a_job_that_a_stopped_sweep_reached_in_its_setup_saves_at_its_first_upda
 ):
     """The sweep's stop signal came while this job loaded its data (before the trainer listens for one): it stops at
     its first update with its run saved, instead of training to its budget."""
-    from nmt.multirun import SweepStop
+    from nmt import SweepStop
 
     monkeypatch.setattr(SweepStop, "signal_number", signal.SIGTERM)
     trainer = make_trainer(tmp_path, sample_vocabulary, sample_splits.train[:8], "sutskever", max_steps=50)
@@ -517,7 +481,7 @@ def test_each_validation_is_a_line_of_the_runs_plain_record(tmp_path, sample_spl
     """validations.jsonl: one JSON line per validation with its update, compute, minutes, loss, BLEU and chrF, which
     the study's curves read (TensorBoard is for looking); a line repeated by a resumed run counts once, and a line cut
     short by a crash is skipped."""
-    from nmt.study.records import compute_curve, valid_curve
+    from nmt_study.records import compute_curve, valid_curve
 
     trainer = make_trainer(
         tmp_path, sample_vocabulary, sample_splits.train[:40], "sutskever", max_steps=6, valid_every=2
@@ -536,12 +500,12 @@ def test_each_validation_is_a_line_of_the_runs_plain_record(tmp_path, sample_spl
 def test_batches_made_by_worker_processes_as_on_a_gpu_are_the_ones_made_in_process(
     tmp_path, sample_vocabulary, sample_splits
 ):
-    """On a GPU worker processes collate the next batches (nmt.batches.loading); they must give the batches, in the
+    """On a GPU worker processes collate the next batches (nmt.text.batches.loading); they must give the batches, in the
     order, that the training process makes itself on a CPU: the dataset and collate travel to a worker intact, the
-    static shapes' collate (a captured update's batches, nmt.update) too, and a batch sent as numpy arrays (Shipped) is
-    the same batch again."""
-    from nmt.batches import Shipped, Shipping, StaticShapes, loading
-    from nmt.data import collate
+    static shapes' collate (a captured update's batches, nmt.training.update) too, and a batch sent as numpy arrays
+    (Shipped) is the same batch again."""
+    from nmt.text.batches import Shipped, Shipping, StaticShapes, loading
+    from nmt.text.data import collate
 
     trainer = make_trainer(tmp_path, sample_vocabulary, sample_splits.train[:300], "sutskever", max_steps=1)
     assert loading(torch.device("cpu")) == {"num_workers": 0, "pin_memory": False}
@@ -595,7 +559,7 @@ def test_one_loader_serves_every_epoch_its_workers_running_ahead_across_an_epoch
             "num_workers": workers,
             **({"prefetch_factor": 4, "multiprocessing_context": fork} if workers else {}),
         }
-        monkeypatch.setattr("nmt.batches.loading", lambda device: options)
+        monkeypatch.setattr("nmt.text.batches.loading", lambda device: options)
         updates, seen = trainer.updates(), []
         for _ in range(count):
             batches, tokens, _, number, _ = next(updates)
@@ -717,7 +681,7 @@ def test_worker_processes_of_the_gpu_loader_start_inside_a_joblib_job():
     loader's options name their own."""
     import joblib
 
-    from nmt.batches import loading
+    from nmt.text.batches import loading
 
     options = {**loading(torch.device("cuda")), "pin_memory": False}
     made = joblib.Parallel(n_jobs=2, backend="loky")(joblib.delayed(_batches_in_a_job)(options) for _ in range(2))
@@ -727,8 +691,8 @@ def test_worker_processes_of_the_gpu_loader_start_inside_a_joblib_job():
 def test_heatmaps_drawn_on_their_own_thread_are_the_ones_drawn_at_once(tmp_path, sample_vocabulary, sample_splits):
     """On a GPU RunLog draws a validation's heatmaps on a thread of its own (the host is idle while a captured update
     runs): the same images reach TensorBoard as when drawn at once, all of them by the time the log is closed."""
-    from nmt.runlog import RunLog
-    from nmt.search import Hypothesis
+    from nmt.decoding.search import Hypothesis
+    from nmt.training.runlog import RunLog
 
     trainer = make_trainer(tmp_path, sample_vocabulary, sample_splits.train[:64], "bahdanau", max_steps=1)
     sources = [s for s, _ in sample_splits.valid[:2]]
@@ -755,7 +719,7 @@ def test_a_resumed_run_reads_its_corpus_where_the_checkpoint_did_unless_told_oth
     """The resume hint, word for word or without data.dir, works offline: where the corpus and subword models lie
     is the checkpoint's when the command line leaves them at their defaults and the folder is there; a folder the user
     names wins, and a checkpoint's folder that is gone is not followed."""
-    from nmt.resume import saved_locations
+    from nmt.runs.resume import saved_locations
 
     folder = tmp_path / "corpus"
     folder.mkdir()
@@ -767,7 +731,7 @@ def test_a_resumed_run_reads_its_corpus_where_the_checkpoint_did_unless_told_oth
 
 
 def test_the_resume_hint_repeats_the_command_lines_options_runnable_as_pasted(monkeypatch, tmp_path):
-    from nmt import experiment
+    from nmt.launch import experiment
     from nmt.paths import shell_word
 
     given = ["model=luong", "trainer.resume=false", "+hydra.run.dir=x", "data.dir=/d", "data.url=a b"]

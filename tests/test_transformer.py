@@ -5,9 +5,9 @@ import torch
 from conftest import compose_config, tiny_model_overrides
 
 from nmt import build
-from nmt.attention import MultiHeadAttention
-from nmt.data import BOS_ID, PAD_ID
-from nmt.transformer import band
+from nmt.models.attention import MultiHeadAttention
+from nmt.models.transformer import band
+from nmt.text.data import BOS_ID, PAD_ID
 
 D, HEADS = 16, 4
 
@@ -220,8 +220,8 @@ def test_training_gives_the_fused_kernel_causal_self_attention_without_a_mask(
     sample_vocabulary, fused_on_cpu, monkeypatch
 ):
     """On a GPU a mask tensor keeps SDPA from its flash kernel; the decoder's causal self-attention passes none. And
-    SDPA may not choose cuDNN's kernel, which builds a plan for each new batch shape (nmt/attention.py), while the
-    process's own choice of backends is left as it was."""
+    SDPA may not choose cuDNN's kernel, which builds a plan for each new batch shape (nmt/models/attention.py), while
+    the process's own choice of backends is left as it was."""
     calls, cudnn_allowed = [], []
     original = torch.nn.functional.scaled_dot_product_attention
 

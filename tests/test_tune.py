@@ -1,4 +1,4 @@
-"""The tuning part of the study (nmt/study/tune.py, nmt/study/tuning.py, python -m nmt.study tune): equal effort in
+"""The tuning part of the study (nmt_study/tune.py, nmt_study/tuning.py, python -m nmt_study tune): equal effort in
 fact for every target, only knobs that act, a tuning seed that is no final seed, Optuna driven directly with its study
 in a journal file (pruned by successive halving, continued with its sampler's state), the choice made on valid BLEU."""
 
@@ -13,11 +13,11 @@ from conftest import compose_config
 from omegaconf import OmegaConf
 
 from nmt import UserError, build
-from nmt.optim import make_optimizer, make_schedule, steps_on_validation
-from nmt.run_folder import RunFolder
-from nmt.study import design, progress, published, tables, tune, tuning
-from nmt.study.cli import tune as program
-from nmt.study.variants import FAMILIES, VARIANTS
+from nmt.runs.folder import RunFolder
+from nmt.training.optim import make_optimizer, make_schedule, steps_on_validation
+from nmt_study import design, progress, published, tables, tune, tuning
+from nmt_study.cli import tune as program
+from nmt_study.variants import FAMILIES, VARIANTS
 
 LOW_HIGH = {"low": lambda d: d.low, "high": lambda d: d.high}
 
@@ -154,7 +154,7 @@ def test_the_tuning_command_prunes_records_and_refuses_bad_options_before_anythi
     records, runs = tmp_path / "records", tmp_path / "runs"
     line = [
         "-m",
-        "nmt.study",
+        "nmt_study",
         "tune",
         "--families",
         "bahdanau",
@@ -235,7 +235,7 @@ def test_a_choice_is_adopted_only_past_the_margin_fixed_in_advance():
 
 
 def test_averaging_is_a_choice_among_windows_that_end_at_the_best_checkpoint(tmp_path, monkeypatch):
-    from nmt import averaging, checkpoint
+    from nmt.runs import averaging, checkpoint
 
     trials = [
         {"number": 0, "options": {}, "valid_bleu": 30.0, "averaging": {"2": 30.5, "3": 31.0, "5": 31.0}},
@@ -416,7 +416,7 @@ def test_a_tuning_whose_trial_fails_exits_non_zero_and_the_rerun_asks_its_point_
     named, while the cause is there)."""
     import commands
 
-    line = [sys.executable, "-m", "nmt.study", "tune", "--families", "transformer", "--trials", "1"]
+    line = [sys.executable, "-m", "nmt_study", "tune", "--families", "transformer", "--trials", "1"]
     line += ["--flops", "1e11", "--validations", "3", "--threads", "1"]
     line += ["--records", str(tmp_path / "r"), "--runs", str(tmp_path / "u")]
     line += ["--extra", "data=files"]

@@ -1,12 +1,12 @@
-"""The recurrent encoder without packing (nmt/unpacked.py) against PyTorch's packed run: outputs, final states and
-gradients, for LSTM and GRU, one and two directions, one and three layers, rows of every length."""
+"""The recurrent encoder without packing (nmt/models/unpacked.py) against PyTorch's packed run: outputs, final states
+and gradients, for LSTM and GRU, one and two directions, one and three layers, rows of every length."""
 
 import pytest
 import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from nmt.unpacked import unpacked_rnn
+from nmt.models.unpacked import unpacked_rnn
 
 
 def packed_run(rnn, inputs, mask):

@@ -1,24 +1,24 @@
-"""The one update (nmt/update.py) on the CPU: batches of a few static shapes, the loss and gradients they give against
-the corpus's own batches, an update that reads nothing back and packs nothing, training that learns as eager training
-does, the captured path (a recorder that replays on the CPU) bit-identical to the eager one for every family,
+"""The one update (nmt/training/update.py) on the CPU: batches of a few static shapes, the loss and gradients they give
+against the corpus's own batches, an update that reads nothing back and packs nothing, training that learns as eager
+training does, the captured path (a recorder that replays on the CPU) bit-identical to the eager one for every family,
 refusals by name, and optimiser states that move between captured and eager runs. The capture itself is
 tests/test_cuda.py's, on a GPU."""
 
 import math
 
+import helpers
 import pytest
-import test_sync_free
 import torch
-from test_sync_free import VARIANTS, reads_raise
-from test_train import make_trainer
+from helpers import VARIANTS, make_trainer, reads_raise
 
-from nmt.batches import StaticShapes
 from nmt.config import TrainerConfig
-from nmt.data import PAD_ID, collate
 from nmt.device import capability
-from nmt.loss import batch_loss
-from nmt.optim import load_optimizer, make_optimizer, set_lr
-from nmt.update import WARMUP, Mode, refusal, static_shapes
+from nmt.models.model import static_shapes
+from nmt.text.batches import StaticShapes
+from nmt.text.data import PAD_ID, collate
+from nmt.training.loss import batch_loss
+from nmt.training.optim import load_optimizer, make_optimizer, set_lr
+from nmt.training.update import WARMUP, Mode, refusal
 
 STATIC = Mode(static=True)  # the batches and encoders of a captured update, its body run eagerly
 
@@ -98,7 +98,7 @@ def test_the_update_a_graph_captures_reads_nothing_back_and_packs_nothing(tmp_pa
     trainer.update.body(batches, torch.tensor(1.0 / tokens))  # the first creates the gradients and optimiser state
     batches, tokens, *_ = next(updates)
     before = [p.detach().clone() for p in trainer.model.parameters()]
-    monkeypatch.setattr(test_sync_free, "HOST_DATA", (test_sync_free.HOST_DATA[-1],))  # the optimiser only
+    monkeypatch.setattr(helpers, "HOST_DATA", (helpers.HOST_DATA[-1],))  # the optimiser only
     with reads_raise(monkeypatch):
         loss, norm = trainer.update.body(batches, torch.tensor(1.0 / tokens))
     assert torch.isfinite(loss) and torch.isfinite(norm) and loss > 0

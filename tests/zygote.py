@@ -34,10 +34,10 @@ PRELOADED = (
     "torch._inductor",
     "PIL.Image",
     "nmt.cli.train",
-    "nmt.experiment",  # nmt.cli.train loads it when a run starts
+    "nmt.launch.experiment",  # nmt.cli.train loads it when a run starts
     "nmt.cli.evaluate",
     "nmt.cli.translate",
-    "nmt.study.cli",
+    "nmt_study.cli",
 )
 
 
@@ -112,9 +112,9 @@ def main() -> None:
     requests, answers = int(sys.argv[1]), int(sys.argv[2])
     for name in PRELOADED:
         __import__(name)
-    import nmt.plot
+    import nmt.decoding.plot
 
-    nmt.plot.pyplot()  # matplotlib with its Agg backend, as a run's first heatmap loads it (no thread, no figure)
+    nmt.decoding.plot.pyplot()  # matplotlib with its Agg backend, as a run's first heatmap loads it (no figure)
     reader = os.fdopen(requests, "r", encoding="utf-8")
     writer = os.fdopen(answers, "w", encoding="utf-8")
     writer.write(json.dumps({"ready": True}) + "\n")

@@ -1,5 +1,5 @@
 """hydra/launcher=packed: the jobs of a `train.py -m` sweep trained together in this one process, each exactly as it
-would train alone (`nmt.pack.train_packed`): `python train.py -m seed=1,2,3 hydra/launcher=packed`, every job at
+would train alone (`nmt.launch.pack.train_packed`): `python train.py -m seed=1,2,3 hydra/launcher=packed`, every job at
 once or `hydra.launcher.slots=N` at a time.
 
 Each job gets what train.py gives it under the basic launcher: its folder (the sweep's dir and subdir) with Hydra's
@@ -12,6 +12,7 @@ checkout, or from the installed package.
 import copy
 import logging
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -47,8 +48,9 @@ class PackedLauncher(Launcher):
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         """Every job's config and folder made as run_job makes them, the jobs trained together, each one's end
         reported to the callbacks as its own."""
+        # the toolkit loads when the launcher runs, not when Hydra imports every plugin to list them
         from nmt import UserError
-        from nmt.pack import train_packed
+        from nmt.launch.pack import train_packed
 
         setup_globals()
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
@@ -72,8 +74,12 @@ class PackedLauncher(Launcher):
     def job(self, number: int, overrides: Sequence[str]) -> JobReturn:
         """A job's config and folder, with Hydra's records of them, its start told to the callbacks; its return value
         already set where it is not to train (a callback skipped it, or the sweep was stopped)."""
-        from nmt.cli.train import failed_job
-        from nmt.multirun import SweepStop, job_skipped
+        # the toolkit loads when the launcher runs, not when Hydra imports every plugin to list them
+        from nmt import SweepStop, UserError
+        from nmt.cli import check_appended
+        from nmt.cli.train import failed_job, job_outcome
+        from nmt.config import CONFIGS
+        from nmt.launch.multirun import job_skipped
 
         log.info(f"\t#{number} : {' '.join(filter_overrides(overrides))}")
         config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
@@ -96,31 +102,23 @@ class PackedLauncher(Launcher):
         job.status = JobStatus.COMPLETED
         self.hydra_context.callbacks.on_job_start(config=config, task_function=self.task_function)
         if SweepStop.signal_number:
-            job.return_value = failed_job(folder, "not started: the sweep was stopped")
+            stopped_by = signal.Signals(SweepStop.signal_number).name  # as train.py's jobs say it
+            job.return_value = failed_job(folder, f"not started: the sweep was stopped by {stopped_by}")
         elif reason := job_skipped():  # a callback of the sweep's config said so (the study: recorded already)
             log.info("%s: %s; not trained again", folder, reason)
             job.return_value = float("nan")
+        else:  # the options train.py checks in its jobs, refused with the same line (nmt.cli.train.job_outcome)
+            try:
+                check_appended(task, list(config.hydra.overrides.task), CONFIGS)
+            except UserError as error:
+                job.return_value = job_outcome(folder, error)
         return job
 
     def ended(self, job: JobReturn, outcome) -> float:
         """What train.py returns for the job (its best valid BLEU), and what it leaves where the job failed: its
         failed.txt, which the sweep's summary lists."""
-        from nmt import Interrupted, UserError
-        from nmt.cli import said
-        from nmt.cli.train import crashed, failed_job
-        from nmt.multirun import SweepStop
-        from nmt.run_folder import RunFolder
+        # the toolkit loads when the launcher runs, not when Hydra imports every plugin to list them
+        from nmt.cli.train import job_outcome
 
         HydraConfig.instance().set_config(job.hydra_cfg)
-        if isinstance(outcome, dict):
-            RunFolder(job.working_dir).failed.unlink(missing_ok=True)  # a job that failed before and finishes now
-            return outcome.get("valid/best_bleu", 0.0)
-        if isinstance(outcome, Interrupted):
-            SweepStop.signal_number = outcome.signal_number
-            return failed_job(job.working_dir, str(outcome))
-        if isinstance(outcome, UserError):
-            return failed_job(job.working_dir, said(outcome))
-        try:
-            raise outcome
-        except Exception as error:  # noqa: BLE001 (its traceback into its folder, as train.py keeps it)
-            return crashed(job.working_dir, error)
+        return job_outcome(job.working_dir, outcome)

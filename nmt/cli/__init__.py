@@ -1,5 +1,5 @@
 """The toolkit's commands, each a Hydra app: train, evaluate, translate and export (console scripts nmt-train,
-nmt-evaluate, nmt-translate and nmt-export; `python train.py` ... in a checkout, `python -m nmt.export`)."""
+nmt-evaluate, nmt-translate and nmt-export; `python train.py` ... in a checkout, `python export.py`)."""
 
 import contextlib
 import dataclasses
@@ -15,7 +15,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
-from nmt import UserError
+from nmt import UserError, paths
 from nmt.config import CONFIGS
 
 
@@ -76,11 +76,9 @@ def refusals_and_ctrl_c(unwritten: str, task: DictConfig | None = None):
     except (UserError, OmegaConfBaseException) as error:
         sys.exit(f"error: {said(error)}")
     except KeyboardInterrupt as stop:
-        from nmt.paths import PUT_IN_PLACE
-
         by = "SIGTERM" if isinstance(stop, Terminated) else "Ctrl-C"
-        wrote = ", ".join(map(str, PUT_IN_PLACE))
-        done = f"after it wrote {wrote}" if PUT_IN_PLACE else f"no {unwritten} were written"
+        wrote = ", ".join(map(str, paths.PUT_IN_PLACE))
+        done = f"after it wrote {wrote}" if paths.PUT_IN_PLACE else f"no {unwritten} were written"
         print(f"stopped by {by}; {done}", file=sys.stderr)
         sys.exit(143 if isinstance(stop, Terminated) else 130)
     finally:

@@ -5,7 +5,7 @@ from omegaconf import DictConfig
 
 from nmt.cli import lean_hydra, refusals_and_ctrl_c
 from nmt.config import CONFIGS, DecodeOptions, EvaluateConfig, register
-from nmt.evaluate import evaluate
+from nmt.decoding.evaluate import evaluate
 
 register()  # the dataclasses of nmt/config.py, which configs/*.yaml fill in
 lean_hydra()

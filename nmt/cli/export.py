@@ -1,11 +1,11 @@
-"""Export a checkpoint: nmt-export checkpoint=outputs/.../best.pt quantization=int8 (python -m nmt.export)"""
+"""Export a checkpoint: nmt-export checkpoint=outputs/.../best.pt quantization=int8 (python export.py)"""
 
 import hydra
 from omegaconf import DictConfig
 
 from nmt.cli import lean_hydra, refusals_and_ctrl_c
 from nmt.config import CONFIGS, register
-from nmt.export.command import export
+from nmt.decoding.export.command import export
 
 register()  # the dataclasses of nmt/config.py, which configs/*.yaml fill in
 lean_hydra()

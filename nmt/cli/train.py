@@ -12,12 +12,12 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from nmt import Interrupted, UserError
+from nmt import Interrupted, SweepStop, UserError
 from nmt.cli import check_appended, lean_hydra, said
 from nmt.config import CONFIGS, check_options, register
-from nmt.multirun import SweepStop, hydra_folder, job_skipped
+from nmt.launch.multirun import hydra_folder, job_skipped
 from nmt.paths import folder_option
-from nmt.run_folder import RunFolder
+from nmt.runs.folder import RunFolder
 
 log = logging.getLogger("nmt")
 register()  # the dataclasses of nmt/config.py, which configs/*.yaml fill in
@@ -67,47 +67,53 @@ def main(cfg: DictConfig) -> float:
     # The toolkit loads when a run starts, not at import: a sweep's own process (its jobs in joblib workers) and a
     # refused command never wait for torch
     from nmt import distributed
-    from nmt.experiment import train
+    from nmt.launch.experiment import train
 
     try:
         if sweep:  # a single run's were checked before its folder was made (OptionsFirst)
             check_appended(cfg, list(HydraConfig.get().overrides.task), CONFIGS)
         results = train(cfg, output_dir)
-    except (UserError, OmegaConfBaseException) as error:
-        if sweep:  # the sweep's other jobs go on; FailedJobs names this one at the end and exits non-zero
-            log.error("%s", said(error))
-            return failed_job(output_dir, said(error))
-        logged(logging.ERROR, said(error))
-        sys.exit(f"error: {said(error)}")
-    except Interrupted as stop:
-        if sweep:  # returns, so a joblib worker lives and its siblings save too (nmt.multirun.SweepStop)
-            log.warning("%s", stop)
-            SweepStop.signal_number = stop.signal_number
-            return failed_job(output_dir, str(stop))
-        logged(logging.WARNING, str(stop))
-        print(f"stopped: {stop}", file=sys.stderr)
-        sys.exit(128 + stop.signal_number)
     except KeyboardInterrupt:  # a second Ctrl-C, or one outside the training loop
         print("stopped by Ctrl-C; the checkpoints written so far are kept", file=sys.stderr)
         sys.exit(130)
     except Exception as error:
-        if not sweep:
+        if sweep:  # the sweep's other jobs go on; FailedJobs names this one at the end and exits non-zero
+            return job_outcome(output_dir, error)
+        if isinstance(error, Interrupted):
+            logged(logging.WARNING, str(error))
+            print(f"stopped: {error}", file=sys.stderr)
+            sys.exit(128 + error.signal_number)
+        if not isinstance(error, UserError | OmegaConfBaseException):
             raise
-        return crashed(output_dir, error)
+        logged(logging.ERROR, said(error))
+        sys.exit(f"error: {said(error)}")
     finally:
         distributed.teardown()
-    RunFolder(output_dir).failed.unlink(missing_ok=True)  # a job that failed before and finishes now
-    return results.get("valid/best_bleu", 0.0)  # what a Hydra sweeper (e.g. Optuna) maximises
+    return job_outcome(output_dir, results)
 
 
-def crashed(output_dir: str, error: Exception) -> float:
-    """A bug or a failure of a library in one job of a sweep: the job's log keeps the traceback, and the sweep names
-    the job with the others that failed instead of losing the summary to one traceback."""
-    log_file = RunFolder(output_dir).log_file
-    reason = f"failed with {type(error).__name__}: {error} (the traceback is in {log_file})"
-    with open(log_file, "a", encoding="utf-8") as handle:
-        handle.write(traceback.format_exc())
-    log.error("%s", reason)
+def job_outcome(output_dir: str, outcome: dict | Exception) -> float:
+    """What a job of a sweep returns to Hydra, said once for train.py's jobs and the packed launcher's: its best
+    valid BLEU (what a sweeper such as Optuna maximises) where it finished, a failed.txt of an earlier try removed;
+    where it did not, NaN and its reason in failed.txt (FailedJobs lists them at the sweep's end): a refusal as the
+    one line train.py prints, a stop signal's note (no job starts after it: SweepStop; the job returns, so that a
+    joblib worker lives and its siblings save too), or a bug's one line with its traceback in the job's log."""
+    folder = RunFolder(output_dir)
+    if isinstance(outcome, dict):
+        folder.failed.unlink(missing_ok=True)
+        return outcome.get("valid/best_bleu", 0.0)
+    if isinstance(outcome, Interrupted):
+        log.warning("%s", outcome)
+        SweepStop.signal_number = outcome.signal_number
+        reason = str(outcome)
+    elif isinstance(outcome, UserError | OmegaConfBaseException):
+        reason = said(outcome)
+        log.error("%s", reason)
+    else:  # a bug or a library's failure: the sweep names the job with the others instead of one traceback
+        reason = f"failed with {type(outcome).__name__}: {outcome} (the traceback is in {folder.log_file})"
+        with open(folder.log_file, "a", encoding="utf-8") as handle:
+            handle.write("".join(traceback.format_exception(outcome)))
+        log.error("%s", reason)
     return failed_job(output_dir, reason)
 
 

@@ -5,7 +5,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from nmt.cli import lean_hydra, refusals_and_ctrl_c
 from nmt.config import CONFIGS, DecodeOptions, TranslateConfig, register
-from nmt.evaluate import translate_file
+from nmt.decoding.evaluate import translate_file
 
 register()  # the dataclasses of nmt/config.py, which configs/*.yaml fill in
 lean_hydra()

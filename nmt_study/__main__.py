@@ -1,0 +1,46 @@
+"""The study's one entry: python -m nmt_study PROGRAM [options] (or nmt-study PROGRAM ...).
+
+  compare   train the comparison's variants (make compare) and report on runs: significance, figures, claims
+  lab       the alignment lab on the sample grammar: AER against gold links, BLEU by sentence length (make lab)
+  results   what README.md and docs/results.md report, trained and recorded part by part (make results)
+  measure   speed, memory and calibration measurements: `measure speed` times each model (make bench)
+  tune      each family's recipe tuned with equal effort on valid BLEU (Optuna, pruned, resumable)
+  queue     the study's design trained in the background, from a worktree of its own (make queue)
+
+`python -m nmt_study PROGRAM --help` lists a program's options.
+"""
+
+from __future__ import annotations
+
+import sys
+from importlib import import_module
+from importlib.util import find_spec
+
+from nmt import UserError
+
+PROGRAMS = ("compare", "lab", "results", "measure", "tune", "queue")  # each a module of nmt_study/cli/ with main(argv)
+
+
+STUDY_EXTRA = ("optuna", "scipy", "statsmodels")  # what `pip install 'nmt-classics[study]'` adds to the toolkit
+
+
+def main(argv: list[str] | None = None) -> None:
+    missing = [name for name in STUDY_EXTRA if find_spec(name) is None]
+    if missing:
+        sys.exit(
+            f"error: the study needs {', '.join(missing)}: pip install 'nmt-classics[study]' (a checkout: make install)"
+        )
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__.strip())
+        return
+    if argv[0] not in PROGRAMS:
+        sys.exit(f"error: python -m nmt_study {argv[0]}: no such program; use one of {', '.join(PROGRAMS)}")
+    try:
+        import_module(f"nmt_study.cli.{argv[0]}").main(argv[1:])
+    except UserError as error:  # a refusal names the option or file and what to do: no traceback
+        sys.exit(f"error: {error}")
+
+
+if __name__ == "__main__":
+    main()
