@@ -458,3 +458,24 @@ def test_the_export_folder_is_checked_again_when_the_export_is_put_in_place(tmp_
     with pytest.raises(UserError, match="holds an earlier export; give overwrite=true"):
         command.export(str(path), quantization="float32", output=str(target), check_split="none")
     assert sorted(p.name for p in target.iterdir()) == sorted(p.name for p in other.iterdir())
+
+
+def test_what_an_export_cut_short_left_beside_its_folder_is_put_right_and_said(tmp_path):
+    """kill -9 (or a machine stopping) inside an export leaves its staging folder, or, between the two renames of an
+    overwrite, the earlier export moved aside and no folder: the next export into that folder removes the first and
+    puts the second back, saying each; what a running export keeps is left alone."""
+    dead = subprocess.Popen(["true"])  # a process id that no longer runs
+    dead.wait()
+    out = tmp_path / "o"
+    staging = tmp_path / f".o.{dead.pid}.abc.partial"
+    staging.mkdir()
+    (staging / "model.bin").write_bytes(b"half")
+    earlier = tmp_path / f".o.{dead.pid}.def.replaced" / "o"
+    earlier.mkdir(parents=True)
+    (earlier / "nmt_export.json").write_text("{}\n")
+    alive = tmp_path / ".o.1.ghi.partial"  # pid 1 runs: an export in progress
+    alive.mkdir()
+    said = folder.leftovers(out)
+    assert (out / "nmt_export.json").is_file() and not staging.exists() and not earlier.parent.exists()
+    assert alive.is_dir() and len(said) == 2 and any(line.startswith(f"put back {out}") for line in said), said
+    assert folder.leftovers(out) == []  # nothing left to put right

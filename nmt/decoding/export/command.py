@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import shutil
+import sys
 from pathlib import Path
 
 import torch
@@ -88,6 +89,9 @@ def export(
         raise UserError(f"{path}: cannot be exported to CTranslate2: " + "; ".join(reasons))
     spec = ct2.transformer_spec(model, vocabulary)
     chosen = Path(output).expanduser() if output else folder.default_folder(path, format, quantization)
+    if chosen.parent.is_dir():
+        for line in folder.leftovers(chosen):  # what an export cut short left: put right before this one starts
+            print(f"nmt-export: {line}", file=sys.stderr)
     target = folder.target_folder(chosen, overwrite)
     staging = folder.staging_folder(target)
     try:

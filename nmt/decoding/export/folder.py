@@ -5,6 +5,7 @@ from (`nmt_export.json`) and a README saying how to use it with or without nmt."
 from __future__ import annotations
 
 import datetime
+import glob
 import json
 import os
 import shutil
@@ -54,11 +55,53 @@ def target_folder(folder: Path, overwrite: bool) -> Path:
     return folder
 
 
+def aside_prefix(folder: Path) -> str:
+    """The name's start of a folder an export keeps beside `folder` while it works (its staging, `.partial`; the
+    earlier export it replaces, `.replaced`): hidden, and naming the process, so that a later export knows whether
+    its owner still runs (`leftovers`)."""
+    return f".{folder.name}.{os.getpid()}."
+
+
+def running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: running
+        return True
+    return True
+
+
+def leftovers(folder: Path) -> list[str]:
+    """What exports into `folder` that did not finish left beside it (killed with SIGKILL, or the machine stopped),
+    put right and said: a staging folder (`.partial`) removed; an earlier export that an install cut between its two
+    renames had moved aside (`.replaced`) put back where `folder` is missing or empty, removed where a new export is in
+    place. What a running export keeps is left alone."""
+    said = []
+    for path in sorted(folder.parent.glob(f".{glob.escape(folder.name)}.*")):
+        if path.suffix not in (".partial", ".replaced") or path.is_symlink() or not path.is_dir():
+            continue
+        owner = path.name[len(folder.name) + 2 :].split(".", 1)[0]
+        if owner.isdigit() and running(int(owner)) and int(owner) != os.getpid():
+            continue
+        earlier = path / folder.name
+        missing = not folder.exists() or (folder.is_dir() and not any(folder.iterdir()))
+        if path.suffix == ".replaced" and missing and (earlier / NOTE).is_file():
+            if folder.is_dir():
+                folder.rmdir()
+            os.replace(earlier, folder)
+            said.append(f"put back {folder}, an earlier export that an export cut short had moved aside to {path}")
+        else:
+            said.append(f"removed {path}, left by an export that did not finish")
+        shutil.rmtree(path, ignore_errors=True)
+    return said
+
+
 def staging_folder(folder: Path) -> Path:
     """An empty folder of this process's own beside `folder` (the same file system), where the export is made."""
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".partial"))
+        staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=aside_prefix(folder), suffix=".partial"))
         os.chmod(staging, 0o777 & ~UMASK)  # mkdtemp makes it private; the export gets the mode mkdir would give
         return staging
     except OSError as error:
@@ -75,7 +118,7 @@ def install(staging: Path, folder: Path, overwrite: bool = False) -> None:
     signal.pthread_sigmask(signal.SIG_BLOCK, held)
     try:
         if folder.is_dir() and any(folder.iterdir()):
-            earlier = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".replaced"))
+            earlier = Path(tempfile.mkdtemp(dir=folder.parent, prefix=aside_prefix(folder), suffix=".replaced"))
             os.replace(folder, earlier / folder.name)
             os.replace(staging, folder)
             shutil.rmtree(earlier, ignore_errors=True)
