@@ -5,6 +5,7 @@ in a journal file (pruned by successive halving, continued with its sampler's st
 import json
 import shutil
 import sys
+from pathlib import Path
 
 import optuna
 import pytest
@@ -429,3 +430,44 @@ def test_a_tuning_whose_trial_fails_exits_non_zero_and_the_rerun_asks_its_point_
     again = commands.run(line, cwd=program.ROOT, text=True)
     assert again.returncode == 1 and "transformer trial 0 failed before: its point is asked again" in again.stdout
     assert "transformer trial 1 failed: " in again.stdout
+
+
+def test_a_tuning_killed_with_sigkill_leaves_no_trial_running_and_the_rerun_finishes_it(tmp_path):
+    """Through the real command: kill -9 of the tuning takes its trial's training process with it (no orphan goes on
+    writing the run), and the rerun continues the same trial to its end, recorded as finished, not failed."""
+    import signal
+    import subprocess
+    import time
+
+    line = [sys.executable, "-m", "nmt_study", "tune", "--families", "bahdanau", "--trials", "1"]
+    line += ["--flops", "3e11", "--validations", "3", "--threads", "1"]
+    line += ["--records", str(tmp_path / "r"), "--runs", str(tmp_path / "u"), "--extra", "data=sample", "size=tiny"]
+    line += ["data.sizes.train=300", "data.sizes.valid=20", "data.sizes.test=20", "trainer.num_plots=0"]
+    line += [f"data.spm_cache={tmp_path / 'spm'}"]
+    tuning = subprocess.Popen(line, cwd=program.ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def trainers() -> list[int]:
+        found = []
+        for entry in Path("/proc").iterdir():
+            try:
+                command = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if entry.name.isdigit() and b"nmt.cli.train" in command and str(tmp_path / "u").encode() in command:
+                found.append(int(entry.name))
+        return found
+
+    deadline = time.monotonic() + 40
+    while not trainers() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert trainers(), "the trial never started"
+    time.sleep(2)
+    tuning.send_signal(signal.SIGKILL)
+    tuning.wait()
+    deadline = time.monotonic() + 10
+    while trainers() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not trainers(), "the trial went on without its tuning"
+    again = subprocess.run(line, cwd=program.ROOT, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert [t["stopped_by"] for t in tune.trials_of(tmp_path / "r", "bahdanau")] not in ([], ["failed"])
