@@ -3,8 +3,8 @@
 The toolkit lies in wings along the data's path, each importing only those below it (tests/test_layout.py):
 models/ (the families and their attention), config.py, text/ (corpora to batches), build.py, runs/ (a run's folder,
 checkpoints, resuming), decoding/ (translation, search, evaluation, the export), training/ (one run's loop), launch/
-(a run started, packed or swept) and cli/ (the commands), on a ground floor of device.py, distributed.py and
-paths.py. The study (nmt_study, with its own extra) lives beside the toolkit, which never imports it.
+(a run started, packed or swept) and cli/ (the commands), on a ground floor of device.py, distributed.py,
+metrics.py and paths.py. The study (nmt_study, with its own extra) lives beside the toolkit, which never imports it.
 
 Here: what every wing raises, and the signal that stopped a sweep.
 """

@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 from omegaconf import MISSING
 
 from nmt import UserError
+from nmt.metrics import SELECTABLE
 
 # The YAML files: a checkout's (and an editable install's) top-level configs/, or the copy a wheel ships as nmt/configs
 _PACKAGED = Path(__file__).resolve().parent / "configs"
@@ -176,7 +177,7 @@ class DecodeOptions:
 
 # The trainer options with a set of values, and the least value of the numeric ones (TrainerConfig.check)
 TRAINER_CHOICES = {
-    "select": ("bleu", "loss", "aer"),
+    "select": SELECTABLE,
     "optimizer": ("adam", "adamw"),
     "schedule": ("constant", "plateau", "inverse_sqrt"),
     "precision": ("auto", "fp32", "bf16", "fp16"),

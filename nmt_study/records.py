@@ -23,6 +23,7 @@ from nmt.decoding.alignment import attention_report, choose_map, parse_key, word
 from nmt.decoding.evaluate import bleu_by_length
 from nmt.decoding.translator import Translator
 from nmt.launch.multirun import skip_job
+from nmt.metrics import VALIDATED
 from nmt.paths import derived_from, read_json, stamp, write_text
 from nmt.runs import checkpoint
 from nmt.runs.folder import RunFolder
@@ -355,7 +356,7 @@ def validation_at(run: Path, step: int) -> dict:
     """The figures of the validation at update `step` (loss, BLEU, chrF, AER where measured) from validations.jsonl:
     the best checkpoint's, whichever figure chose it; empty where it was not recorded."""
     entry = next((e for e in RunFolder(run).validations() if e["step"] == step), {})
-    return {k: entry[k] for k in ("loss", "perplexity", "bleu", "chrf", "aer") if k in entry}
+    return {k: entry[k] for k in VALIDATED if k in entry}
 
 
 def valid_curve(run: Path) -> list[tuple[float, int, float]]:

@@ -67,3 +67,25 @@ def test_every_score_says_what_it_costs():
     _, attentions = buildable()
     lacking = [name for name, cls in attentions.items() if issubclass(cls, Attention) and cls.flops is Attention.flops]
     assert not lacking, f"no flops(batch, queries, positions) of their own: {lacking}"
+
+
+def test_every_figure_has_its_direction_and_the_best_checkpoint_follows_it(sample_splits):
+    """The metrics table (nmt/metrics.py) holds every figure a validation records, evaluate reports and
+    trainer.select offers, each with its direction; the best-checkpoint rule takes the direction from it (a higher
+    BLEU, a lower loss or AER), not from the figure's name."""
+    from nmt.config import TRAINER_CHOICES as CHOICES
+    from nmt.decoding.evaluate import scores_of
+    from nmt.metrics import METRICS, SELECTABLE, VALIDATED
+    from nmt.training.state import Progress
+    from nmt.training.validation import RECORDED, improves
+
+    assert all(isinstance(metric.higher_is_better, bool) for metric in METRICS.values())
+    pairs = sample_splits.valid[:5]
+    reported = scores_of([s for s, _ in pairs], [t for _, t in pairs], [t for _, t in pairs])
+    assert {k for k in reported if k != "bleu_by_length"} <= set(METRICS)
+    assert set(RECORDED) - {"seconds"} == set(VALIDATED) and set(CHOICES["select"]) == set(SELECTABLE) <= set(METRICS)
+    for name in SELECTABLE:
+        progress = Progress()
+        progress.best_score = 10.0
+        up = improves(name, {name: 11.0}, progress)
+        assert up == METRICS[name].higher_is_better and improves(name, {name: 9.0}, progress) != up

@@ -28,7 +28,8 @@ def served(tmp_path_factory):
     )  # fmt: skip
     assert trained.returncode == 0, trained.stderr[-3000:]
     board = program.TensorBoard(plugins=default.get_plugins())
-    board.configure(argv=[None, "--logdir", str(outputs), "--load_fast", "false", "--port", "0", "--host", "127.0.0.1"])
+    argv = [None, "--logdir", str(outputs), "--load_fast", "false", "--port", "0", "--host", "127.0.0.1"]
+    board.configure(argv=[*argv, "--reload_interval", "0"])  # loaded once: no thread logs after the tests end
     url = board.launch()
 
     def get(route: str, body: dict | None = None):

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nmt import UserError, paths
+from nmt.metrics import VALIDATED
 from nmt.paths import program, shell_word, write_text
 
 if TYPE_CHECKING:
@@ -302,8 +303,8 @@ class RunFolder:
 
 # --- the validation record's format: validations.jsonl, one JSON object a line -----------------------------
 
-FIGURES = ("epochs", "petaflops", "train_minutes", "loss", "perplexity", "chrf", "aer", "seconds", "best_bleu")
-FIGURES += ("tokens_per_second",)  # of a record's fields, the numbers besides step and bleu (`parsed`)
+FIGURES = (*(name for name in VALIDATED if name != "bleu"), "epochs", "petaflops", "train_minutes", "seconds")
+FIGURES += ("best_bleu", "tokens_per_second")  # of a record's fields, the numbers besides step and bleu (`parsed`)
 
 
 def line_of(figures: dict) -> str:

@@ -28,20 +28,22 @@ from nmt.decoding.plot import attention_figure, heads_figure
 from nmt.decoding.search import Hypothesis
 from nmt.decoding.translator import Scores
 from nmt.device import autocast
+from nmt.metrics import METRICS, VALIDATED
 from nmt.text.data import BOS_ID, EOS_ID, PAD_ID, Vocabulary
 
 log = logging.getLogger(__name__)
 CURVES = {  # (side, figure) -> tag, in the group TensorBoard opens first
     ("train", "loss"): "curves/train_loss",
-    ("valid", "loss"): "curves/valid_loss",
-    ("valid", "bleu"): "curves/valid_bleu",
-    ("valid", "chrf"): "curves/valid_chrf",
-    ("valid", "aer"): "curves/valid_aer",
+    **{
+        ("valid", name): metric.tag
+        for name, metric in METRICS.items()
+        if metric.tag and metric.tag.startswith("curves/")
+    },
     ("train", "lr"): "curves/learning_rate",
     ("train", "tokens_per_second"): "curves/tokens_per_second",
 }
 GROUPS = {"train": "training", "valid": "validation"}  # every other figure of a side, in a group that starts closed
-VALID_FIGURES = ("loss", "perplexity", "bleu", "chrf", "aer", "best_bleu", "petaflops", "epochs")  # of a record
+VALID_FIGURES = (*VALIDATED, "best_bleu", "petaflops", "epochs")  # of a record
 METRICS = ("curves/valid_bleu", "validation/best_bleu", "curves/valid_chrf", "curves/valid_loss")  # HParams columns
 
 

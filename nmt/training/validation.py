@@ -15,6 +15,7 @@ from nmt import UserError
 from nmt.config import DecodeOptions, TrainerConfig
 from nmt.decoding.alignment import attention_report
 from nmt.decoding.translator import Search, check_input_lengths, decode_split
+from nmt.metrics import VALIDATED, better
 from nmt.text.aer import Gold
 from nmt.text.batches import TokenBatchSampler
 from nmt.text.corpus import Pairs
@@ -25,7 +26,7 @@ from nmt.training.state import Progress
 
 log = logging.getLogger(__name__)
 READABLE = 16  # subwords: up to about this length a heatmap's labels stay legible at TensorBoard's card size
-RECORDED = ("loss", "perplexity", "bleu", "chrf", "aer", "seconds")  # of a validation's metrics, what its record keeps
+RECORDED = (*VALIDATED, "seconds")  # of a validation's metrics, what its record keeps
 
 
 @torch.no_grad()
@@ -164,7 +165,8 @@ def publish(figures: dict, run_log: RunLog, append) -> None:
 
 
 def improves(select: str, metrics: dict[str, float], progress: Progress) -> bool:
-    """Whether this validation is the best so far by trainer.select: a higher BLEU, a lower loss or AER."""
+    """Whether this validation is the best so far by trainer.select, in the figure's own direction
+    (nmt.metrics.better: a higher BLEU, a lower loss or AER)."""
     best = progress.best_score
     if select not in metrics:
         raise UserError(
@@ -175,4 +177,4 @@ def improves(select: str, metrics: dict[str, float], progress: Progress) -> bool
         best = progress.best_bleu if select == "bleu" and progress.best_bleu >= 0 else None
     if best is None:
         return True
-    return metrics[select] > best if select == "bleu" else metrics[select] < best
+    return better(select, metrics[select], best)
