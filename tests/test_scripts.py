@@ -376,9 +376,9 @@ def test_a_verdict_is_withheld_only_where_more_training_could_change_it():
     assert judged("c", "p", ("x", level, 1), improving={"a": 0.7}, involved=pair).verdict == IMPROVING
     assert judged("c", "p", ("x", level, 1), improving={"a": 0.5}, involved=pair).verdict == INCONCLUSIVE
     aer = Interval(-0.05, -0.2, 0.1, 0.4, 8, 1000, se=0.07, df=14)  # detects about 0.2 AER, the paper's gap 0.03
-    weak = judged("c", "p", ("x", aer, -1), unit="AER", involved=pair, paper_gap=0.03)
-    assert weak.verdict == UNDERPOWERED and "the paper's gap was 0.03 AER" in weak.evidence
-    assert judged("c", "p", ("x", aer, -1), unit="AER", involved=pair, paper_gap=0.5).verdict == INCONCLUSIVE
+    weak = judged("c", "p", ("x", aer, -1), unit="AER", involved=pair, paper_gap=(0.03, "another pair"))
+    assert weak.verdict == UNDERPOWERED and "the paper's gap was 0.03 AER (another pair)" in weak.evidence
+    assert judged("c", "p", ("x", aer, -1), unit="AER", involved=pair, paper_gap=(0.5, "")).verdict == INCONCLUSIVE
 
 
 def test_still_improving_reads_the_last_third_of_each_run():
