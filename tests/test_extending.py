@@ -89,3 +89,15 @@ def test_every_figure_has_its_direction_and_the_best_checkpoint_follows_it(sampl
         progress.best_score = 10.0
         up = improves(name, {name: 11.0}, progress)
         assert up == METRICS[name].higher_is_better and improves(name, {name: 9.0}, progress) != up
+
+
+def test_every_family_has_its_sizes_its_variant_and_its_row_in_the_studys_list():
+    """docs/extending.md's rows for a new family beyond its module and schema: the tiny and lab sizes (a missing one
+    fails only when a test or the lab composes it), a variant of its own name, and the study's list of families."""
+    from nmt_study.variants import FAMILIES
+
+    for name in MODELS:
+        for size in ("tiny", "lab"):
+            assert (ROOT / "configs" / "family_size" / f"{size}_{name}.yaml").is_file(), f"{size}_{name}.yaml"
+        assert (ROOT / "configs" / "variant" / f"{name}.yaml").is_file(), f"configs/variant/{name}.yaml"
+    assert set(FAMILIES) == set(MODELS)
