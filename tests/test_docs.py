@@ -2,6 +2,7 @@
 commands name."""
 
 import re
+import shlex
 
 from conftest import ROOT
 
@@ -82,3 +83,57 @@ def test_every_link_to_a_section_names_a_heading_that_exists():
     assert (
         slug("Every variant at equal compute, early in training") == "every-variant-at-equal-compute-early-in-training"
     )
+
+
+PROGRAMS = {"train.py": "train", "evaluate.py": "evaluate", "translate.py": "translate", "export.py": "export"}
+
+
+def typed_commands(text: str) -> list[list[str]]:
+    """Each `python train.py|evaluate.py|translate.py|export.py ...` line of a document's code blocks (a line
+    continued with `\\` joined; what follows `#` dropped; after a pipe, the command it feeds), as its words."""
+    found = []
+    for block in re.findall(r"```[a-z]*\n(.*?)```", text, re.DOTALL):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = re.sub(r"\s+#.*$", "", line).split("|")[-1].strip()
+            words = shlex.split(line) if line.startswith("python ") else []
+            if len(words) > 1 and words[1] in PROGRAMS:
+                found.append(words[1:])
+    return found
+
+
+def composes(program: str, options: list[str]) -> str | None:
+    """None where `program options` composes with Hydra (a placeholder such as <time> filled in; a sweep's every
+    value, the other options at their first; Hydra's own options left to Hydra); else why not."""
+    from conftest import compose_config
+
+    sweep = "-m" in options
+    options = [re.sub(r"<[^>]+>", "x", o) for o in options if o != "-m" and not o.startswith("hydra")]
+    first = [re.sub(r"=([^,]*),.*", r"=\1", o) if sweep else o for o in options]
+    tries = [first] + [
+        [*first[:i], f"{o.split('=', 1)[0]}={value}", *first[i + 1 :]]
+        for i, o in enumerate(options)
+        if sweep and "=" in o
+        for value in o.split("=", 1)[1].split(",")[1:]
+    ]
+    for chosen in tries:
+        try:
+            compose_config(*chosen, config_name=PROGRAMS[program])
+        except Exception as error:  # noqa: BLE001 (Hydra's and OmegaConf's errors share no base class)
+            return str(error).splitlines()[0]
+    return None
+
+
+def test_every_command_in_the_documents_code_blocks_composes_as_typed():
+    """What the docs' code blocks tell a user to type composes as typed: every option and config group exists."""
+    typed = [(path, words) for path in DOCUMENTS for words in typed_commands(path.read_text(encoding="utf-8"))]
+    wrong = [
+        f"{path.relative_to(ROOT)}: {' '.join(words)}: {why}"
+        for path, words in typed
+        if (why := composes(*words[:1], words[1:]))
+    ]
+    assert not wrong, "\n".join(wrong)
+    assert len(typed) >= 5
+    made_up = typed_commands("```bash\npython train.py -m model=luong,nosuch \\\n  trainer.lr=0.1  # two\n```")
+    assert made_up == [["train.py", "-m", "model=luong,nosuch", "trainer.lr=0.1"]]
+    assert composes("train.py", made_up[0][1:]) and composes("train.py", ["trainer.max_step=5"])
+    assert composes("train.py", ["-m", "model=luong,bahdanau", "seed=1,2"]) is None
