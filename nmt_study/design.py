@@ -54,7 +54,14 @@ TUNING_SEED = 1000  # below every final seed (FIRST_SEED, FIRST_SEED + 1, ...)
 FIRST_SEED = 1234  # the final runs' seeds: FIRST_SEED .. FIRST_SEED + SEEDS - 1 (the lab: up to 8)
 SEEDS = 5
 THREADS = 2  # every run's torch threads (with fp32: PINNED)
-PINNED = ("trainer.precision=fp32", f"trainer.threads={THREADS}")
+
+
+def pinned(threads: int = THREADS) -> tuple[str, ...]:
+    """The precision and thread count a run of the design trains with (fp32, `threads` torch threads)."""
+    return ("trainer.precision=fp32", f"trainer.threads={threads}")
+
+
+PINNED = pinned()
 # The final runs: the Transformer as the main table's converged row, luong_feeding as the claim's other arm
 CLAIM_RUNS = ("luong_feeding",)
 FINAL_RUNS = {"main": {"transformer": SEEDS}, "claims": dict.fromkeys(CLAIM_RUNS, SEEDS)}

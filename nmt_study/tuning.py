@@ -84,7 +84,7 @@ class Settings:
     @property
     def pinned(self) -> list[str]:
         """The precision and threads every trial trains with (design.PINNED, at this tuning's thread count)."""
-        return ["trainer.precision=fp32", f"trainer.threads={self.threads}"]
+        return list(design.pinned(self.threads))
 
     @property
     def rung(self) -> int:

@@ -33,7 +33,7 @@ from pathlib import Path
 from nmt import UserError
 from nmt_study import design, progress, tune
 from nmt_study.cli.results import MAIN_BEAM
-from nmt_study.published import finished
+from nmt_study.published import STOPPING, finished
 from nmt_study.records import recorded_sweep
 from nmt_study.sweep import ROOT
 
@@ -230,8 +230,9 @@ def final_overrides(args: argparse.Namespace) -> list[str]:
     choice = tune.choice(tune.trials_of(args.records / "tune", args.target))
     if not choice:
         raise UserError(f"{args.target}: no finished tuning trial in {args.records / 'tune'}; tune it first")
-    protocol = [f"trainer.max_flops={args.flops:g}", f"trainer.patience={design.PATIENCE}", "trainer.select=bleu"]
-    protocol += [f"trainer.validations={args.validations}", "trainer.precision=fp32", f"trainer.threads={args.threads}"]
+    stopping = [o for o in STOPPING if not o.startswith("trainer.validations=")]  # patience and select on valid BLEU
+    protocol = [f"trainer.max_flops={args.flops:g}", *stopping, f"trainer.validations={args.validations}"]
+    protocol += design.pinned(args.threads)
     return ["trainer.progress=false", *protocol, *(f"{k}={v}" for k, v in sorted(choice.items())), *args.extra]
 
 
