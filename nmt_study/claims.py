@@ -1,22 +1,23 @@
-"""The papers' qualitative claims, each checked against a comparison's own runs with intervals over seeds and
-sentences (`nmt_study.significance`).
+"""The papers' qualitative claims, each checked against a comparison's own runs with intervals over seeds and sentences
+(`nmt_study.significance`).
 
-Each claim has one primary comparison, fixed here before any run: the variant the claim is about against the one
-that differs from it only in that (like for like), in the paper's own terms; other comparisons that bear on it are
-secondary and shown beside it (Holm's correction over them). The verdict is the primary comparison's: supported when
-its p-value is below 0.05 with the difference in the claim's direction, contradicted when it is below the other way,
-inconclusive otherwise; "mixed" when significant comparisons (primary or secondary) point both ways. No verdict, only
-figures: "needs 3 seeds" when a variant behind the primary comparison has fewer, "still improving" when more
-training could change the verdict (`could_change`: an inconclusive difference with a side still learning at the end
-of its budget, or a significant one whose side behind still gains enough to close the gap), "underpowered" when
-the primary test is inconclusive and could not have found a difference the size of the paper's, "not measured" when
-the runs lack the variants it needs, "untestable: too few long sentences" for the length claim on a test set without
-enough sentences over 30 words (Multi30k's has none). The verdicts report what these runs show, not what the papers
-found.
+Each claim has one primary comparison, fixed here before any run: the variant the claim is about against the one that
+differs from it only in that (like for like), in the paper's own terms; other comparisons that bear on it are secondary
+and shown beside it (Holm's correction over them). The verdict is the primary comparison's: supported when its p-value
+is below 0.05 with the difference in the claim's direction, contradicted when it is below the other way, inconclusive
+otherwise; "mixed" when significant comparisons (primary or secondary) point both ways; for the Transformer's claim
+against the design's fixed opponent, "no difference larger than 1 BLEU" (EQUIVALENT) where an inconclusive difference
+has its interval inside the design's margin. No verdict, only figures: "needs 3 seeds" when a variant behind the primary
+comparison has fewer, "still improving" when more training could change the verdict (`could_change`: an inconclusive
+difference with a side still learning at the end of its budget, or a significant one whose side behind still gains
+enough to close the gap), "underpowered" when the primary test is inconclusive and could not have found a difference the
+size of the paper's, "not measured" when the runs lack the variants it needs, "untestable: too few long sentences" for
+the length claim on a test set without enough sentences over 30 words (Multi30k's has none). The verdicts report what
+these runs show, not what the papers found.
 
-Results name the commit of this file (`rules_commit`): rules committed before a run judge it as registered in
-advance; the published 5e14 runs were recorded before these rules were last changed and are judged after the fact.
-The converged runs (nmt_study/design.py) are judged by the rules committed before their first window.
+Results name the commit of this file (`rules_commit`): rules committed before a run judge it as registered in advance;
+the published 5e14 runs were recorded before these rules were last changed and are judged after the fact. The converged
+runs (nmt_study/design.py) are judged by the rules committed before their first window.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from dataclasses import asdict, dataclass, field, replace
 import numpy as np
 
 from nmt_study import power
+from nmt_study.comparison import stopped_by
+from nmt_study.design import EQUIVALENCE
 from nmt_study.significance import (
     CONTRADICTED,
     INCONCLUSIVE,
@@ -48,9 +51,15 @@ BASELINE = Variant(
 ATTENTION = Variant("bahdanau", score="additive")  # RNNsearch
 FIXED = Variant("bahdanau", score="none")  # RNNencdec: the same model with attention switched off (attention=none)
 TRANSFORMER = Variant("transformer")
+# The Transformer's opponent, fixed in advance by the converged study's design (nmt_study/design.py: PRIMARY's second
+# arm, `variant=luong_feeding`): Luong's global attention with the general score, input feeding, a bidirectional encoder
+OPPONENT = Variant("luong", score="general", alignment="global", feeding=True, bidirectional=True)
 ALIGNMENTS = ("global", "local_m")  # what local-p is compared with: global first (the primary comparison)
 MIXED, IMPROVING, UNTESTABLE = "mixed", "still improving", "untestable: too few long sentences"
 UNDERPOWERED = "underpowered"
+# The design's equivalence verdict: an inconclusive difference whose 95% interval lies inside (-EQUIVALENCE,
+# +EQUIVALENCE), two one-sided tests at 0.025 each
+EQUIVALENT = f"no difference larger than {EQUIVALENCE:g} BLEU"
 SHORT = (1, 10)  # Bahdanau et al.'s Figure 2: BLEU against sentence length; its models part beyond 30 words
 LONG = (31, 10**6)
 # The buckets past the short one whose retention the length claim averages (those with MIN_BUCKET sentences)
@@ -117,8 +126,9 @@ def last_third_gain(curve: list) -> float:
 
 
 def mean_gain(runs: list[dict]) -> float:
-    """A variant's `last_third_gain`, the mean over its runs (0 without runs)."""
-    gains = [last_third_gain(run.get("curve") or []) for run in runs]
+    """A variant's `last_third_gain`, the mean over its runs (0 without runs); a run that patience stopped had
+    stopped learning, whatever its last third's slope: 0."""
+    gains = [0.0 if stopped_by(run) == "patience" else last_third_gain(run.get("curve") or []) for run in runs]
     return sum(gains) / len(gains) if gains else 0.0
 
 
@@ -169,15 +179,19 @@ def judged(
     improving: dict[str, float] | None = None,
     involved: tuple[str, ...] = (),
     paper_gap: tuple[float, str] | None = None,
+    equivalence: float | None = None,
 ) -> Claim:
     """A claim from its primary comparison and the secondary ones (Holm over those); `involved`: the variants of the
     primary comparison (a minus b), `improving` every variant's `mean_gain`, whether more training could change the
     verdict (`could_change`); `paper_gap`: the difference the paper found, which an inconclusive primary test that
     could not detect it reports as underpowered, with the pair the paper measured it on where that pair is not this
-    test's."""
+    test's; `equivalence`: a margin fixed in advance, an inconclusive primary whose 95% interval lies inside it
+    reads EQUIVALENT ("no difference larger than" the margin)."""
     gains = improving or {}
     label, interval, direction = primary
     verdict = interval.verdict(direction)
+    if verdict == INCONCLUSIVE and equivalence and -equivalence < interval.low and interval.high < equivalence:
+        verdict = EQUIVALENT
     adjusted = holm([i for _, i, _ in secondary])
     others = [i.verdict(d) for i, (_, _, d) in zip(adjusted, secondary)]
     named = list(zip(secondary, adjusted, others))
@@ -358,8 +372,9 @@ def local_aligns_better(evidence: Evidence, variants: Variants, improving: dict[
 def transformer_beats_recurrent(
     evidence: Evidence, variants: Variants, valid: dict[str, float], improving: dict[str, float]
 ) -> Claim:
-    """Primary: the Transformer against the recurrent variant with the best valid BLEU; secondary: against each other
-    recurrent family's best."""
+    """Primary: the Transformer against the opponent the design fixed in advance (OPPONENT, luong_feeding), with its
+    equivalence margin (design.EQUIVALENCE); where the runs lack that variant, against the recurrent variant with the
+    best valid BLEU. Secondary: against each other recurrent family's best."""
     claim, source = "The Transformer beats the recurrent models", "Vaswani et al. 2017"
     transformer = named(variants, TRANSFORMER)
     families: dict[str, str] = {}
@@ -369,16 +384,26 @@ def transformer_beats_recurrent(
             families[kind] = name
     if transformer not in evidence.names or not families:
         return Claim(claim, source, NOT_MEASURED, f"needs `{TRANSFORMER.name}` and a recurrent model")
+    opponent = named(variants, OPPONENT)
+    fixed = opponent in evidence.names
     ranked = sorted(families.values(), key=lambda n: -valid[n])
-    items = [(f"{transformer} minus {name}", evidence.compare(transformer, name), 1) for name in ranked]
+    opponents = [opponent, *(n for n in ranked if variants[n].family != OPPONENT.family)] if fixed else ranked
+    items = [(f"{transformer} minus {name}", evidence.compare(transformer, name), 1) for name in opponents]
+    note = (
+        f"the opponent fixed in advance primary, a difference inside ±{EQUIVALENCE:g} BLEU equivalent; each other "
+        "recurrent family by its variant with the best valid BLEU; "
+        if fixed
+        else "each recurrent family by its variant with the best valid BLEU, the best of them primary; "
+    )
     return judged(
         claim,
         source,
         items[0],
         items[1:],
         improving=improving,
-        involved=(transformer, ranked[0]),
-        note="each recurrent family by its variant with the best valid BLEU, the best of them primary; ",
+        involved=(transformer, opponents[0]),
+        note=note,
+        equivalence=EQUIVALENCE if fixed else None,
     )
 
 

@@ -73,9 +73,8 @@ def parts_table(folder: Path = RESULTS) -> str:
     lines += [f"| {part} | {what} | {state} |" for part, what, state in rows]
 
     note = (
-        f"claims and main: the study's design ([docs/tuning.md](docs/tuning.md)), {SEEDS} seeds each, up to {CAP:g} "
-        f"FLOPs or less where valid BLEU stalls (`trainer.patience`); the others {MIN_SEEDS} seeds each (the lab's "
-        f"claims: {CLAIM_SEEDS})."
+        f"claims and main: the design's {SEEDS} seeds each, up to {CAP:g} FLOPs, stopped earlier by patience on valid "
+        f"BLEU; the others {MIN_SEEDS} seeds each (the lab's claims: {CLAIM_SEEDS})."
     )
     return "\n".join([*lines, "", note, ""])
 

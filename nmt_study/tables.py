@@ -15,50 +15,49 @@ from functools import partial
 from pathlib import Path
 
 from nmt import UserError
-from nmt_study.claims_table import claims_table
-from nmt_study.comparison import spread, stops
+from nmt_study.claims import OPPONENT, TRANSFORMER
+from nmt_study.claims_table import claims_table, runs_count
+from nmt_study.comparison import spread, stopped_by, stops
 from nmt_study.lab_plan import alignment_table, contrasts_lines, length_table, seeds_line, window_table
 from nmt_study.lab_plan import tables as lab_tables
 from nmt_study.parts import parts_table
 from nmt_study.progress import queue_table
 from nmt_study.published import (
+    EARLIER,
     FIGURE_FILES,
     FIGURES,
     MEASUREMENTS,
     RESULTS,
+    complete,
     load,
     shown_report,
 )
 from nmt_study.significance import MIN_SEEDS, p_value
 from nmt_study.sources import current_command, missing, provenance_line, runs_line, trained
+from nmt_study.variants import FAMILIES, Variant
 
 MARKER = re.compile(r"<!-- results:(?P<name>[a-z0-9_]+) -->\n(?P<body>.*?)<!-- /results:(?P=name) -->", re.DOTALL)
 
 
 def main_table(folder: Path = RESULTS, short: bool = False) -> str:
-    """The four families at README's budget: BLEU greedy and beam 5, chrF, over seeds; `short`: for README, where
-    the runs come from in a link (docs/results.md says it in full)."""
-    record, _ = shown_report("main", folder)
+    """The four families: BLEU greedy and beam 5, chrF, over seeds; `short`: for README, where the runs come from in a
+    link (docs/results.md says it in full). Today's protocol's rows (results/main.json: the design's converged,
+    tuned runs) and, for each family it has not trained, the earlier protocol's row (results/main_5e14.json: 5e14
+    FLOPs, hand-set defaults), labelled as such and left out of the differences; the earlier table alone until
+    today's exists."""
+    record, name = shown_report("main", folder)
     if record is None:
         return missing("main")
-    stopped = "" if short else " stopped by |"  # README's table stays short; docs/results.md says it
-    lines = [
-        "| model | seeds | parameters | valid BLEU | test BLEU greedy | test BLEU beam 5 | chrF (beam 5) | "
-        "Δ best [95%] p | epochs | updates | PFLOP trained |" + stopped,
-        "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if stopped else ""),
-    ]
-    ranked = sorted(record["variants"].items(), key=lambda item: -item[1]["mean_valid_bleu"])
-    for name, variant in ranked:
-        runs = variant["runs"]
-        epochs = [r["compute_curve"][-1][1] for r in runs if r["compute_curve"]]
-        lines.append(
-            f"| {name} | {len(runs)} | {runs[0]['parameters']:,} | {spread([r['valid_bleu'] for r in runs])} | "
-            f"{spread([r['test_bleu'] for r in runs])} | {spread([r['test_bleu_beam'] for r in runs])} | "
-            f"{spread([r['test_chrf'] for r in runs])} | {interval(record, 'best', name)} | "
-            f"{spread(epochs, 1) if epochs else '-'} | "
-            f"{statistics.mean(r['updates'] for r in runs):,.0f} | {spread([r['petaflops'] for r in runs])} |"
-            + (f" {stops(runs)} |" if stopped else "")
-        )
+    earlier = load(EARLIER["main"], folder) if name == "main" else None
+    rows = [(n, v, record, trained_as(v, name != "main")) for n, v in ranked(record)]
+    have = {family(v) for _, v, _, _ in rows}
+    rows += [(n, v, earlier, trained_as(v, True)) for n, v in ranked(earlier or {}) if family(v) not in have]
+    lines = []
+    for label, variant, source, how in rows:
+        cells = main_cells(label, variant["runs"], how, interval(source, "best", label) if source is record else "-")
+        shown = [key for key in cells if not (short and key in LONG_ONLY)]  # README's table stays short
+        lines += [] if lines else ["| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
+        lines.append("| " + " | ".join(cells[key] for key in shown) + " |")
     every = [r for v in record["variants"].values() for r in v["runs"]]
     budget = sorted({r["budget"] for r in every})
     patience = sorted({r["config"]["trainer"]["patience"] for r in every})
@@ -67,17 +66,77 @@ def main_table(folder: Path = RESULTS, short: bool = False) -> str:
         if any(patience)
         else ""
     )
+    beside = ""
+    if earlier and any(source is earlier for _, _, source, _ in rows):
+        beside = (
+            " Rows at 5e14 FLOPs: the earlier protocol's, outside the differences."
+            if short
+            else f" Rows trained at {EARLIER_BUDGET}: the earlier protocol's runs ({runs_count(earlier, True)}), each "
+            "family the converged study did not train again, its differences not computed against these."
+        )
     where = "[The runs and their machines](docs/results.md)." if short else runs_line(record)
+    order = "" if short else " rows in order of valid BLEU;"
+    told = "" if short or not beside else f" The earlier rows: {runs_line(earlier)}"
     return "\n".join(
         [
             *lines,
             "",
-            f"Budget: {'; '.join(budget)} each{early}; rows in order of valid BLEU; mean ± sd over "
-            "seeds; Δ best: test BLEU (beam 5) minus that of the best on valid "
-            f"({record['best']}), 95% interval over seeds and sentences, p-value. {where}",
+            f"Budget: {'; '.join(budget)} each{early};{order} mean ± sd over seeds; Δ best: test BLEU (beam 5) minus "
+            f"that of the best on valid ({record['best']}), 95% interval over seeds and sentences, "
+            f"p-value.{beside} {where}{told}",
             "",
         ]
     )
+
+
+def main_cells(label: str, runs: list[dict], how: str, delta: str) -> dict[str, str]:
+    """A main table row's cells by column: a variant's `runs` over seeds, how they were trained, Δ best."""
+    epochs = [r["compute_curve"][-1][1] for r in runs if r["compute_curve"]]
+    return {
+        "model": label,
+        "trained": how,
+        "seeds": str(len(runs)),
+        "parameters": f"{runs[0]['parameters']:,}",
+        "valid BLEU": spread([r["valid_bleu"] for r in runs]),
+        "test BLEU greedy": spread([r["test_bleu"] for r in runs]),
+        "test BLEU beam 5": spread([r["test_bleu_beam"] for r in runs]),
+        "chrF (beam 5)": spread([r["test_chrf"] for r in runs]),
+        "Δ best [95%] p": delta,
+        "epochs": spread(epochs, 1) if epochs else "-",
+        "updates": f"{statistics.mean(r['updates'] for r in runs):,.0f}",
+        "PFLOP trained": spread([r["petaflops"] for r in runs]),
+        "stopped by": stops(runs),
+    }
+
+
+# The main table's columns that only docs/results.md shows
+LONG_ONLY = ("epochs", "updates", "stopped by")
+# How the earlier protocol's runs were trained (published.EARLIER): what their rows say
+EARLIER_BUDGET = "5e14 FLOPs with hand-set defaults"
+# The variants the design tunes (nmt_study.design.TUNED: transformer, luong_feeding), by their keys
+TUNED_KEYS = (TRANSFORMER, OPPONENT)
+
+
+def ranked(record: dict) -> list[tuple[str, dict]]:
+    """A report's variants, best valid BLEU first."""
+    return sorted(record.get("variants", {}).items(), key=lambda item: -item[1]["mean_valid_bleu"])
+
+
+def family(variant: dict) -> str:
+    """The model family of a report's variant (sutskever, bahdanau, luong, transformer)."""
+    return Variant.of(variant["runs"][0]["config"]["model"]).family
+
+
+def trained_as(variant: dict, earlier: bool) -> str:
+    """The `trained` cell: the earlier protocol's budget and recipe ("not converged" where its runs were still
+    improving), or today's recipe (tuned: the design's arms, TUNED_KEYS) and how its runs stopped ("converged": each
+    stopped by patience; else how many reached the cap)."""
+    if earlier:
+        return EARLIER_BUDGET.replace(" with", ",") + (", not converged" if variant.get("still_improving") else "")
+    runs = variant["runs"]
+    capped = sum(stopped_by(r) == "cap" for r in runs)
+    recipe = "tuned" if Variant.of(runs[0]["config"]["model"]) in TUNED_KEYS else "hand-set defaults"
+    return f"{recipe}, converged" if not capped else f"{recipe}, {capped} of {len(runs)} capped"
 
 
 def interval(record: dict, against: str, name: str) -> str:
@@ -162,11 +221,15 @@ def lab_family_table(folder: Path = RESULTS) -> str:
 
 # Whose figures README shows: the main table's runs once they are made, the claims part's until then
 FIGURE_PARTS = (("main", "the main table's runs"), ("compare", "the comparison's runs, 1e14 FLOPs each"))
+# Whose the main figures are until today's main part holds all the families (the design trains the Transformer alone)
+MAIN_FIGURES_EARLIER = "the four families' 5e14 runs"
 
 
 def figures_block(folder: Path = RESULTS, figures: Path = FIGURES) -> str:
     """The figures of the first part in FIGURE_PARTS that `make results` has made, with whose runs they show."""
     for part, whose in FIGURE_PARTS:
+        if part == "main" and not complete((load("main", folder) or {}).get("finished", {}), FAMILIES):
+            whose = MAIN_FIGURES_EARLIER  # published.copy_figures copies today's only once complete
         made = [(f"{part}_{name}", caption) for name, caption in FIGURE_FILES if (figures / f"{part}_{name}").is_file()]
         if made:
             images = " ".join(f"![{caption}](docs/figures/results/{name})" for name, caption in made)

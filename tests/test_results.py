@@ -51,7 +51,10 @@ def record(variants: dict[str, list[float]]) -> dict:
                 "budget": "1e+14 FLOPs",
                 "compute_curve": [[0.1, 2.5, b - 1]],
                 "petaflops": 0.1,
-                "config": {"trainer": {"patience": 5, "max_flops": 1e14}},
+                "config": {
+                    "trainer": {"patience": 5, "max_flops": 1e14},
+                    "model": {"_target_": f"nmt.models.x.{name.split()[0].capitalize()}"},  # its family
+                },
                 "provenance": {
                     "commits": ["abcdef1234"],
                     "dates": ["2026-11-24T10:00:00"],
@@ -104,7 +107,10 @@ def test_tables_render_from_the_json_and_say_where_the_runs_come_from(tmp_path):
     (tmp_path / "claims.json").write_text(json.dumps(made))
     main = tables.main_table(tmp_path)
     rows = [line for line in main.splitlines() if line.startswith("| ") and "seeds" not in line]
-    assert rows[0].startswith("| bahdanau (additive) | 3 | 1,000 | 30.00 ± 1.00 | 30.50 ± 1.00 | 31.00 ± 1.00 |")
+    assert rows[0].startswith(
+        "| bahdanau (additive) | hand-set defaults, 3 of 3 capped | 3 | 1,000 | 30.00 ± 1.00 | 30.50 ± 1.00 | "
+        "31.00 ± 1.00 |"
+    )
     assert "at commit abcdef1 on a CPU (fp32), analysed with torch 2.13.0" in main
     assert "trained 2026-11-24 10:00 to 2026-11-24 11:30 UTC" in main  # from the first start to the last end
     made["variants"]["sutskever"]["runs"][0]["provenance"]["machines"] = ["a CPU(R) 2"]  # before precisions were kept
@@ -125,7 +131,7 @@ def test_tables_render_from_the_json_and_say_where_the_runs_come_from(tmp_path):
     assert "bahdanau (additive) (" not in tables.main_table(tmp_path)  # one kind, or not recorded: not flagged
     assert "| 2.5 ± 0.0 | 100 | 0.10 ± 0.00 |" in rows[0]
     assert "1e+14 FLOPs each, or less where valid BLEU stalled for 5 validations" in main
-    assert rows[0].split(" | ")[7] == "-" and "| -20.00 [-21.00, -19.00] 0.0002 | 2.5" in rows[1]  # Δ the best
+    assert rows[0].split(" | ")[8] == "-" and "| -20.00 [-21.00, -19.00] 0.0002 | 2.5" in rows[1]  # Δ the best
     assert "minus that of the best on valid (bahdanau (additive))" in main
     assert "Input feeding helps | Luong | **not measured**" in claims_table(tmp_path)
     made["intervals"]["best"]["sutskever"]["BLEU"]["seeds"] = 1  # under 3 seeds: the sentences' variance alone
@@ -157,7 +163,7 @@ def test_marked_blocks_are_rewritten_in_place_and_nothing_else(tmp_path):
     assert text.startswith("intro\n<!-- results:main -->\n| model |") and text.endswith(
         "<!-- /results:main -->\nafter\n"
     )
-    assert "old table" not in text and "| sutskever | 1 |" in text
+    assert "old table" not in text and "| sutskever | hand-set defaults, 1 of 1 capped | 1 |" in text
     assert not tables.update_file(document, tmp_path)  # rendered twice: the same
     with pytest.raises(UserError, match="results:nosuch: no such table"):
         tables.rendered("<!-- results:nosuch -->\n<!-- /results:nosuch -->", tmp_path)
@@ -528,7 +534,9 @@ def test_the_claims_table_takes_from_the_earlier_runs_only_what_the_converged_on
     assert "*5e14 runs*" not in table and table.count("Test BLEU moves by 1.00") == 1
     assert tables.main_table(tmp_path) == missing("main")  # nor an earlier main table
     (tmp_path / "main_5e14.json").write_text(json.dumps(earlier))
-    assert "| luong | 3 |" in tables.main_table(tmp_path)  # the earlier main table until today's exists
+    assert "| luong | 5e14 FLOPs, hand-set defaults | 3 |" in tables.main_table(
+        tmp_path
+    )  # the earlier main table until today's exists
     today = record({"luong": [33.0, 34.0, 35.0], "luong_fed": [34.0, 35.0, 36.0], "transformer": [35, 36, 37]})
     for run in today["variants"]["transformer"]["runs"]:  # stopped by patience: 2 validations past the best
         run |= {"best_step": 10, "curve": [[0, 10, 30.0], [0, 11, 29.0], [0, 12, 29.5]], "petaflops": 0.05}
@@ -553,6 +561,36 @@ def test_the_claims_table_takes_from_the_earlier_runs_only_what_the_converged_on
     today["claims"][0] = {**earlier["claims"][0], "evidence": "converged"}  # today's runs test them all: no 5e14
     (tmp_path / "claims.json").write_text(json.dumps(today))
     assert "5e14" not in claims_table(tmp_path) + tables.render("claims_short", tmp_path)
+
+
+def test_the_main_table_shows_the_converged_rows_beside_the_earlier_rows_of_the_families_not_trained_again(tmp_path):
+    """The design trains the Transformer again (tuned, to convergence); the other families keep their 5e14 rows,
+    labelled with their budget and recipe ("not converged" where still improving), outside the differences."""
+    earlier = record({"transformer": [31.0, 32, 33], "luong": [30.0, 31, 32], "sutskever": [20.0, 21, 22]})
+    earlier["variants"]["sutskever"]["still_improving"] = True
+    (tmp_path / "main_5e14.json").write_text(json.dumps(earlier))
+    alone = tables.main_table(tmp_path)  # no converged runs yet: the earlier table, each row saying how it trained
+    assert "| transformer | 5e14 FLOPs, hand-set defaults | 3 |" in alone
+    assert "| sutskever | 5e14 FLOPs, hand-set defaults, not converged | 3 |" in alone
+    today = record({"transformer": [35.0, 36, 37, 38, 39]})
+    for run in today["variants"]["transformer"]["runs"]:  # stopped by patience: 2 validations past the best
+        run |= {"best_step": 10, "curve": [[0, 10, 30.0], [0, 11, 29.0], [0, 12, 29.5]], "petaflops": 0.05}
+        run["config"]["trainer"] |= {"patience": 2}
+    (tmp_path / "main.json").write_text(json.dumps(today))
+    table = tables.main_table(tmp_path)
+    rows = [line.split(" | ")[:3] for line in table.splitlines() if line.startswith("| ") and "seeds" not in line]
+    assert rows == [
+        ["| transformer", "tuned, converged", "5"],
+        ["| luong", "5e14 FLOPs, hand-set defaults", "3"],
+        ["| sutskever", "5e14 FLOPs, hand-set defaults, not converged", "3"],
+    ]
+    earlier_rows = [line for line in table.splitlines() if "5e14 FLOPs, hand-set" in line]
+    assert all(line.split(" | ")[8] == "-" for line in earlier_rows)  # no difference across protocols
+    assert "Rows trained at 5e14 FLOPs with hand-set defaults: the earlier protocol's runs (9 runs at 5e14" in table
+    assert "The earlier rows: 9 runs," in table and "The earlier rows" not in tables.main_table(tmp_path, short=True)
+    today["variants"]["transformer"]["runs"][0] |= {"petaflops": 0.1}  # one run reached the cap (1e14 FLOPs)
+    (tmp_path / "main.json").write_text(json.dumps(today))
+    assert "| transformer | tuned, 1 of 5 capped | 5 |" in tables.main_table(tmp_path)
 
 
 def test_the_lab_windows_choice_is_rendered_from_its_runs_records_in_order_of_window(tmp_path):

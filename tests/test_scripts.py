@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 import torch
 from commands import run as run_command
-from conftest import ROOT, fork_sweeps
+from conftest import ROOT, compose_config, fork_sweeps
+from omegaconf import OmegaConf
 
 from nmt import UserError
 from nmt.device import autocast, resolve
@@ -28,8 +29,10 @@ from nmt_study import published, tables
 from nmt_study import records as run_records
 from nmt_study import report as reports
 from nmt_study.claims import (
+    EQUIVALENT,
     IMPROVING,
     MIXED,
+    OPPONENT,
     UNDERPOWERED,
     UNTESTABLE,
     check_claims,
@@ -104,8 +107,6 @@ def test_runs_that_differ_only_in_seed_get_mean_and_spread():
 
 
 def test_two_runs_of_one_variant_and_seed_are_refused_before_anything_is_decoded(tmp_path):
-    from omegaconf import OmegaConf
-
     from nmt_study.sweep import settings
 
     paper, before = tmp_path / "luong_paper" / "seed1", tmp_path / "before" / "luong" / "seed1"
@@ -315,7 +316,7 @@ def test_the_claims_compare_like_with_like_and_follow_from_the_intervals():
     }
     transformer = claims["The Transformer beats the recurrent models"].comparisons
     assert [c["label"].split(" minus ")[1] for c in transformer] == [
-        "luong (general, global)",
+        "luong (general, global, bidirectional)",  # the design's opponent, fixed in advance, not the best on valid
         "sutskever",
         "bahdanau (additive)",
     ]
@@ -360,6 +361,22 @@ def test_a_claim_is_mixed_when_significant_comparisons_point_both_ways():
     assert judged("c", "p", ("a", down, 1)).verdict == CONTRADICTED
 
 
+def test_the_transformers_claim_reads_no_difference_larger_than_the_margin_where_its_interval_lies_inside():
+    """The design's primary test (nmt_study/design.py): the Transformer against luong_feeding, fixed in advance; an
+    inconclusive difference whose 95% interval lies inside ±EQUIVALENCE reads "no difference larger than 1 BLEU"; one
+    that reaches past the margin stays inconclusive, a significant one keeps its verdict; no margin, no equivalence."""
+    assert EQUIVALENT == "no difference larger than 1 BLEU"
+    assert Variant.of(OmegaConf.to_container(compose_config("variant=luong_feeding").model)) == OPPONENT
+    inside, wide = Interval(0.2, -0.6, 0.9, 0.5, 5, 1000), Interval(0.2, -1.1, 1.4, 0.6, 5, 1000)
+    small_but_real = Interval(0.5, 0.1, 0.9, 0.02, 5, 1000)
+    assert judged("c", "p", ("a", inside, 1), equivalence=1.0).verdict == EQUIVALENT
+    assert judged("c", "p", ("a", wide, 1), equivalence=1.0).verdict == INCONCLUSIVE
+    assert judged("c", "p", ("a", small_but_real, 1), equivalence=1.0).verdict == SUPPORTED
+    assert judged("c", "p", ("a", inside, 1)).verdict == INCONCLUSIVE  # no margin fixed: no equivalence
+    learning = judged("c", "p", ("a", inside, 1), involved=("a", "b"), improving={"b": 1.0}, equivalence=1.0)
+    assert learning.verdict == IMPROVING  # a side still learning could move it past the margin
+
+
 def test_a_verdict_is_withheld_only_where_more_training_could_change_it():
     """Direction-aware "still improving": a significant verdict stands where the side still learning leads, or where
     the side behind gains too little to close the gap in EXTRA_THIRDS more thirds; it is withheld where it could
@@ -385,8 +402,21 @@ def test_still_improving_reads_the_last_third_of_each_run():
     flat = [[0, step, 30.0 + 0.1 * (step // 100 % 2)] for step in range(100, 1300, 100)]
     rising = [[0, step, 20.0 + step / 200] for step in range(100, 1300, 100)]  # +2 BLEU per third of 1,200 updates
     assert last_third_gain(rising) == pytest.approx(2.0) and abs(last_third_gain(flat)) < 0.2
-    assert still_improving([{"curve": rising}] * 2) and not still_improving([{"curve": flat}] * 2)
-    assert not still_improving([{"curve": rising}] + [{"curve": flat}] * 3)  # on average, not one seed
+    trainer = {"max_flops": 1e14, "patience": 5}
+
+    def run(curve: list, best: int = 1200, petaflops: float = 0.1) -> dict:  # a record: 1,200 updates
+        return {
+            "curve": curve,
+            "best_step": best,
+            "updates": 1200,
+            "petaflops": petaflops,
+            "config": {"trainer": trainer},
+        }
+
+    assert still_improving([run(rising)] * 2) and not still_improving([run(flat)] * 2)
+    assert not still_improving([run(rising)] + [run(flat)] * 3)  # on average, not one seed
+    stalled = run(rising, best=700, petaflops=0.08)  # patience stopped it, 5 validations past its best: converged
+    assert not still_improving([stalled] * 2) and still_improving([run(rising), run(rising, petaflops=0.08)])
 
 
 def test_the_gap_by_length_compares_what_each_model_keeps_on_long_sentences():
@@ -535,8 +565,6 @@ def test_a_sweep_stopped_after_its_last_run_finished_says_so_instead_of_listing_
 def test_a_sweep_names_only_its_own_failed_jobs_not_those_a_sweep_just_before_left(tmp_path):
     """A sweep into a folder where the last one failed a moment ago (within the file system's clock resolution):
     the failures it reports are its own jobs', each rewritten failed.txt counted once."""
-    from omegaconf import OmegaConf
-
     from nmt.launch.multirun import FailedJobs
     from nmt.paths import FAILED
 
@@ -759,8 +787,6 @@ def test_sigterm_to_a_joblib_sweep_with_an_idle_worker_still_lets_the_busy_job_s
 def test_a_finished_run_is_kept_only_with_the_settings_asked_for_today(tmp_path):
     """After a default changes, `make compare` must not report a run finished before as if it had today's settings
     (beside seeds that do): it names the run and the option instead, before anything trains."""
-    from omegaconf import OmegaConf
-
     from nmt_study.sweep import check_finished, settings
 
     overrides = ["model=luong", "data=sample", "seed=7", "hydra.run.dir=elsewhere"]
@@ -806,8 +832,6 @@ def test_make_results_records_each_finished_run_and_reports_from_the_records_alo
     that holds no sentence of the test set, a later invocation on another machine trains only the runs without one,
     and the report made from the records is the one made from the runs' folders."""
     import shutil
-
-    from omegaconf import OmegaConf
 
     from nmt.build import load_corpus
     from nmt_study.records import recorded
