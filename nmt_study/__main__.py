@@ -16,7 +16,7 @@ import sys
 from importlib import import_module
 from importlib.util import find_spec
 
-from nmt import UserError
+from nmt import Interrupted, UserError
 
 PROGRAMS = ("compare", "lab", "results", "measure", "tune", "queue")  # each a module of nmt_study/cli/ with main(argv)
 
@@ -40,6 +40,9 @@ def main(argv: list[str] | None = None) -> None:
         import_module(f"nmt_study.cli.{argv[0]}").main(argv[1:])
     except UserError as error:  # a refusal names the option or file and what to do: no traceback
         sys.exit(f"error: {error}")
+    except Interrupted as stop:  # Ctrl-C or SIGTERM after what ran saved itself: a shell's status for the signal
+        print(f"stopped: {stop}", file=sys.stderr, flush=True)
+        sys.exit(128 + stop.signal_number)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from nmt import UserError
+from nmt import Interrupted, UserError
 from nmt.config import CONFIGS, register
 from nmt.runs.checkpoint import upgrade
 from nmt.runs.folder import RunFolder
@@ -195,7 +195,7 @@ def sweep(
         ]
         print("train.py " + " ".join(command[len(TRAIN) :]), flush=True)
         if (status := waited(command)) != 0:
-            raise UserError(failures(runs, folder, status))
+            raise ended(status, runs, folder)
     return [run_dir for _, _, run_dir in runs]
 
 
@@ -218,6 +218,10 @@ def rectangles(
         needed = tuple(v for v in variants if any(v in rectangle for rectangle in grid))
         grid = {needed: sorted(seed for rectangle_seeds in grid.values() for seed in rectangle_seeds)}
     return grid
+
+
+# A sweep's exit status when Ctrl-C or SIGTERM stopped it: 128 + the signal's number, or minus it (killed by it)
+STOPPED = {128 + signal.SIGINT, 128 + signal.SIGTERM, -signal.SIGINT, -signal.SIGTERM}
 
 
 def launcher_overrides(launcher: str, workers: int, overrides: list[str]) -> list[str]:
@@ -275,6 +279,19 @@ def run_folder(folder: Path, prefix: str, variant: str, seed: int) -> Path:
     """Where a sweep into `folder` trains `variant` with `seed` (<prefix><variant>/seed<N>), and how its record is
     named in a records folder."""
     return folder / f"{prefix}{variant}" / f"seed{seed}"
+
+
+def ended(status: int, runs: list[tuple[str, list[str], Path]], folder: Path) -> Exception:
+    """What a sweep that exited with `status` raises: Interrupted where Ctrl-C or SIGTERM stopped it (it has said what
+    its jobs saved), else a UserError naming each run that did not finish (`failures`)."""
+    if status not in STOPPED:
+        return UserError(failures(runs, folder, status))
+    number = status - 128 if status > 0 else -status
+    return Interrupted(
+        f"the sweep was stopped by {signal.Signals(number).name}; rerun the same command to continue it (finished "
+        f"runs in {folder} are kept, interrupted ones continue)",
+        number,
+    )
 
 
 def failures(runs: list[tuple[str, list[str], Path]], folder: Path, status: int) -> str:

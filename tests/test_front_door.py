@@ -223,6 +223,79 @@ def test_every_line_of_the_readmes_using_it_block_runs_as_typed(tmp_path):
             assert done.returncode == 0 and "Traceback" not in done.stderr, (line, done.stderr[-2000:])
 
 
+# The commands of docs/*.md's code blocks this suite does not type, each with why and what holds it instead; any
+# other command found there is typed by the test below (a new one fails it until it is typed or listed here)
+NOT_TYPED = {
+    "make ": "make's targets install .venv first (pip, minutes) and train for hours: their commands are typed here",
+    "pip install": "an install: tests/test_package.py installs the wheel and its extras",
+    "torchrun": "four processes on two cores: tests/test_train.py trains two with torchrun",
+    "python -m nmt_study compare --train": "hours of sweeps: one is started and stopped below, the study's tests "
+    "train each launcher at small scale (tests/test_scripts.py)",
+    "python -m nmt_study measure": "measurements, minutes each and run alone (docs/speed.md); tests/test_scripts.py "
+    "measures at small scale",
+    "python -m nmt_study queue": "starts the background queue in a worktree beside the checkout: tests/test_queue.py",
+    "bash ": "a peer's install or a GPU machine's script (scripts/device_check.sh)",
+    "export ": "sets variables for the next line, a measurement's",
+    "TRAIN_SECONDS=": "Joey NMT's install and measurement (../shared/peers)",
+}
+STARTED = "python -m nmt_study compare --train --variants"  # the study's sweep the test starts and stops
+NOT_TYPED["python -m nmt_study compare --train --variants bahdanau,transformer --seeds 2 --flops 2.5e13 --beam 1 "
+          "--samples 100 --trials 100 --launcher joblib"] = (
+    "the line before it with joblib: tests/test_scripts.py stops a joblib sweep with Ctrl-C"
+)  # fmt: skip
+
+
+def typed_here(line: str) -> bool:
+    """Whether the docs tier types `line` (it is not one NOT_TYPED lists, or it is the study sweep it starts)."""
+    skipped = [prefix for prefix in NOT_TYPED if line.startswith(prefix)]
+    return not skipped or line.startswith(STARTED) and all(len(prefix) < len(STARTED) for prefix in skipped)
+
+
+def docs_lines(documents: list[Path]) -> list[tuple[str, str]]:
+    """Each command of the documents' bash code blocks as (document, line): continued lines joined, comments and the
+    descriptions in plain code blocks left out."""
+    found = []
+    for path in documents:
+        for block in re.findall(r"```bash\n(.*?)```", path.read_text(encoding="utf-8"), re.DOTALL):
+            for line in block.replace("\\\n", " ").splitlines():
+                if line := re.sub(r"\s+#.*$", "", line).strip():
+                    found.append((path.name, re.sub(r"\s+", " ", line)))
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (MULTI30K / "train.de.gz").is_file(), reason=f"no Multi30k beside the checkout ({MULTI30K})")
+@pytest.mark.parametrize("sweeps", [True, False], ids=["sweeps", "the others"])
+def test_every_command_of_the_docs_code_blocks_runs_as_typed(tmp_path, sweeps):
+    """docs/*.md's commands typed in a fresh copy with Multi30k beside it and .venv where make puts it: sweeps start,
+    train and stop on Ctrl-C saying how to continue; the export and the CTranslate2 engine run on a Transformer run
+    where their `<time>` names it; the study's reports run or refuse in one named line (no finished runs in a fresh
+    copy). What it does not type is listed with why (NOT_TYPED)."""
+    copy = commands.copy_checkout(tmp_path / "nmt", ("tests/", "bench/"))
+    (tmp_path / "shared").symlink_to(SHARED)
+    (copy / ".venv").symlink_to(Path(sys.executable).parents[1])
+    lines = docs_lines(sorted((copy / "docs").glob("*.md")))
+    left = [(doc, line) for doc, line in lines if typed_here(line)]
+    assert len(lines) > 25 and len(left) >= 8, left
+    swept = [(doc, line) for doc, line in left if " -m " in line and "train.py" in line or line.startswith(STARTED)]
+    left = swept if sweeps else [typed for typed in left if typed not in swept]
+    runs: dict[str, Path] = {}
+    for doc, line in left:
+        line = line.replace("...", "mine").replace("data.dir=mine", "data.dir=../shared/data/multi30k")
+        if sweeps:
+            said = swept_and_stopped(line, copy)
+            assert "rerun the sweep's command" in said and "Traceback" not in said, (doc, line, said[-2000:])
+            continue
+        model = re.search(r"outputs/(\w+)/<time>", line)
+        if model:
+            runs.setdefault(model[1], debug_run(copy, model[1]))
+            line = line.replace(f"outputs/{model[1]}/<time>", str(runs[model[1]].relative_to(copy)))
+        done = piped(line.replace(".venv/bin/python ", "python "), copy)
+        said = done.stdout + done.stderr
+        assert "Traceback" not in said, (doc, line, said[-3000:])
+        assert done.returncode == 0 or last_line(done.stderr).startswith("error: "), (doc, line, said[-3000:])
+
+
 def piped(line: str, folder: Path) -> subprocess.CompletedProcess:
     """`line` (an `echo ... |` before a python command included) run in `folder` as a user's shell runs it."""
     stdin = None
@@ -235,19 +308,25 @@ def piped(line: str, folder: Path) -> subprocess.CompletedProcess:
 
 
 def swept_and_stopped(line: str, folder: Path) -> str:
-    """A sweep's line started, Ctrl-C once its first job has built its model: what it said."""
+    """A sweep's line started, Ctrl-C once its first job has built its model: what it said (exit status 130)."""
     words = shlex.split(line)
     words[0] = sys.executable
     started = subprocess.Popen(words, cwd=folder, env=user_environment(), text=True, stderr=subprocess.PIPE,
-                               stdout=subprocess.PIPE)  # fmt: skip
+                               stdout=subprocess.PIPE, start_new_session=True)  # fmt: skip
+    running = int(m[1]) if (m := re.search(r"--jobs (\d+)", line)) else 1  # jobs that start at once
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and started.poll() is None and not list(folder.glob("multirun/*/*/train.log")):
+    while time.monotonic() < deadline and started.poll() is None and built(folder) < running:
         time.sleep(0.5)
     time.sleep(3)
-    started.send_signal(signal.SIGINT)
+    os.killpg(started.pid, signal.SIGINT)  # as a terminal's Ctrl-C: to every process of the command
     stdout, stderr = started.communicate(timeout=120)
     assert started.returncode == 130, stderr[-2000:]
     return stdout + stderr
+
+
+def built(folder: Path) -> int:
+    """How many runs of a sweep under folder/multirun have built their model."""
+    return sum(" parameters\n" in log.read_text() for log in folder.glob("multirun/**/train.log"))
 
 
 def served(line: str, folder: Path) -> bool:

@@ -265,13 +265,13 @@ def test_averaging_is_a_choice_among_windows_that_end_at_the_best_checkpoint(tmp
     assert averaging.average_last(folder, 2)[1]["averaged"] == ["step00000002.pt", "step00000003.pt"]
 
 
-def test_the_choice_becomes_the_targets_defaults_on_multi30k_and_only_there(tmp_path):
+def test_the_choice_becomes_the_targets_defaults_on_multi30k_and_only_there_once_every_trial_ended(tmp_path, capsys):
     for target, tried in (
         (
             "luong",
             [(0, 30.0, {}, {"2": 29.0}), (1, 32.0, {"trainer.lr": "0.0007", "model.dropout": "0.4"}, {"5": 32.5})],
         ),
-        ("luong_feeding", [(0, 33.0, {"trainer.lr": "0.002", "model.dropout": "0.2"}, {})]),
+        ("luong_feeding", [(0, 33.0, {"trainer.lr": "0.002", "model.dropout": "0.2"}, {}), (1, 31.0, {}, {})]),
     ):
         (tmp_path / "records" / target).mkdir(parents=True)
         for number, bleu, options, averaging in tried:
@@ -282,7 +282,10 @@ def test_the_choice_becomes_the_targets_defaults_on_multi30k_and_only_there(tmp_
     folder.mkdir(parents=True)
     (folder / "multi30k_luong.yaml").write_text("trainer:\n  warmup_steps: 800\n  lr: 0.002\n  average_last: 3\n")
     records = ["--records", str(tmp_path / "records"), "--tuned", str(folder)]
-    program.main(["--report", "--apply", *records, "--families", "luong,bahdanau,luong_feeding"])
+    program.main(["--report", "--apply", *records, "--families", "luong,luong_feeding", "--trials", "3"])
+    assert "lr: 0.002" in (folder / "multi30k_luong.yaml").read_text()  # 2 of 3 trials: not yet a choice
+    assert "luong: 2 of its 3 trials ended; its choice is written once they all have" in capsys.readouterr().out
+    program.main(["--report", "--apply", *records, "--families", "luong,bahdanau,luong_feeding", "--trials", "2"])
     text = (folder / "multi30k_luong.yaml").read_text()
     assert text.startswith("# @package _global_\n") and "trial 1 of 2, valid BLEU 32.50" in text
     assert not (folder / "multi30k_bahdanau.yaml").exists()  # no trials: its defaults stay

@@ -157,6 +157,16 @@ def train_recorded(part: str, variants: list[str], overrides: list[str], args: a
     report_on(part, runs, MAIN_BEAM)
 
 
+def nothing_to_record(part: str, runs: Path) -> None:
+    """Refuses --record where the part has no finished run, here (`runs`) or recorded (results/runs/<part>), naming
+    both and how to train them."""
+    if not any(published.finished(published.RECORDS / part).values()):
+        raise UserError(
+            f"--record: no finished {part} run in {runs} and no record in {published.RECORDS / part}: nothing to "
+            f"report yet; train them first (`make results PARTS={part}`, or `make queue` for the design's runs)"
+        )
+
+
 def export(report: Path, name: str, runs: Path | None = None) -> None:
     """results/<name>.json from a report's compare.json, with each run's provenance and paths from the repository,
     and the seeds each variant (config name) has finished under `runs` (default: the report's runs folder), for the
@@ -267,6 +277,7 @@ def main(argv: list[str] | None = None) -> None:
         if part in ("claims", "main"):  # trained as train.py trains them
             if args.record:  # no training: the records so far, and the report on them
                 record_runs(runs / part / "runs", published.RECORDS / part, MAIN_BEAM)
+                nothing_to_record(part, runs / part / "runs")
                 report_on(part, runs, MAIN_BEAM)
             else:
                 train_recorded(part, trained[part], list(PROTOCOL), args, runs)  # to convergence, as tuned

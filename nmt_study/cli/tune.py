@@ -20,6 +20,7 @@ from nmt import Interrupted, UserError
 from nmt.config import flatten
 from nmt.paths import write_text
 from nmt_study import design, tables, tune, tuning
+from nmt_study.progress import ended_trials
 from nmt_study.sweep import ROOT, chosen
 
 RECORDS = ROOT / "results" / "runs" / "tune"
@@ -99,9 +100,17 @@ def report(args: argparse.Namespace) -> None:
 
 def apply(targets: list[str], args: argparse.Namespace) -> None:
     """Each tuned target's choice written as its defaults (`tune.tuned_config`), over the tuned file its trial 0 ran
-    with."""
+    with; only once its --trials have ended (finished or pruned): a choice from part of a tuning is not its choice."""
     for target in targets:
         trials = tune.trials_of(args.records, target)
+        ended = len(ended_trials(args.records, target))
+        if ended < args.trials:
+            print(
+                f"{target}: {ended} of its {args.trials} trials ended; its choice is written once they all have "
+                f"(`python -m nmt_study tune --families {target}` trains the rest); its defaults stay",
+                flush=True,
+            )
+            continue
         if tune.chosen(trials) is None:
             print(f"{target}: no finished trials recorded in {args.records}; its defaults stay", flush=True)
             continue
