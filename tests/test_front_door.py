@@ -111,7 +111,7 @@ def interrupted(line: str, folder: Path) -> str:
     deadline = time.monotonic() + 40
     while time.monotonic() < deadline and started.poll() is None and models_built(folder) == before:
         time.sleep(0.5)
-    time.sleep(4)  # a few updates of the full-size model
+    time.sleep(2)  # a few updates of the full-size model
     started.send_signal(signal.SIGINT)
     stdout, stderr = started.communicate(timeout=60)
     assert started.returncode == 130, stderr[-3000:]
@@ -237,6 +237,8 @@ NOT_TYPED = {
     "bash ": "a peer's install or a GPU machine's script (scripts/device_check.sh)",
     "export ": "sets variables for the next line, a measurement's",
     "TRAIN_SECONDS=": "Joey NMT's install and measurement (../shared/peers)",
+    "python -m nmt_study results --render": "tests/test_results.py renders every table and compares it with the "
+    "committed one",
 }
 STARTED = "python -m nmt_study compare --train --variants"  # the study's sweep the test starts and stops
 NOT_TYPED["python -m nmt_study compare --train --variants bahdanau,transformer --seeds 2 --flops 2.5e13 --beam 1 "
@@ -317,7 +319,7 @@ def swept_and_stopped(line: str, folder: Path) -> str:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and started.poll() is None and built(folder) < running:
         time.sleep(0.5)
-    time.sleep(3)
+    time.sleep(2)
     os.killpg(started.pid, signal.SIGINT)  # as a terminal's Ctrl-C: to every process of the command
     stdout, stderr = started.communicate(timeout=120)
     assert started.returncode == 130, stderr[-2000:]

@@ -730,6 +730,25 @@ def test_ctrl_c_stops_a_joblib_sweep_and_every_running_job_saves_its_last_update
     assert not (sweep / "sutskever" / "seed3" / "provenance.json").exists()
 
 
+def test_ctrl_c_while_joblibs_workers_still_start_stops_the_sweep_with_no_job_trained_and_no_traceback(tmp_path):
+    """Ctrl-C a moment after the sweep launched its jobs, while loky's workers still import torch: a worker killed
+    then took its siblings down and ended the sweep in loky's TerminatedWorkerError (exit 1). Workers now start with
+    the stop signals held until their first job notes them: no job trains, each says it did not start, exit 130."""
+    sweep = tmp_path / "sweep"
+    options = ["variant=sutskever", "data=sample", "data.sizes.train=300", "model.embedding_size=16",
+               "model.hidden_size=24", "trainer.max_flops=0", "trainer.max_minutes=0", "trainer.max_steps=1000",
+               "trainer.progress=false", "seed=1,2,3", f"data.spm_cache={tmp_path / 'spm'}",
+               "hydra.sweep.subdir=${hydra.job.num}"]  # fmt: skip
+    joblib = ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "hydra.launcher.batch_size=1"]
+    command = [sys.executable, "train.py", "-m", *options, f"hydra.sweep.dir={sweep}", *joblib]
+    returncode, stderr = ctrl_c(command, lambda: (sweep / "multirun.yaml").is_file(), fresh=True)
+    assert returncode == 130 and "Traceback" not in stderr and "TerminatedWorkerError" not in stderr, stderr[-3000:]
+    assert "stopped by SIGINT: the jobs that were running saved their runs" in stderr
+    for job in ("0", "1", "2"):
+        assert not (sweep / job / "last.pt").exists()  # none trained after the stop
+        assert "not started: the sweep was stopped by SIGINT" in text(sweep / job / "failed.txt"), job
+
+
 def test_sigterm_to_a_joblib_sweep_with_an_idle_worker_still_lets_the_busy_job_save(tmp_path):
     """A SIGTERM to the sweep's own process alone (kill, timeout, a supervisor) is passed on to its workers, as
     Ctrl-C reaches them all. A worker that has finished its jobs waits for work that will not come; the signal must
@@ -967,11 +986,14 @@ def test_make_results_record_reports_on_what_is_recorded_without_training(tmp_pa
     assert calls[-1][calls[-1].index("--extra") :] == ["--extra", *published.PINNED, "trainer.threads=1"]
     monkeypatch.setattr(script, "record_runs", lambda *args: calls.append("recorded"))
     monkeypatch.setattr(script, "export", lambda *args: calls.append("exported"))
+    with pytest.raises(UserError, match="--record: no finished claims run in .* nothing to report yet; train them"):
+        script.main(["--parts", "claims", "--record", "--runs", str(tmp_path)])  # no run: no empty report
+    (tmp_path / "records" / "main" / "transformer").mkdir(parents=True)  # the claims' report covers main's runs too
+    (tmp_path / "records" / "main" / "transformer" / "seed1234.record.json").write_text("{}")
     script.main(["--parts", "claims", "--record", "--runs", str(tmp_path)])
-    assert calls[-3] == "recorded" and calls[-2][0] == str(tmp_path / "records" / "claims")  # then its report
+    assert calls[-3] == "recorded" and calls[-2][0] == str(tmp_path / "records" / "main")  # then its report
     assert calls[-1] == "exported"
-    for part in ("claims", "main"):
-        (tmp_path / "records" / part).mkdir()
+    (tmp_path / "records" / "claims").mkdir()
     script.main(["--parts", "claims", "--record", "--runs", str(tmp_path)])  # on the main table's records too
     assert calls[-2][:3] == [str(tmp_path / "records" / "claims"), str(tmp_path / "records" / "main"), "--output"]
     with pytest.raises(UserError, match="--earlier: no records in .*claims_5e14; restore them from git"):

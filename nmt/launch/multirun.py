@@ -89,7 +89,8 @@ class FailedJobs(Callback):
         self.before = failures_written(sweep_folder(config))  # a sweep's earlier failures are not this one's
         SweepStop.signal_number, self.handlers = 0, {}
         if threading.current_thread() is threading.main_thread():  # signals reach the main thread only
-            self.handlers = {number: signal.signal(number, self.stop) for number in (signal.SIGINT, signal.SIGTERM)}
+            self.handlers = {number: signal.signal(number, self.stop) for number in STOP_SIGNALS}
+        hold_signals_in_workers()
 
     def stop(self, signal_number: int, frame) -> None:
         SweepStop.signal_number = signal_number
@@ -111,8 +112,9 @@ class FailedJobs(Callback):
         (loky kills with SIGKILL). A job that starts after it does not train, one in its setup stops at its first
         update (`StopRequests`). The sweep's own process stops at the second Ctrl-C."""
         if self.sweep_pid not in (0, os.getpid()) and threading.current_thread() is threading.main_thread():
-            for number in (signal.SIGINT, signal.SIGTERM):
+            for number in STOP_SIGNALS:
                 signal.signal(number, SweepStop.note)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # one held since the worker started: noted now
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         for number, handler in self.handlers.items():
@@ -136,6 +138,34 @@ class FailedJobs(Callback):
             f"error: {jobs} of this sweep failed (the reason stays in each folder's {paths.FAILED}):\n{reasons}"
             f"Fix the cause, then {rerun}: finished jobs are kept, the others train."
         )
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def hold_signals_in_workers() -> None:
+    """Joblib's workers (loky) start with the stop signals blocked, until their first job notes them
+    (`FailedJobs.on_job_start` unblocks them): a Ctrl-C while a worker still starts would otherwise kill it, and loky
+    would then kill its busy siblings (SIGKILL, maybe inside a checkpoint's write) and end the sweep in a traceback.
+    A signal held so is not lost: the job sees it at its start and does not train. Blocked signals pass through
+    fork and exec; loky starts each worker with its `fork_exec`, wrapped here once (nothing without joblib)."""
+    try:
+        from joblib.externals.loky.backend import fork_exec as module  # optional: the joblib launcher's
+    except ImportError:
+        return
+    if getattr(module.fork_exec, "holds_signals", False):
+        return
+    start = module.fork_exec
+
+    def held(*args, **kwargs):
+        before = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        try:
+            return start(*args, **kwargs)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+    held.holds_signals = True
+    module.fork_exec = held
 
 
 def descendants(pid: int) -> list[int]:

@@ -116,9 +116,14 @@ def train_comparison(variants: list[str], args: argparse.Namespace, runs: Path) 
 def report_on(part: str, runs: Path, beam: int) -> None:
     """A part's report (RUNS/<part>: report.md, compare.json, figures) on every run in its records; the claims' on
     the main table's records too (their arms trained once for both: nmt_study/design.py)."""
-    folders = [published.RECORDS / p for p in ((part, "main") if part == "claims" else (part,))]
+    folders = report_folders(part)
     found = [str(folder) for folder in folders if folder.is_dir()] or [str(folders[0])]
     compare.main([*found, "--output", str(runs / part), "--beam", str(beam)])
+
+
+def report_folders(part: str) -> list[Path]:
+    """The records a part's report covers: its own; the claims' also main's (their arms trained once for both)."""
+    return [published.RECORDS / p for p in ((part, "main") if part == "claims" else (part,))]
 
 
 def lab_seeds_recorded() -> int:
@@ -158,9 +163,9 @@ def train_recorded(part: str, variants: list[str], overrides: list[str], args: a
 
 
 def nothing_to_record(part: str, runs: Path) -> None:
-    """Refuses --record where the part has no finished run, here (`runs`) or recorded (results/runs/<part>), naming
-    both and how to train them."""
-    if not any(published.finished(published.RECORDS / part).values()):
+    """Refuses --record where the part's report would have no run: none finished here (`runs`) and none recorded
+    in the folders it reports on (results/runs/<part>; the claims' also main's), naming them and how to train them."""
+    if not any(any(published.finished(folder).values()) for folder in report_folders(part)):
         raise UserError(
             f"--record: no finished {part} run in {runs} and no record in {published.RECORDS / part}: nothing to "
             f"report yet; train them first (`make results PARTS={part}`, or `make queue` for the design's runs)"
