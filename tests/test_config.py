@@ -106,6 +106,18 @@ def test_a_checkpoint_that_predates_an_option_resumes_when_the_option_keeps_its_
             check_changes(saved, new, Path("last.pt"))
 
 
+@pytest.mark.parametrize("model", MODELS)
+def test_the_quick_multi30k_recipe_is_each_familys_multi30k_run_at_the_lab_size_on_a_small_compute_budget(model):
+    """experiment=quick changes the corpus nothing and the recipe only in size and budget: Multi30k, each family's
+    lab sizes (configs/family_size/lab_<model>.yaml), a FLOPs budget with two validations, no clock."""
+    quick = compose_config("experiment=quick", f"model={model}")
+    full = compose_config(f"model={model}", "size=lab")
+    assert quick.data == full.data and quick.data.corpus == "multi30k"
+    assert quick.model == full.model  # the lab's sizes, the family's own recipe otherwise
+    assert quick.trainer.max_flops > 0 and quick.trainer.max_minutes == 0 and quick.trainer.validations == 2
+    assert quick.trainer.lr == full.trainer.lr and quick.trainer.schedule == full.trainer.schedule
+
+
 def test_every_variant_composes_with_the_lab_size_of_its_family():
     """size=lab (which experiment=lab sets) gives any variant its family's lab sizes, configs/family_size/
     lab_<model>.yaml, which win over the variant's and the lab recipe's (the Transformer's learning rate); the

@@ -269,10 +269,11 @@ def docs_lines(documents: list[Path]) -> list[tuple[str, str]]:
 @pytest.mark.skipif(not (MULTI30K / "train.de.gz").is_file(), reason=f"no Multi30k beside the checkout ({MULTI30K})")
 @pytest.mark.parametrize("sweeps", [True, False], ids=["sweeps", "the others"])
 def test_every_command_of_the_docs_code_blocks_runs_as_typed(tmp_path, sweeps):
-    """docs/*.md's commands typed in a fresh copy with Multi30k beside it and .venv where make puts it: sweeps start,
-    train and stop on Ctrl-C saying how to continue; the export and the CTranslate2 engine run on a Transformer run
-    where their `<time>` names it; the study's reports run or refuse in one named line (no finished runs in a fresh
-    copy). What it does not type is listed with why (NOT_TYPED)."""
+    """docs/*.md's commands typed in a fresh copy with Multi30k beside it and .venv where make puts it: a training
+    and sweeps start, train and stop on Ctrl-C saying how to continue (the training's hint run as printed); the export
+    and the CTranslate2 engine run on a Transformer run where their `<time>` names it; the study's reports run or
+    refuse in one named line (no finished runs in a fresh copy). What it does not type is listed with why
+    (NOT_TYPED)."""
     copy = commands.copy_checkout(tmp_path / "nmt", ("tests/", "bench/"))
     (tmp_path / "shared").symlink_to(SHARED)
     (copy / ".venv").symlink_to(Path(sys.executable).parents[1])
@@ -287,6 +288,11 @@ def test_every_command_of_the_docs_code_blocks_runs_as_typed(tmp_path, sweeps):
         if sweeps:
             said = swept_and_stopped(line, copy)
             assert "rerun the sweep's command" in said and "Traceback" not in said, (doc, line, said[-2000:])
+            continue
+        if line.startswith("python train.py "):  # a run of minutes: started, Ctrl-C, its hint continues it
+            hint = interrupted(line, copy)
+            assert hint.startswith((f"{line} ", f"{sys.executable} {line.removeprefix('python ')} ")), hint
+            interrupted(hint, copy)
             continue
         model = re.search(r"outputs/(\w+)/<time>", line)
         if model:
