@@ -352,6 +352,7 @@ def test_evaluate_never_overwrites_its_own_inputs(trained, tmp_path):
         (["alpha=nan"], "alpha=nan: the length penalty's"),
         (["max_input_len=-1"], "max_input_len=-1: must be at least 1"),
         (["device=gpu"], "error: device='gpu': use auto, cpu or cuda"),
+        (["beam=null"], "error: beam=null: this option needs a value; leave it out for its default"),
     ],
 )
 def test_evaluate_options_are_checked(trained, options, message):

@@ -411,7 +411,11 @@ def test_a_journal_or_records_that_are_not_regular_files_and_folders_are_refused
     with pytest.raises(UserError, match="transformer.journal: is not a regular file"):  # a FIFO: no hang
         tuning.tune_target("transformer", 1, 1, settings)
     with pytest.raises(UserError, match="--records .*mine.txt is a file, not a folder"):
-        program.settings(program.arguments(["--records", str(target / "sub")]))
+        program.folders(program.arguments(["--records", str(target / "sub")]))
+    for option in ("--records", "--tuned"):  # --report and --apply read and write them too: no empty report
+        with pytest.raises(UserError, match=f"{option} .*mine.txt is a file, not a folder"):
+            program.main(["--report", "--apply", option, str(target)])
+    assert target.read_text() == "a file of mine, no newline"
 
 
 def test_a_tuning_whose_trial_fails_exits_non_zero_and_the_rerun_asks_its_point_again(tmp_path):

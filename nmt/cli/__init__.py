@@ -13,7 +13,7 @@ from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
+from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException, ValidationError
 
 from nmt import UserError, paths
 from nmt.config import CONFIGS
@@ -105,12 +105,16 @@ def check_appended(config: DictConfig, overrides: list[str], configs: Path) -> N
             raise UserError(f"{override}: {key} is no option{meant}; `--help` lists every option with its default")
 
 
-def said(error: Exception) -> str:
-    """A refusal in one line: OmegaConf's own message without the full_key/object_type lines it appends, and a
-    missing option named with how to give it."""
+def said(error: Exception, named: bool = True) -> str:
+    """A refusal in one line: OmegaConf's own message without the full_key/object_type lines it appends, a missing
+    option named with how to give it, and a null given to an option that takes none said so (`named`: with the
+    option's name, where the line does not begin with the override already)."""
     if isinstance(error, MissingMandatoryValue) and getattr(error, "full_key", None):
         return f"{error.full_key}: required; give it on the command line ({error.full_key}=...)"
     text = str(error)
+    if isinstance(error, ValidationError) and "is not Optional" in text and getattr(error, "full_key", None):
+        name = f"{error.full_key}=null: " if named else ""
+        return f"{name}this option needs a value; leave it out for its default (`--help` lists it)"
     return text.splitlines()[0] if isinstance(error, OmegaConfBaseException) and text else text
 
 
@@ -187,7 +191,7 @@ def override_refusal(error: Exception) -> str:
     lines = [line for line in lines if not line.startswith(("full_key:", "object_type=", "Set the environment"))]
     text = " ".join(lines)
     if merging := re.match(r"Error merging override (\S+)", text):
-        return f"{merging[1]}: " + ("; ".join(lines[1:]) or said(error.__cause__ or error))
+        return f"{merging[1]}: " + ("; ".join(lines[1:]) or said(error.__cause__ or error, named=False))
     if unknown := re.search(r"Could not override '([^']+)'", text):
         help_line = f"{Path(sys.argv[0]).name} --help"
         return f"{unknown[1]}: no such option; {help_line} lists every option with its default"

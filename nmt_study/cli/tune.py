@@ -76,14 +76,18 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def settings(args: argparse.Namespace) -> tuning.Settings:
-    """What the tuning runs, its folders and --extra options checked first: each folder option a folder (or not yet
-    there), and no --extra option that sets the protocol (its cap, seed, precision, threads ...)."""
-    tuning.check_extra(args.extra)
-    for option, folder in (("--records", args.records), ("--runs", args.runs)):
+def folders(args: argparse.Namespace) -> None:
+    """Each folder option a folder, or not yet there (made then): a file in its place, or above it, refused by name."""
+    for option, folder in (("--records", args.records), ("--runs", args.runs), ("--tuned", args.tuned)):
         for path in (folder, *folder.absolute().parents):
             if path.exists() and not path.is_dir():
                 raise UserError(f"{option} {folder}: {path} is a file, not a folder; give a folder (made if absent)")
+
+
+def settings(args: argparse.Namespace) -> tuning.Settings:
+    """What the tuning runs, its --extra options checked first: none that sets the protocol (its cap, seed,
+    precision, threads ...)."""
+    tuning.check_extra(args.extra)
     return tuning.Settings(
         args.flops, args.validations, args.records.resolve(), args.runs.resolve(), args.extra, args.threads
     )
@@ -128,6 +132,7 @@ def apply(targets: list[str], args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> None:
     args = arguments(argv)
     targets = chosen("--families", args.families, tuple(tune.SPACE))
+    folders(args)  # --report reads them too
     failed: list[str] = []
     if not args.report:
         chosen_settings = settings(args)
