@@ -75,6 +75,20 @@ def test_an_option_check_is_not_hidden_behind_the_default_folder(tmp_path, optio
     assert not (copy / "outputs").exists()  # refused before any folder is made
 
 
+def test_a_run_refused_once_its_folder_was_made_leaves_no_folder_behind_and_a_users_folder_as_it_was(tmp_path):
+    """Refusals that need the corpus or the run (a vocabulary size, a data=files run missing its valid files) come
+    after Hydra made the run's folder: that folder, holding only the refusal's log, goes; one the user made stays."""
+    copy = checkout(tmp_path, shared=False)
+    for option, named in (("data.vocab_size=-1", "data.vocab_size=-1"), ("data=files", "data.train.src")):
+        done = typed(f"python train.py data=sample trainer=debug {option}", copy)
+        assert done.returncode == 1 and last_line(done.stderr).startswith(f"error: {named}"), done.stderr[-2000:]
+        assert not list(copy.glob("outputs/*/*")), option
+    (copy / "mine").mkdir()
+    (copy / "mine" / "notes.txt").write_text("mine")
+    done = typed("python train.py data=sample trainer=debug data.vocab_size=-1 hydra.run.dir=mine", copy)
+    assert done.returncode == 1 and (copy / "mine" / "notes.txt").read_text() == "mine"
+
+
 @pytest.mark.parametrize("launcher", ["", "hydra/launcher=packed"])
 def test_a_sweep_trains_into_its_default_folders(tmp_path, launcher):
     copy = checkout(tmp_path, shared=False)

@@ -1,9 +1,11 @@
 """Train a model: nmt-train model=bahdanau data=multi30k trainer.max_minutes=30 ... (python train.py in a checkout)"""
 
 import logging
+import shutil
 import signal
 import sys
 import traceback
+from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -12,7 +14,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from nmt import Interrupted, SweepStop, UserError
+from nmt import Interrupted, SweepStop, UserError, paths
 from nmt.cli import check_appended, lean_hydra, said
 from nmt.config import CONFIGS, check_options, register
 from nmt.launch.multirun import hydra_folder, job_skipped
@@ -36,9 +38,13 @@ class OptionsFirst(Callback):
     """A Hydra callback (configs/train.yaml): a single run's options are checked before Hydra makes its folder, so a
     refused run leaves none behind. A sweep's jobs are checked as they start (FailedJobs names those refused)."""
 
+    made: Path | None = None  # the run's folder where this invocation makes it (absent before): see leave_no_folder
+
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
         try:
-            folder_option(hydra_folder(config, "hydra.run.dir"), "hydra.run.dir")
+            folder = hydra_folder(config, "hydra.run.dir")
+            folder_option(folder, "hydra.run.dir")
+            OptionsFirst.made = None if folder.exists() else folder.resolve()
             check_appended(config, list(config.hydra.overrides.task), CONFIGS)
             options = OmegaConf.to_object(OmegaConf.masked_copy(config, ["trainer", "seed"]))
             check_options(options["trainer"], options["seed"])
@@ -86,10 +92,22 @@ def main(cfg: DictConfig) -> float:
         if not isinstance(error, UserError | OmegaConfBaseException):
             raise
         logged(logging.ERROR, said(error))
+        leave_no_folder(Path(output_dir))
         sys.exit(f"error: {said(error)}")
     finally:
         distributed.teardown()
     return job_outcome(output_dir, results)
+
+
+def leave_no_folder(folder: Path) -> None:
+    """A run refused before it wrote anything of its own leaves no folder behind, as one refused before Hydra made it
+    does (OptionsFirst): the folder this invocation made, holding only its log of the refusal, its lock and Hydra's
+    record of this invocation, is removed; a folder that was there before, or holds anything else, is left as is."""
+    if OptionsFirst.made is None or folder.resolve() != OptionsFirst.made or not folder.is_dir():
+        return
+    records = list((folder / ".hydra").iterdir()) if (folder / ".hydra").is_dir() else []
+    if {path.name for path in folder.iterdir()} <= {paths.LOG, paths.LOCK, ".hydra"} and len(records) <= 1:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def job_outcome(output_dir: str, outcome: dict | Exception) -> float:
