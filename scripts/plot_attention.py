@@ -30,6 +30,9 @@ def parse(arguments: list[str]) -> dict[str, str]:
 
 
 def main(arguments: list[str]) -> None:
+    if {"-h", "--help"} & set(arguments):
+        print(__doc__.strip())
+        return
     options = parse(arguments)
     image_format(options["output"], "output")
     output = output_file(options["output"], "output", (options["checkpoint"],))

@@ -175,6 +175,8 @@ def test_decoding_output_paths_are_checked_before_decoding(trained, tmp_path):
             f"output={tmp_path / name}: {message}",
         )
         assert not (tmp_path / name).exists()
+    helped = run("scripts/plot_attention.py", "--help")  # as every other command: what it takes, exit 0
+    assert helped.returncode == 0 and b"checkpoint=" in helped.stdout and b"text=" in helped.stdout
 
 
 def test_no_command_replaces_a_trained_model_whatever_its_name(trained, tmp_path):
