@@ -17,6 +17,7 @@ from importlib import import_module
 from importlib.util import find_spec
 
 from nmt import Interrupted, UserError
+from nmt.cli import imports_whole
 
 PROGRAMS = ("compare", "lab", "results", "measure", "tune", "queue")  # each a module of nmt_study/cli/ with main(argv)
 
@@ -37,12 +38,17 @@ def main(argv: list[str] | None = None) -> None:
     if argv[0] not in PROGRAMS:
         sys.exit(f"error: python -m nmt_study {argv[0]}: no such program; use one of {', '.join(PROGRAMS)}")
     try:
-        import_module(f"nmt_study.cli.{argv[0]}").main(argv[1:])
+        with imports_whole():  # a Ctrl-C inside numpy's or torch's import would leave them half made
+            program = import_module(f"nmt_study.cli.{argv[0]}")
+        program.main(argv[1:])
     except UserError as error:  # a refusal names the option or file and what to do: no traceback
         sys.exit(f"error: {error}")
     except Interrupted as stop:  # Ctrl-C or SIGTERM after what ran saved itself: a shell's status for the signal
         print(f"stopped: {stop}", file=sys.stderr, flush=True)
         sys.exit(128 + stop.signal_number)
+    except KeyboardInterrupt:  # one no program handles (as it starts, or in a report): files are written whole or not
+        print("stopped by Ctrl-C", file=sys.stderr, flush=True)
+        sys.exit(130)
 
 
 if __name__ == "__main__":

@@ -528,6 +528,33 @@ def test_a_nan_loss_never_reaches_a_checkpoint(tmp_path, sample_splits, sample_v
     assert checkpoint.load(tmp_path / "last.pt")["progress"]["step"] == 4
 
 
+@pytest.mark.parametrize("delay", [0.3, 1.2])
+@pytest.mark.parametrize("command", [["train.py", "data=sample", "trainer=debug"], ["-m", "nmt_study", "results"]])
+def test_ctrl_c_while_a_command_still_starts_ends_in_one_line_not_a_traceback(tmp_path, command, delay):
+    """Ctrl-C as a command starts (Python importing torch, numpy, scipy; Hydra composing): Python's KeyboardInterrupt
+    traceback, or an ImportError/RecursionError from a module the interrupt left half imported, became one line."""
+    import signal
+    import time
+
+    if command[0] == "train.py":
+        command = [*command, f"hydra.run.dir={tmp_path / 'run'}"]
+    else:
+        command = [*command, "--render"]
+    process = subprocess.Popen(
+        [sys.executable, *command],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as a terminal's job, not a background one
+    )
+    time.sleep(delay)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode in (130, -signal.SIGINT) and "Traceback" not in stderr, stderr[-3000:]
+    assert stderr.strip().splitlines()[-1].startswith("stopped by Ctrl-C"), stderr[-1000:]
+
+
 def test_ctrl_c_in_translate_stops_without_a_traceback_and_writes_nothing(trained, tmp_path):
     import signal
     import time

@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -17,6 +18,37 @@ from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException, Vali
 
 from nmt import UserError, paths
 from nmt.config import CONFIGS
+
+
+def quiet_interrupt(kind, value, trace) -> None:
+    """sys.excepthook for the commands: a Ctrl-C that reaches no handler of ours (while the command still starts:
+    imports, Hydra composing its config) ends in one line, not Python's traceback; Python then ends the process by
+    SIGINT as it does after any KeyboardInterrupt (a shell reads 130). Every other exception is Python's to print."""
+    if issubclass(kind, KeyboardInterrupt):
+        print("stopped by Ctrl-C as the command started; no training or decoding had begun", file=sys.stderr)
+        return
+    sys.__excepthook__(kind, value, trace)
+
+
+sys.excepthook = quiet_interrupt
+
+
+@contextlib.contextmanager
+def imports_whole():
+    """Ctrl-C held while a command imports its libraries (torch, numpy, scipy), then raised as KeyboardInterrupt: one
+    that lands inside an extension module's import leaves it half made, and the next import of it fails with an
+    ImportError or a RecursionError instead of stopping (in the main thread only, where signals arrive)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    noted = []
+    previous = signal.signal(signal.SIGINT, lambda number, frame: noted.append(number))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if noted:
+        raise KeyboardInterrupt
 
 
 def wait_policy() -> None:

@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from nmt import Interrupted, SweepStop, UserError, paths
-from nmt.cli import check_appended, lean_hydra, said
+from nmt.cli import check_appended, imports_whole, lean_hydra, said
 from nmt.config import CONFIGS, check_options, register
 from nmt.launch.multirun import hydra_folder, job_skipped
 from nmt.paths import folder_option
@@ -70,10 +70,9 @@ def main(cfg: DictConfig) -> float:
     if sweep and (reason := job_skipped()):  # a callback of the sweep's config said so (the study: recorded already)
         log.info("%s: %s; not trained again", output_dir, reason)
         return float("nan")
-    # The toolkit loads when a run starts, not at import: a sweep's own process (its jobs in joblib workers) and a
-    # refused command never wait for torch
-    from nmt import distributed
-    from nmt.launch.experiment import train
+    with imports_whole():
+        from nmt import distributed  # when a run starts: a sweep's own process and a refusal never wait for torch
+        from nmt.launch.experiment import train  # the same
 
     try:
         if sweep:  # a single run's were checked before its folder was made (OptionsFirst)
