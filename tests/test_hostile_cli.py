@@ -17,6 +17,7 @@ from helpers import SMALL, refused, snapshot
 from helpers import run_cli as run
 
 from nmt import UserError
+from nmt.cli import imports_whole
 from nmt.config import TrainerConfig
 from nmt.models.attention import AdditiveAttention
 from nmt.models.rnn import BahdanauSeq2Seq
@@ -553,6 +554,28 @@ def test_ctrl_c_while_a_command_still_starts_ends_in_one_line_not_a_traceback(tm
     _, stderr = process.communicate(timeout=60)
     assert process.returncode in (130, -signal.SIGINT) and "Traceback" not in stderr, stderr[-3000:]
     assert stderr.strip().splitlines()[-1].startswith("stopped by Ctrl-C"), stderr[-1000:]
+
+
+def test_a_ctrl_c_held_while_imports_finish_reaches_the_handler_it_would_have_reached():
+    """imports_whole holds Ctrl-C until the imports are whole, then gives it to the handler that was there: Python's
+    (KeyboardInterrupt, after the block), or a sweep's own (called once, no exception: its jobs save and stop)."""
+    import signal
+
+    calls = []
+    previous = signal.signal(signal.SIGINT, lambda number, frame: calls.append(number))
+    try:
+        with imports_whole():
+            os.kill(os.getpid(), signal.SIGINT)
+            assert calls == []  # held while the block runs
+        assert calls == [signal.SIGINT]
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        with pytest.raises(KeyboardInterrupt):
+            with imports_whole():
+                os.kill(os.getpid(), signal.SIGINT)
+                finished = True  # the block ran to its end first
+        assert finished
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_ctrl_c_in_translate_stops_without_a_traceback_and_writes_nothing(trained, tmp_path):

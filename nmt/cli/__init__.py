@@ -35,19 +35,22 @@ sys.excepthook = quiet_interrupt
 
 @contextlib.contextmanager
 def imports_whole():
-    """Ctrl-C held while a command imports its libraries (torch, numpy, scipy), then raised as KeyboardInterrupt: one
-    that lands inside an extension module's import leaves it half made, and the next import of it fails with an
-    ImportError or a RecursionError instead of stopping (in the main thread only, where signals arrive)."""
+    """Ctrl-C held while a command imports its libraries (torch, numpy, scipy), then given to the handler it would
+    have reached (Python's KeyboardInterrupt, or a sweep's own, which notes it and lets its jobs save): one that lands
+    inside an extension module's import leaves it half made, and the next import of it fails with an ImportError or
+    a RecursionError instead of stopping. In the main thread only, where signals arrive."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     noted = []
-    previous = signal.signal(signal.SIGINT, lambda number, frame: noted.append(number))
+    previous = signal.signal(signal.SIGINT, lambda number, frame: noted.append(frame))
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
-    if noted:
+    if noted and callable(previous):
+        previous(signal.SIGINT, noted[0])  # Python's default_int_handler raises KeyboardInterrupt
+    elif noted and previous == signal.SIG_DFL:
         raise KeyboardInterrupt
 
 
