@@ -26,6 +26,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from nmt import Interrupted, UserError
 from nmt.config import CONFIGS, register
+from nmt.launch.multirun import STOP_SIGNALS
 from nmt.runs.checkpoint import upgrade
 from nmt.runs.folder import RunFolder
 from nmt.runs.resume import another_run, listed
@@ -221,7 +222,7 @@ def rectangles(
 
 
 # A sweep's exit status when Ctrl-C or SIGTERM stopped it: 128 + the signal's number, or minus it (killed by it)
-STOPPED = {128 + signal.SIGINT, 128 + signal.SIGTERM, -signal.SIGINT, -signal.SIGTERM}
+STOPPED = {128 + number for number in STOP_SIGNALS} | {-number for number in STOP_SIGNALS}
 
 
 def launcher_overrides(launcher: str, workers: int, overrides: list[str]) -> list[str]:

@@ -165,10 +165,11 @@ def train_recorded(part: str, variants: list[str], overrides: list[str], args: a
 def nothing_to_record(part: str, runs: Path) -> None:
     """Refuses --record where the part's report would have no run: none finished here (`runs`) and none recorded
     in the folders it reports on (results/runs/<part>; the claims' also main's), naming them and how to train them."""
-    if not any(any(published.finished(folder).values()) for folder in report_folders(part)):
+    folders = report_folders(part)
+    if not any(any(published.finished(folder).values()) for folder in folders):
         raise UserError(
-            f"--record: no finished {part} run in {runs} and no record in {published.RECORDS / part}: nothing to "
-            f"report yet; train them first (`make results PARTS={part}`, or `make queue` for the design's runs)"
+            f"--record: no finished {part} run in {runs} and no record in {' or '.join(map(str, folders))}: nothing "
+            f"to report yet; train them first (`make results PARTS={part}`, or `make queue` for the design's runs)"
         )
 
 
