@@ -7,7 +7,7 @@ TORCH ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo torch || echo tor
 DATA_DIR ?=
 DATA_ARG := $(if $(DATA_DIR),data.dir=$(abspath $(DATA_DIR)),)
 
-.PHONY: install train demo compare lab results results-tables tune queue queue-pause queue-status bench test tensorboard lint
+.PHONY: install train demo compare lab results results-tables tune queue queue-pause queue-status queue-record bench test tensorboard lint
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -71,7 +71,8 @@ tune: install
 
 # The study's design (nmt_study/design.py) in the background, at the lowest CPU priority, from a worktree of its own
 # beside the checkout (../nmt-queue): `make queue` starts or continues it, `make queue-pause` pauses it (before timing
-# anything), `make queue-status` says what runs, what is recorded and the machine-hours left. Commit results/runs/tune.
+# anything), `make queue-status` says what runs, what is recorded and the machine-hours left; `make queue-record`
+# commits the records so far with the tables they render.
 queue: install
 	$(BIN)/python -m nmt_study queue start
 
@@ -80,6 +81,9 @@ queue-pause: install
 
 queue-status: install
 	$(BIN)/python -m nmt_study queue status
+
+queue-record: install
+	$(BIN)/python -m nmt_study queue record
 
 results-tables: install
 	$(BIN)/python -m nmt_study results --render

@@ -154,6 +154,32 @@ def test_once_both_arms_are_tuned_the_queue_trains_the_final_runs_alternating_wi
     assert f"{part}: {first} 1 of {design.SEEDS}" in status and f"({first} seed{design.FIRST_SEED}: " in status
 
 
+def test_queue_record_commits_the_records_with_the_tables_they_render_and_nothing_else(tmp_path):
+    """`record` commits the records so far with every generated table rendered again from them: the committed
+    tables match the committed records (a record committed alone failed CI); another change of the checkout stays
+    uncommitted, and with nothing new it says so and commits nothing."""
+    repo = commands.copy_checkout(tmp_path / "nmt", ("tests/",))
+    for command in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "the code under test"]):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.org", *command], cwd=repo, check=True)
+    tuned(repo / "results" / "runs")
+    (repo / "train.py").write_text((repo / "train.py").read_text() + "\n# a change of the user's own\n")
+    environment = os.environ | {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org"}
+    environment |= {"GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.org"}
+    command = [sys.executable, "-m", "nmt_study", "queue", "record", "--home", str(tmp_path / "nmt-queue")]
+    done = subprocess.run(command, cwd=repo, capture_output=True, text=True, timeout=120, env=environment)
+    assert done.returncode == 0 and "\ncommitted " in done.stdout, done.stderr[-3000:]
+    total = 2 * design.TRIALS
+    assert f"tune: {design.TUNED[0]} {design.TRIALS} of {design.TRIALS}" in done.stdout
+    git = ["git", "-C", str(repo)]
+    changed = subprocess.run([*git, "show", "--name-only", "--format=", "HEAD"], capture_output=True, text=True).stdout
+    assert "docs/tuning.md" in changed and f"results/runs/tune/{design.TUNED[0]}/trial003.json" in changed
+    assert subprocess.run([*git, "status", "--porcelain"], capture_output=True, text=True).stdout == " M train.py\n"
+    committed = subprocess.run([*git, "show", "HEAD:docs/tuning.md"], capture_output=True, text=True).stdout
+    assert f"| {total} of {total} |" in committed or f"| {total} of {total + 2 * design.SEEDS} |" in committed
+    again = subprocess.run(command, cwd=repo, capture_output=True, text=True, timeout=120, env=environment)
+    assert again.returncode == 0 and again.stdout.startswith("nothing new to commit"), again.stdout + again.stderr
+
+
 class Process:
     def __init__(self, pid: str):
         self.cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")

@@ -3,6 +3,7 @@
   python -m nmt_study queue start     # make queue: start, or continue where it stopped
   python -m nmt_study queue pause     # make queue-pause: its running trial saves and stops; `start` continues it
   python -m nmt_study queue status    # make queue-status: running or paused, what is recorded, machine-hours left
+  python -m nmt_study queue record    # make queue-record: the records so far committed with the tables they render
 
 The queue trains from one fixed commit, in a git worktree of its own beside the checkout (../nmt-queue, --home), so
 that work on the checkout never changes the code under a run; `start --commit REV` moves it to another commit (the
@@ -10,11 +11,12 @@ journal refuses a tuning whose protocol changed). Its runner is a process of its
 (SCHED_IDLE, nice 19: it takes only what other work leaves), its runs in the worktree's multirun/queue, outside the
 checkout. It tunes both arms of the design one trial at a time, alternating between them so that every machine
 trains both alike; each trial continues where it stopped (trainer.resume=auto), and each finished or pruned trial is
-recorded, with the study's journal, in the checkout's results/runs/tune. Once both tunings are recorded it trains the
-final runs (design.FINAL_RUNS: SEEDS seeds of each arm, the arms alternating) with each arm's tuned choice from those
-records, each recorded, with its test BLEU, in results/runs/main or results/runs/claims as make results records its
-runs (commit them all). A step that fails is named in the log and asked again at the next start; an arm that fails
-twice in a row is left until then.
+recorded, with the study's journal, in the checkout's results/runs/tune. Once both tunings are recorded it trains
+the final runs (design.FINAL_RUNS: SEEDS seeds of each arm, the arms alternating) with each arm's tuned choice from
+those records, each recorded, with its test BLEU, in results/runs/main or results/runs/claims as make results
+records its runs. `record` commits them, with the tables of docs/tuning.md and the others that count them, rendered
+again: a record committed without them leaves a table that no longer matches its records. A step that fails is named
+in the log and asked again at the next start; an arm that fails twice in a row is left until then.
 """
 
 from __future__ import annotations
@@ -31,8 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nmt import UserError
-from nmt_study import design, progress, tune
-from nmt_study.cli.results import MAIN_BEAM
+from nmt_study import design, progress, published, tune
+from nmt_study.cli.results import MAIN_BEAM, render
 from nmt_study.published import STOPPING, finished
 from nmt_study.records import recorded_sweep
 from nmt_study.sweep import ROOT
@@ -45,7 +47,7 @@ def arguments(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m nmt_study queue", description=__doc__.split("\n\n")[0], epilog="make queue | queue-pause"
     )
-    actions = ("start", "pause", "status", "run", "final")
+    actions = ("start", "pause", "status", "record", "run", "final")
     parser.add_argument("action", choices=actions, help="run: the runner itself; final: one final run (the runner's)")
     parser.add_argument("--home", type=Path, default=HOME, help="the queue's worktree (default: ../nmt-queue)")
     parser.add_argument("--commit", default=None, help="start: train from this commit (default: the worktree's own)")
@@ -138,22 +140,42 @@ def pause(args: argparse.Namespace) -> None:
     print("the queue is paused: its trial saved its run; `python -m nmt_study queue start` continues it")
 
 
-def status(args: argparse.Namespace) -> None:
+def status_lines(args: argparse.Namespace) -> list[str]:
+    """What `status` prints: the runner and its step, then each part's runs recorded and machine-hours left."""
     home = args.home.absolute()
     pid = runner_pid(home)
     commit = git("rev-parse", "--short", "HEAD", cwd=home) if (home / ".git").exists() else "none yet"
     step = home / STATE / "step.json"
     running = json.loads(step.read_text())["step"] if pid and step.is_file() else "nothing"
-    print(
-        f"queue: {'running, process ' + str(pid) if pid else 'paused'}; from {commit}; training {running}{so_far(home)}"
-    )
-    done = progress.recorded_queue(args.records)
-    parts = design.queue(done)
+    lines = [f"queue: {'running, process ' + str(pid) if pid else 'paused'}; from {commit}; training {running}"]
+    lines[0] += so_far(home)
     rates = progress.cpu_rates(args.records.parent / "measured" / "cpu_rate.json")
-    for part in parts:
+    for part in design.queue(progress.recorded_queue(args.records)):
         counts = ", ".join(f"{target} {part.done[target]} of {n}" for target, n in part.runs.items())
         left = f"; {design.machine_hours(part.left, rates):.1f} machine-hours left" if rates else ""
-        print(f"  {part.name}: {counts}{left}")
+        lines.append(f"  {part.name}: {counts}{left}")
+    return lines
+
+
+def status(args: argparse.Namespace) -> None:
+    print("\n".join(status_lines(args)))
+
+
+def record(args: argparse.Namespace) -> None:
+    """The records so far (--records: the trials, the tunings' journals, the final runs) committed on the checkout's
+    branch with the generated tables rendered again from them (published.DOCUMENTS), and nothing else the checkout
+    holds; the message says where the queue stands."""
+    render()
+    records = args.records.absolute()
+    paths = [str(records), *(str(ROOT / document) for document in published.DOCUMENTS)]
+    git("add", "--", *paths)
+    if not git("diff", "--cached", "--name-only", "--", *paths):
+        print("nothing new to commit: the records and their tables are as committed")
+        return
+    lines = status_lines(args)
+    message = "The queue's records and the tables they render: " + "; ".join(line.strip() for line in lines[1:])
+    git("commit", "--quiet", "-m", message, "-m", lines[0], "--", *paths)
+    print(f"committed {git('rev-parse', '--short', 'HEAD')}: {message}")
 
 
 def so_far(home: Path) -> str:
@@ -281,7 +303,8 @@ def run(args: argparse.Namespace) -> None:
     if blocked:
         sys.exit(f"the queue stopped: {', '.join(blocked)} failed twice in a row (the log above says why)")
     print(
-        f"the design's runs are all recorded in {args.records}: commit them, then `python -m nmt_study tune --report "
+        f"the design's runs are all recorded in {args.records}: `python -m nmt_study queue record` commits them, "
+        "then `python -m nmt_study tune --report "
         "--apply` makes the tuned choices the defaults and `python -m nmt_study results --parts main,claims --record` "
         "reports on them",
         flush=True,
@@ -290,4 +313,5 @@ def run(args: argparse.Namespace) -> None:
 
 def main(argv: list[str]) -> None:
     args = arguments(argv)
-    {"start": start, "pause": pause, "status": status, "run": run, "final": final}[args.action](args)
+    actions = {"start": start, "pause": pause, "status": status, "record": record, "run": run, "final": final}
+    actions[args.action](args)
