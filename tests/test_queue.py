@@ -157,7 +157,8 @@ def test_once_both_arms_are_tuned_the_queue_trains_the_final_runs_alternating_wi
 def test_queue_record_commits_the_records_with_the_tables_they_render_and_nothing_else(tmp_path):
     """`record` commits the records so far with every generated table rendered again from them: the committed
     tables match the committed records (a record committed alone failed CI); another change of the checkout stays
-    uncommitted, and with nothing new it says so and commits nothing."""
+    uncommitted, a document with changes of its own besides its tables is refused by name (it would go in whole), and
+    with nothing new it says so and commits nothing."""
     repo = commands.copy_checkout(tmp_path / "nmt", ("tests/",))
     for command in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "the code under test"]):
         subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.org", *command], cwd=repo, check=True)
@@ -166,6 +167,11 @@ def test_queue_record_commits_the_records_with_the_tables_they_render_and_nothin
     environment = os.environ | {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org"}
     environment |= {"GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.org"}
     command = [sys.executable, "-m", "nmt_study", "queue", "record", "--home", str(tmp_path / "nmt-queue")]
+    guide = repo / "docs" / "tuning.md"
+    guide.write_text(guide.read_text() + "\nA paragraph of the user's own.\n")
+    refused = subprocess.run(command, cwd=repo, capture_output=True, text=True, timeout=120, env=environment)
+    assert refused.returncode == 1 and "docs/tuning.md has changes of its own" in refused.stderr, refused.stderr
+    subprocess.run(["git", "checkout", "--", "docs/tuning.md"], cwd=repo, check=True)
     done = subprocess.run(command, cwd=repo, capture_output=True, text=True, timeout=120, env=environment)
     assert done.returncode == 0 and "\ncommitted " in done.stdout, done.stderr[-3000:]
     total = 2 * design.TRIALS

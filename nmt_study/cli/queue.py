@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nmt import UserError
-from nmt_study import design, progress, published, tune
+from nmt_study import design, progress, published, tables, tune
 from nmt_study.cli.results import MAIN_BEAM, render
 from nmt_study.published import STOPPING, finished
 from nmt_study.records import recorded_sweep
@@ -165,6 +165,14 @@ def record(args: argparse.Namespace) -> None:
     """The records so far (--records: the trials, the tunings' journals, the final runs) committed on the checkout's
     branch with the generated tables rendered again from them (published.DOCUMENTS), and nothing else the checkout
     holds; the message says where the queue stands."""
+    for document in published.DOCUMENTS:  # the documents go in whole: changes of their own are the user's to commit
+        committed = subprocess.run(["git", "show", f"HEAD:{document}"], cwd=ROOT, capture_output=True, text=True)
+        text = (ROOT / document).read_text(encoding="utf-8")
+        if committed.returncode == 0 and tables.rendered(committed.stdout) != tables.rendered(text):
+            raise UserError(
+                f"{document} has changes of its own besides its generated tables: commit them (or stash them) first, "
+                "then `python -m nmt_study queue record`"
+            )
     render()
     records = args.records.absolute()
     paths = [str(records), *(str(ROOT / document) for document in published.DOCUMENTS)]
