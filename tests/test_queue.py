@@ -121,6 +121,7 @@ def tuned(records: Path) -> dict[str, str]:
         for number in range(design.TRIALS):
             bleu = {0: 10.0, 3: 10.0 + design.ADOPT_MARGIN + 0.1, 4: 10.2}.get(number, 9.0)
             trial = {"family": target, "number": number, "valid_bleu": bleu, "averaging": {"2": bleu - 0.5}}
+            trial["petaflops"] = 0.1
             trial |= {"stopped_by": "pruned" if number == 5 else "patience", "options": {"trainer.lr": "0.001"}}
             if number == 3:
                 trial["options"] = choice
@@ -182,6 +183,7 @@ def test_queue_record_commits_the_records_with_the_tables_they_render_and_nothin
     assert subprocess.run([*git, "status", "--porcelain"], capture_output=True, text=True).stdout == " M train.py\n"
     committed = subprocess.run([*git, "show", "HEAD:docs/tuning.md"], capture_output=True, text=True).stdout
     assert f"| {total} of {total} |" in committed or f"| {total} of {total + 2 * design.SEEDS} |" in committed
+    assert f"**{design.TUNED[0]}**: {design.TRIALS} trials (1 pruned)" in committed  # the tuning's trials block too
     again = subprocess.run(command, cwd=repo, capture_output=True, text=True, timeout=120, env=environment)
     assert again.returncode == 0 and again.stdout.startswith("nothing new to commit"), again.stdout + again.stderr
 

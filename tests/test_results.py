@@ -30,6 +30,18 @@ def test_every_generated_table_matches_the_committed_results():
     assert {name for name, _ in tables.blocks((ROOT / "README.md").read_text())} >= {"main_short", "claims_short"}
 
 
+def test_the_tuning_guides_trials_match_the_committed_tuning_records():
+    """docs/tuning.md's trials block is rendered from results/runs/tune as the queue records them (a record
+    committed without it left the guide behind its records)."""
+    from nmt_study.cli import tune as tune_cli
+
+    text = tune_cli.DOCUMENT.read_text(encoding="utf-8")
+    assert tune_cli.rendered_report(text) == text, (
+        "docs/tuning.md's trials differ from results/runs/tune: run `python -m nmt_study tune --report` (or `make "
+        "queue-record` for the queue's records) and commit both"
+    )
+
+
 def test_the_readme_reads_in_a_few_minutes():
     """Its generated tables included; detail belongs in docs/, which it links."""
     size = len((ROOT / "README.md").read_text(encoding="utf-8"))

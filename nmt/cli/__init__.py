@@ -12,18 +12,13 @@ import threading
 import time
 from pathlib import Path
 
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException, ValidationError
-
-from nmt import UserError, paths
-from nmt.config import CONFIGS
-
 
 def quiet_interrupt(kind, value, trace) -> None:
     """sys.excepthook for the commands: a Ctrl-C that reaches no handler of ours (while the command still starts:
     imports, Hydra composing its config) ends in one line, not Python's traceback; Python then ends the process by
-    SIGINT as it does after any KeyboardInterrupt (a shell reads 130). Every other exception is Python's to print."""
+    SIGINT as it does after any KeyboardInterrupt (a shell reads 130). Every other exception is Python's to print.
+    Set before this module imports Hydra: a Ctrl-C as a sweep's `python -m nmt.cli.train` still imports its
+    libraries ends in this line too (measured: a traceback from runpy under load)."""
     if issubclass(kind, KeyboardInterrupt):
         print("stopped by Ctrl-C as the command started; no training or decoding had begun", file=sys.stderr)
         return
@@ -31,6 +26,15 @@ def quiet_interrupt(kind, value, trace) -> None:
 
 
 sys.excepthook = quiet_interrupt
+
+
+# ruff: noqa: E402 (the libraries after the hook: a Ctrl-C while they import ends in one line)
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException, ValidationError
+
+from nmt import UserError, paths
+from nmt.config import CONFIGS
 
 
 @contextlib.contextmanager

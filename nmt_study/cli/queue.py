@@ -33,8 +33,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nmt import UserError
+from nmt.paths import write_text
 from nmt_study import design, progress, published, tables, tune
-from nmt_study.cli.results import MAIN_BEAM, render
+from nmt_study.cli import tune as tune_cli
+from nmt_study.cli.results import MAIN_BEAM
 from nmt_study.published import STOPPING, finished
 from nmt_study.records import recorded_sweep
 from nmt_study.sweep import ROOT
@@ -161,20 +163,34 @@ def status(args: argparse.Namespace) -> None:
     print("\n".join(status_lines(args)))
 
 
+def generated(document: str, text: str, records: Path) -> str:
+    """`text` of `document` (published.DOCUMENTS) with every generated block rendered again from the records: the
+    results tables, and in docs/tuning.md the tuning's trials from `records`/tune too."""
+    if ROOT / document == tune_cli.DOCUMENT:
+        return tune_cli.rendered_report(text, records / "tune")
+    return tables.rendered(text)
+
+
 def record(args: argparse.Namespace) -> None:
     """The records so far (--records: the trials, the tunings' journals, the final runs) committed on the checkout's
-    branch with the generated tables rendered again from them (published.DOCUMENTS), and nothing else the checkout
-    holds; the message says where the queue stands."""
-    for document in published.DOCUMENTS:  # the documents go in whole: changes of their own are the user's to commit
-        committed = subprocess.run(["git", "show", f"HEAD:{document}"], cwd=ROOT, capture_output=True, text=True)
+    branch with the generated blocks of published.DOCUMENTS rendered again from them, and nothing else the checkout
+    holds; a document with changes of its own besides them is refused (it goes in whole). The message says where the
+    queue stands."""
+    records = args.records.absolute()
+    texts = {}
+    for document in published.DOCUMENTS:
         text = (ROOT / document).read_text(encoding="utf-8")
-        if committed.returncode == 0 and tables.rendered(committed.stdout) != tables.rendered(text):
+        texts[document] = generated(document, text, records)
+        committed = subprocess.run(["git", "show", f"HEAD:{document}"], cwd=ROOT, capture_output=True, text=True)
+        if committed.returncode == 0 and generated(document, committed.stdout, records) != texts[document]:
             raise UserError(
                 f"{document} has changes of its own besides its generated tables: commit them (or stash them) first, "
                 "then `python -m nmt_study queue record`"
             )
-    render()
-    records = args.records.absolute()
+    for document, text in texts.items():
+        if text != (ROOT / document).read_text(encoding="utf-8"):
+            write_text(ROOT / document, text)
+            print(f"rendered the tables of {document} again", flush=True)
     paths = [str(records), *(str(ROOT / document) for document in published.DOCUMENTS)]
     git("add", "--", *paths)
     if not git("diff", "--cached", "--name-only", "--", *paths):

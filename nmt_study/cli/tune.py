@@ -93,12 +93,16 @@ def settings(args: argparse.Namespace) -> tuning.Settings:
     )
 
 
+def rendered_report(text: str, records: Path = RECORDS) -> str:
+    """docs/tuning.md's `text` with its generated blocks rendered again: the trials between MARKERS from `records`,
+    and the results tables (the queue's, from every record in results/runs)."""
+    start, end = text.index(MARKERS[0]) + len(MARKERS[0]), text.index(MARKERS[1])
+    return tables.rendered(text[:start] + "\n" + tune.table(records) + "\n" + text[end:])
+
+
 def report(args: argparse.Namespace) -> None:
     """docs/tuning.md's blocks between their markers, rendered from the records and the design."""
-    text = DOCUMENT.read_text(encoding="utf-8")
-    start, end = text.index(MARKERS[0]) + len(MARKERS[0]), text.index(MARKERS[1])
-    DOCUMENT.write_text(text[:start] + "\n" + tune.table(args.records) + "\n" + text[end:], encoding="utf-8")
-    tables.update_file(DOCUMENT)  # the queue's table, from every record (results/runs)
+    DOCUMENT.write_text(rendered_report(DOCUMENT.read_text(encoding="utf-8"), args.records), encoding="utf-8")
     print(f"updated {DOCUMENT}", flush=True)
 
 
