@@ -4,6 +4,7 @@ or line, prints no traceback, and changes no file the user had. And nothing a us
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -554,6 +555,23 @@ def test_ctrl_c_while_a_command_still_starts_ends_in_one_line_not_a_traceback(tm
     _, stderr = process.communicate(timeout=60)
     assert process.returncode in (130, -signal.SIGINT) and "Traceback" not in stderr, stderr[-3000:]
     assert stderr.strip().splitlines()[-1].startswith("stopped by Ctrl-C"), stderr[-1000:]
+
+
+def test_ctrl_c_while_the_commands_package_still_imports_hydra_ends_in_one_line():
+    """A sweep's job process (`python -m nmt.cli.train`) interrupted while runpy still imports the package nmt.cli,
+    which imports Hydra: the one line, not runpy's traceback (a Ctrl-C that landed there, made here every time)."""
+    program = (
+        "import importlib.abc, runpy, sys\n"
+        "class Interrupting(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'hydra':\n"
+        "            raise KeyboardInterrupt\n"
+        "sys.meta_path.insert(0, Interrupting())\n"
+        "runpy.run_module('nmt.cli.train', run_name='__main__', alter_sys=True)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", program], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode in (130, -signal.SIGINT) and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert done.stderr.strip().startswith("stopped by Ctrl-C as the command started"), done.stderr
 
 
 def test_a_ctrl_c_held_while_imports_finish_reaches_the_handler_it_would_have_reached():
