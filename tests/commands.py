@@ -1,10 +1,11 @@
 """`run`: a command as a test runs it (`python train.py ...`), with subprocess.run's answer, in a fraction of the time.
 
-Most of a tiny command's time is Python importing torch and Hydra (about 3.5 s of 4.5 on 2 cores). A command whose
-environment changes nothing read at start-up is forked from a zygote process that imported them once (tests/zygote.py):
-a process of its own all the same, with its exit status, streams, folder and environment. Any other command (an
-environment that sets what the interpreter or torch read as they start, an interpreter option, another executable)
-runs as a fresh subprocess. NMT_TESTS_FRESH=1 runs every command fresh, as before. `start` is Popen's counterpart,
+Most of a tiny command's time is Python importing torch and Hydra (about 3.5 s of 4.5 on 2 cores). A command is
+forked from a zygote process that imported them once (tests/zygote.py): a process of its own all the same, with its
+exit status, streams, folder and environment. Each start-up environment (what of it the interpreter or torch read as
+they start: a CPU held to AVX2, a thread count) has a zygote of its own, started with it on its first command. A
+command with an interpreter option, or another executable, runs as a fresh subprocess; NMT_TESTS_FRESH=1 (in the
+command's environment: that one; in the suite's: every command) runs fresh, as before. `start` is Popen's counterpart,
 for tests that signal or kill the command while it runs.
 """
 
@@ -27,13 +28,14 @@ INTERPRETER_OPTIONS = ("-X", "-W", "-u", "-I", "-O", "-S", "-E", "-B")
 
 
 class Zygote:
-    def __init__(self):
+    def __init__(self, env: dict[str, str] | None = None):
         requests_read, self.requests = os.pipe()
         self.answers, answers_write = os.pipe()
         self.process = subprocess.Popen(
             [sys.executable, str(ZYGOTE), str(requests_read), str(answers_write)],
             pass_fds=(requests_read, answers_write),
             stdin=subprocess.DEVNULL,
+            env=env,
         )
         os.close(requests_read)
         os.close(answers_write)
@@ -94,24 +96,32 @@ class Zygote:
         self.process.wait(timeout=30)
 
 
-zygote: Zygote | None = None
+# One zygote for each start-up environment a command asks for (the variables READ_AT_START that it sets): this
+# process's own, and for example a CPU held to AVX2 (tests/test_device.py), whose commands then fork too
+zygotes: dict[tuple[tuple[str, str], ...], Zygote] = {}
+
+
+def start_up(env: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    """What of `env` the interpreter or torch read as they start: the zygote it forks from."""
+    return tuple(sorted((k, v) for k, v in env.items() if k.startswith(READ_AT_START)))
 
 
 def forkable(args: list[str], env: dict[str, str]) -> bool:
-    """Whether the command can be forked: Python itself, no interpreter option, and nothing in its environment that
-    the interpreter or torch read at start-up differs from this process's, which the zygote inherited."""
-    if os.environ.get("NMT_TESTS_FRESH") or len(args) < 2 or args[0] != sys.executable:
+    """Whether the command can be forked: Python itself with no interpreter option (a zygote with its start-up
+    environment runs it)."""
+    if os.environ.get("NMT_TESTS_FRESH") or env.get("NMT_TESTS_FRESH") or len(args) < 2 or args[0] != sys.executable:
         return False
-    keys = {k for k in set(env) | set(os.environ) if k.startswith(READ_AT_START)}
-    return args[1] not in INTERPRETER_OPTIONS and all(env.get(k) == os.environ.get(k) for k in keys)
+    return args[1] not in INTERPRETER_OPTIONS
 
 
-def the_zygote() -> Zygote:
-    global zygote
-    if zygote is None:
-        zygote = Zygote()
-        atexit.register(zygote.close)
-    return zygote
+def the_zygote(env: dict[str, str]) -> Zygote:
+    """The zygote of `env`'s start-up environment, started on its first command."""
+    key = start_up(env)
+    if key not in zygotes:
+        own = {k: v for k, v in os.environ.items() if not k.startswith(READ_AT_START)}
+        zygotes[key] = Zygote(None if key == start_up(dict(os.environ)) else {**own, **dict(key)})
+        atexit.register(zygotes[key].close)
+    return zygotes[key]
 
 
 def zygote_free() -> bool:
@@ -126,7 +136,7 @@ def run(args, *, cwd, env: dict[str, str] | None = None, input=None, text: bool 
     if not forkable(args, env) or not zygote_free():
         return subprocess.run(args, cwd=cwd, env=env, input=input, text=text, timeout=timeout, capture_output=True)
     stdin = input.encode() if isinstance(input, str) else input
-    rc, stdout, stderr = the_zygote().run(args[1:], cwd, env, stdin, timeout)
+    rc, stdout, stderr = the_zygote(env).run(args[1:], cwd, env, stdin, timeout)
     if text:
         stdout, stderr = stdout.decode(errors="replace"), stderr.decode(errors="replace")
     return subprocess.CompletedProcess(args, rc, stdout, stderr)
@@ -143,7 +153,8 @@ class Started:
         self.args, self.text, self.returncode = args, text, None
         self.scratch = tempfile.TemporaryDirectory(prefix="command-")
         self.folder = Path(self.scratch.name)
-        self.pid = the_zygote().start(args[1:], cwd, env, None, self.folder, session)
+        self.zygote = the_zygote(env)
+        self.pid = self.zygote.start(args[1:], cwd, env, None, self.folder, session)
         Started.running = self
 
     def poll(self) -> int | None:
@@ -151,7 +162,7 @@ class Started:
 
     def ended(self, timeout: float | None) -> int | None:
         if self.returncode is None:
-            rc = the_zygote().ended(timeout)
+            rc = self.zygote.ended(timeout)
             if rc is not None:
                 self.returncode, Started.running = rc, None
         return self.returncode

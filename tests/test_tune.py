@@ -138,10 +138,13 @@ def test_a_study_stopped_after_k_trials_continues_at_trial_k_plus_1_with_its_sam
             tuning.locked(tmp_path / "twice" / "luong.journal")
 
 
-def test_the_tuning_command_prunes_records_and_refuses_bad_options_before_anything_starts(tmp_path):
+def test_the_tuning_command_prunes_records_and_refuses_bad_options_before_anything_starts(tmp_path, capsys):
     """Through the real command on the sample corpus: 3 trials, the defaults first; a trial behind at rung 0 is
-    pruned and recorded with its rung; the records render; --trials 0, negative or non-numeric options are refused."""
+    pruned and recorded with its rung; the records render; --trials 0, negative or non-numeric options are refused
+    (by the study's entry in this process: a refusal starts nothing, so nothing a process of its own would add)."""
     import commands
+
+    from nmt_study.__main__ import main as study
 
     extra = [
         "data=sample",
@@ -167,11 +170,15 @@ def test_the_tuning_command_prunes_records_and_refuses_bad_options_before_anythi
         "1",
     ]
     line += ["--records", str(records), "--runs", str(runs)]
-    for bad, said in (("--trials=0", "--trials 0: at least 1"), ("--trials=x", "--trials 'x': a whole number")):
-        refused = commands.run([sys.executable, *line, bad], cwd=program.ROOT, text=True)
-        assert refused.returncode == 2 and said in refused.stderr and not records.exists()
-    refused = commands.run([sys.executable, *line, "--flops=-1"], cwd=program.ROOT, text=True)
-    assert refused.returncode == 2 and "--flops -1: a positive compute cap" in refused.stderr
+    refusals = {
+        "--trials=0": "--trials 0: at least 1",
+        "--trials=x": "--trials 'x': a whole number",
+        "--flops=-1": "--flops -1: a positive compute cap",
+    }
+    for bad, said in refusals.items():
+        with pytest.raises(SystemExit) as refused:
+            study([*line[2:], bad])
+        assert refused.value.code == 2 and said in capsys.readouterr().err and not records.exists()
     done = commands.run([sys.executable, *line, "--trials", "3", "--extra", *extra], cwd=program.ROOT, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     trials = tune.trials_of(records, "bahdanau")
