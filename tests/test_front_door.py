@@ -340,6 +340,10 @@ def swept_and_stopped(line: str, folder: Path) -> str:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and started.poll() is None and built(folder) < running:
         time.sleep(0.5)
+    if built(folder) < running:  # a Ctrl-C now would test the start-up's one line, not the sweep's hint
+        os.killpg(started.pid, signal.SIGKILL)
+        _, stderr = started.communicate(timeout=60)
+        pytest.fail(f"{line}: no job built its model within 60 s (exit {started.returncode}): {stderr[-2000:]}")
     time.sleep(2)
     os.killpg(started.pid, signal.SIGINT)  # as a terminal's Ctrl-C: to every process of the command
     stdout, stderr = started.communicate(timeout=120)
